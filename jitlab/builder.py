@@ -1,0 +1,379 @@
+"""Build and cache: a plan → a build folder named by its key → a binary, compiled at most once.
+
+``build()`` is the single entry point. A cache hit parses and hashes the snippet (milliseconds) and
+compiles nothing; a miss takes a per-build lock, compiles with ``load_inline`` (or, compile-only,
+with nvcc directly) and writes the manifest last.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import cache, codegen, config, diagnostics, output, toolchain
+from .errors import SnippetError, ToolchainError
+from .parse import SourceFile, language_of, parse_file
+
+
+@dataclass
+class Options:
+    """Everything a user can set that changes the binary.
+
+    Attributes:
+        mode: ``"auto"``, ``"kernel"`` or ``"torch"``.
+        arch: Archs to build for (``["sm_90"]``); default: the current GPU.
+        defines: Preprocessor macros (``{"BLOCK": 256}``).
+        cflags: Extra host compiler flags.
+        cuda_cflags: Extra nvcc flags.
+        ldflags: Extra linker flags.
+        compile_only: Compile CUDA to an object without linking or loading (machines without a GPU).
+    """
+
+    mode: str = "auto"
+    arch: list[str] | None = None
+    defines: dict[str, object] = field(default_factory=dict)
+    cflags: list[str] = field(default_factory=list)
+    cuda_cflags: list[str] = field(default_factory=list)
+    ldflags: list[str] = field(default_factory=list)
+    compile_only: bool = False
+
+
+@dataclass
+class Build:
+    """One build in the cache.
+
+    Attributes:
+        name: Module name (the snippet's name plus the key).
+        folder: The build folder.
+        plan: What was generated.
+        manifest: The manifest (artifact, hash, timings, resource usage).
+        cached: ``True`` when nothing was compiled.
+        seconds: Wall time of this build call (0 for a cache hit's compile).
+        archs: The archs built for.
+    """
+
+    name: str
+    folder: Path
+    plan: codegen.Plan
+    manifest: dict
+    cached: bool
+    seconds: float
+    archs: list[str]
+
+    @property
+    def artifact(self) -> Path:
+        return self.folder / self.manifest["artifact"]
+
+    @property
+    def compile_only(self) -> bool:
+        return bool(self.manifest.get("compile_only"))
+
+    @property
+    def resources(self) -> dict:
+        """Per-kernel resource usage from ptxas: registers, shared/local/constant memory, spills."""
+        return self.manifest.get("resources", {})
+
+    @property
+    def log(self) -> str:
+        """The compiler output of the build (warnings and ptxas resource usage)."""
+        p = self.folder / "build.log"
+        return p.read_text(errors="replace") if p.is_file() else ""
+
+
+def collect_sources(paths) -> list[Path]:
+    """Expand a file, a folder, or a list of them into the source files to build, in a stable order.
+
+    Raises:
+        SnippetError: For a missing path, a folder with no sources, or only headers.
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in config.SOURCE_EXTS)
+            if not found:
+                raise SnippetError(f"{p}: folder has no .cu or .cpp files to build")
+            out += found
+        elif p.is_file():
+            if language_of(p) == "header":
+                raise SnippetError(f"{p}: a header is included by sources, not built alone; pass the .cu/.cpp files or their folder")
+            out.append(p)
+        else:
+            close = _near_names(p)
+            raise SnippetError(f"{p}: no such file or folder" + (f"; did you mean {close}?" if close else ""))
+    return [p.resolve() for p in dict.fromkeys(out)]
+
+
+def _near_names(p: Path) -> str:
+    import difflib
+
+    parent = p.parent if p.parent.is_dir() else Path(".")
+    names = [c.name for c in parent.iterdir()] if parent.is_dir() else []
+    hits = difflib.get_close_matches(p.name, names, n=1)
+    return str(parent / hits[0]) if hits else ""
+
+
+def local_headers(files: list[SourceFile], include_dirs: list[str]) -> dict[str, str]:
+    """Every local header the files include (recursively) → its SHA-256, for the build key."""
+    seen: dict[str, str] = {}
+    todo = [(f.path.parent, inc) for f in files for inc in f.local_includes]
+    while todo:
+        base, inc = todo.pop()
+        for d in [base, *map(Path, include_dirs)]:
+            cand = (d / inc).resolve()
+            if cand.is_file():
+                key = str(cand)
+                if key not in seen:
+                    text = cand.read_text(encoding="utf-8", errors="replace")
+                    seen[key] = cache.hashlib.sha256(text.encode()).hexdigest()
+                    todo += [(cand.parent, i) for i in parse_file(cand, text).local_includes]
+                break
+    return seen
+
+
+def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
+    """Parse and plan a snippet; return the plan, the archs and the key's parts. Compiles nothing."""
+    sources = collect_sources(paths)
+    files = [parse_file(p) for p in sources]
+    stem = codegen.stem_of([Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)])
+    plan = codegen.plan(files, stem, opts.mode)
+    archs: list[str] = []
+    if plan.cuda:
+        archs = [toolchain.normalize_arch(a) for a in opts.arch] if opts.arch else [toolchain.current_arch()]
+    parts = {
+        "format": config.FORMAT_VERSION,
+        "kind": plan.kind,
+        "cpp": plan.cpp_sources,
+        "cuda": plan.cuda_sources,
+        "functions": plan.functions,
+        "include_dirs": plan.include_dirs,
+        "headers": local_headers(files, plan.include_dirs),
+        "flags": [sorted((k, str(v)) for k, v in opts.defines.items()), opts.cflags, opts.cuda_cflags, opts.ldflags],
+        "archs": archs,
+        "compile_only": opts.compile_only,
+        "toolchain": toolchain.fingerprint(plan.cuda),
+    }
+    return plan, archs, parts
+
+
+def build(paths, opts: Options | None = None) -> Build:
+    """Build a snippet, or find it in the cache.
+
+    Args:
+        paths: A ``.cu``/``.cpp`` file, a folder of them, or a list.
+        opts: Build options.
+
+    Returns:
+        The build; ``build.cached`` says whether anything was compiled.
+
+    Raises:
+        SnippetError: The snippet cannot be read or mapped.
+        ToolchainError: A build tool is missing.
+        CompileError: The compiler rejected the code.
+    """
+    opts = opts or Options()
+    t0 = time.perf_counter()
+    plan, archs, parts = prepare(paths, opts)
+    key = cache.build_key(parts)
+    name = cache.module_name(plan.stem, key)
+    folder = cache.entry_dir(name)
+    manifest = _trusted_manifest(folder, name)
+    if manifest is not None:
+        return Build(name, folder, plan, manifest, True, time.perf_counter() - t0, archs)
+    toolchain.check(plan.cuda, opts.compile_only)
+
+    def waiting():
+        print(f"jitlab: waiting for another process building {name} ...", file=sys.stderr)
+
+    with cache.build_lock(name, on_wait=waiting):
+        manifest = _trusted_manifest(folder, name, quiet=True)  # another process may have finished it
+        if manifest is not None:
+            return Build(name, folder, plan, manifest, True, time.perf_counter() - t0, archs)
+        cache.reset_dir(folder)
+        if opts.compile_only:
+            manifest = _compile_only(plan, name, folder, archs, opts)
+        else:
+            manifest = _load_inline(plan, name, folder, archs, opts)
+        manifest.update(seconds=round(time.perf_counter() - t0, 3), archs=archs, kind=plan.kind,
+                        sources=[str(f.path) for f in plan.files], built_at=time.time())
+        cache.write_manifest(folder, manifest)
+    return Build(name, folder, plan, manifest, False, time.perf_counter() - t0, archs)
+
+
+def _trusted_manifest(folder: Path, name: str, quiet: bool = False) -> dict | None:
+    manifest = cache.read_manifest(folder)
+    if manifest is None:
+        return None
+    problem = cache.verify_artifact(folder, manifest)
+    if problem:
+        if not quiet:
+            warnings.warn(f"jitlab: cached build {name} is corrupt ({problem}); rebuilding", stacklevel=3)
+        return None
+    return manifest
+
+
+def _flags(plan: codegen.Plan, archs: list[str], opts: Options) -> tuple[list[str], list[str]]:
+    defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
+    cflags = ["-O2", *defines, *opts.cflags]
+    cuda = [*toolchain.gencode_flags(archs), "-O3", "--resource-usage", *defines, *opts.cuda_cflags]
+    if plan.kind == "kernel":
+        # torch's nvcc flags disable CUDA's half/bfloat16 operators to avoid clashes with its own
+        # types; a kernel-only unit has no torch headers, so give the user CUDA's defaults back.
+        cuda = ["-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+                "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__", *cuda]
+    return cflags, cuda
+
+
+def _what(plan: codegen.Plan, archs: list[str]) -> str:
+    names = ", ".join(diagnostics._short(str(f.path)) for f in plan.files)
+    tool = f"nvcc, {'/'.join(archs)}" if plan.cuda else "c++"
+    return f"{names} ({tool})"
+
+
+def _sources_by_path(plan: codegen.Plan) -> dict[str, str]:
+    return {str(f.path): f.text for f in plan.files}
+
+
+def _load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> dict:
+    """Compile and link with ``torch.utils.cpp_extension.load_inline`` into ``folder``."""
+    from torch.utils import cpp_extension
+
+    cflags, cuda_cflags = _flags(plan, archs, opts)
+    ok = False
+    with output.capture_fds() as box:
+        try:
+            cpp_extension.load_inline(
+                name=name,
+                cpp_sources=plan.cpp_sources,
+                cuda_sources=plan.cuda_sources or None,
+                functions=plan.functions,
+                extra_cflags=cflags,
+                extra_cuda_cflags=cuda_cflags if plan.cuda else None,
+                extra_ldflags=list(opts.ldflags),
+                extra_include_paths=plan.include_dirs,
+                build_directory=str(folder),
+                verbose=True,
+                with_cuda=plan.cuda,
+                is_python_module=plan.kind == "torch",
+                no_implicit_headers=True,
+            )
+            ok = True
+        except (RuntimeError, OSError, ImportError) as e:
+            err = e
+    log = box[0] if box else ""
+    (folder / "build.log").write_text(log)
+    if not ok:
+        _forget_failed_name(name)
+        if isinstance(err, ImportError) or "Error building extension" not in str(err):
+            raise ToolchainError(f"jitlab: {name} built but could not be loaded: {err}") from err
+        raise diagnostics.compile_error(_what(plan, archs), log or str(err), _sources_by_path(plan)) from None
+    so = folder / f"{name}.so"
+    return {"artifact": so.name, "size": so.stat().st_size, "sha256": cache.file_sha256(so),
+            "resources": parse_resource_usage(log), "compile_only": False}
+
+
+def _forget_failed_name(name: str) -> None:
+    """torch remembers each name's source hash per process, and would skip rebuilding it after a
+    failure; forget it, so that retrying the same name (e.g. after installing a tool) rebuilds."""
+    from torch.utils import cpp_extension
+
+    entries = getattr(getattr(cpp_extension, "JIT_EXTENSION_VERSIONER", None), "entries", None)
+    if isinstance(entries, dict):
+        entries.pop(name, None)
+
+
+def _compile_only(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> dict:
+    """Compile the CUDA unit to an object with nvcc (the flags load_inline would use), no link, no load."""
+    from torch.utils import cpp_extension
+
+    if not plan.cuda:
+        raise SnippetError(f"{_what(plan, archs)}: compile_only applies to CUDA snippets; C++ snippets build and run here")
+    src = folder / "cuda.cu"
+    src.write_text("\n".join(plan.cuda_sources))
+    _, cuda_cflags = _flags(plan, archs, opts)
+    includes = [f"-I{d}" for d in plan.include_dirs]
+    if plan.kind == "torch":
+        includes += [f"-isystem={d}" for d in cpp_extension.include_paths("cpu") + [_python_include()]]
+    cmd = [toolchain.nvcc_path(), "-c", str(src), "-o", str(folder / "cuda.o"), f"-DTORCH_EXTENSION_NAME={name}",
+           "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={toolchain.fingerprint(False)['abi']}",
+           *includes, *cpp_extension.COMMON_NVCC_FLAGS, "--compiler-options", "-fPIC", *cuda_cflags, "-std=c++20"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    log = " ".join(cmd) + "\n" + proc.stdout + proc.stderr
+    (folder / "build.log").write_text(log)
+    if proc.returncode != 0:
+        raise diagnostics.compile_error(_what(plan, archs), log, _sources_by_path(plan))
+    obj = folder / "cuda.o"
+    return {"artifact": obj.name, "size": obj.stat().st_size, "sha256": cache.file_sha256(obj),
+            "resources": parse_resource_usage(log), "compile_only": True}
+
+
+def _python_include() -> str:
+    import sysconfig
+
+    return sysconfig.get_path("include")
+
+
+_RU_FUNC = re.compile(r"Function properties for (\S+)|Compiling entry function '(\S+)' for '(\S+)'|"
+                      r"ptxas info\s*: Function properties for (\S+)")
+_RU_LINE = re.compile(r"Used (\d+) registers")
+
+
+def parse_resource_usage(log: str) -> dict:
+    """Per-kernel, per-arch resource usage from nvcc ``--resource-usage`` output.
+
+    Returns:
+        ``{kernel: {arch: {"registers", "shared", "local", "constant", "spill_stores", "spill_loads", "stack"}}}``
+        keyed by the demangled kernel name.
+    """
+    usage: dict[str, dict[str, dict]] = {}
+    current: tuple[str, str] | None = None
+    spills: dict[tuple[str, str], dict] = {}
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '(\S+)' for '(\S+)'", line)
+        if m:
+            current = (m.group(1), m.group(2))
+            continue
+        m = re.search(r"Function properties for (\S+)", line)
+        if m and current:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and current:
+            spills[current] = {"stack": int(m.group(1)), "spill_stores": int(m.group(2)), "spill_loads": int(m.group(3))}
+            continue
+        m = _RU_LINE.search(line)
+        if m and current:
+            rec = {"registers": int(m.group(1)), "shared": 0, "local": 0, "constant": 0}
+            for amount, what in re.findall(r"(\d+) bytes (smem|lmem|cmem\[\d+\])", line):
+                if what == "smem":
+                    rec["shared"] += int(amount)
+                elif what == "lmem":
+                    rec["local"] += int(amount)
+                else:
+                    rec["constant"] += int(amount)
+            rec.update(spills.get(current, {"stack": 0, "spill_stores": 0, "spill_loads": 0}))
+            usage.setdefault(_demangle(current[0]), {})[current[1]] = rec
+            current = None
+    return usage
+
+
+def _demangle(symbol: str) -> str:
+    """``_Z5saxpyPfPKffi`` → ``saxpy``: the unqualified name is what Python calls it by."""
+    m = re.match(r"_Z(?:N(?:\d+\w+?)*)?(\d+)", symbol)
+    if not m or not symbol.startswith("_Z"):
+        return symbol
+    if symbol.startswith("_ZN"):
+        rest, last = symbol[3:], symbol
+        while rest and rest[0].isdigit():
+            n = int(re.match(r"\d+", rest).group())
+            digits = len(str(n))
+            last, rest = rest[digits:digits + n], rest[digits + n:]
+        return last
+    n = int(m.group(1))
+    start = 2 + len(m.group(1))
+    return symbol[start:start + n]

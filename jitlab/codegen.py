@@ -1,0 +1,340 @@
+"""Code generation: parsed snippet files → the sources, declarations and shims ``load_inline`` builds.
+
+Two plans:
+
+* **kernel-only** (no torch in the snippet): the user's code, then ``extern "C"`` shims — one per
+  ``__global__`` kernel (launch with a grid/block/stream, return ``cudaGetLastError()``) and one per
+  host function (call it, catch C++ exceptions). No torch header is compiled; Python calls the
+  shims through ctypes.
+* **torch-style**: the user's code with torch's headers, C++ declarations of the exported host
+  functions for ``cpp_sources`` and the ``functions=`` list (or the snippet's own
+  ``PYBIND11_MODULE``, renamed to the build's module name).
+
+Every user file is copied in after a ``#line 1 "<its path>"`` directive, so compiler messages point
+at the user's file and line, never at a generated one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import ctypes_map
+from .errors import SnippetError
+from .parse import Function, SourceFile
+
+GENERATED = "jitlab-generated"
+
+TORCH_CUDA_HEADERS = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
+TORCH_CPP_HEADERS = "#include <torch/extension.h>\n"
+# Input-check macros the seeds and tutorials use without defining them.
+CHECK_MACROS = """\
+#ifndef CHECK_CUDA
+#define CHECK_CUDA(x) TORCH_CHECK((x).device().is_cuda(), #x " must be a CUDA tensor")
+#endif
+#ifndef CHECK_CONTIGUOUS
+#define CHECK_CONTIGUOUS(x) TORCH_CHECK((x).is_contiguous(), #x " must be contiguous")
+#endif
+#ifndef CHECK_INPUT
+#define CHECK_INPUT(x) CHECK_CUDA(x); CHECK_CONTIGUOUS(x)
+#endif
+"""
+
+
+@dataclass
+class Plan:
+    """What to build and how to call it.
+
+    Attributes:
+        stem: Human part of the module name (the snippet's name).
+        kind: ``"kernel"`` (ctypes shims, no torch headers) or ``"torch"`` (pybind via load_inline).
+        cuda: Whether there is a CUDA translation unit.
+        cpp_sources: Contents of ``main.cpp``, in order.
+        cuda_sources: Contents of ``cuda.cu``, in order.
+        functions: The ``functions=`` list for ``load_inline`` (``None`` when the snippet binds itself).
+        include_dirs: Folders searched for the snippet's local headers.
+        exported: Functions callable from Python.
+        skipped: ``(name, reason)`` for functions not exported.
+        files: The parsed user files.
+        has_printf: Whether output capture should wrap calls.
+    """
+
+    stem: str
+    kind: str
+    cuda: bool
+    cpp_sources: list[str]
+    cuda_sources: list[str]
+    functions: list[str] | None
+    include_dirs: list[str]
+    exported: list[Function]
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    files: list[SourceFile] = field(default_factory=list)
+    has_printf: bool = False
+
+
+def with_line_directive(f: SourceFile, text: str | None = None) -> str:
+    """The file's text after ``#line 1 "<path>"``, so diagnostics name the user's file and line."""
+    body = f.text if text is None else text
+    return f'#line 1 "{f.path}"\n{body}\n'
+
+
+def plan(files: list[SourceFile], stem: str, mode: str = "auto") -> Plan:
+    """Decide kernel-only or torch-style, and generate the sources.
+
+    Args:
+        files: Parsed snippet files (headers are not in this list).
+        stem: The snippet's name.
+        mode: ``"auto"``, ``"kernel"`` or ``"torch"``.
+
+    Raises:
+        SnippetError: If there is nothing to call, or a kernel-only signature cannot be mapped.
+    """
+    if mode not in ("auto", "kernel", "torch"):
+        raise SnippetError(f"mode={mode!r}: use 'auto', 'kernel' or 'torch'")
+    uses_torch = any(f.uses_torch for f in files)
+    if mode == "kernel" and uses_torch:
+        torchy = next(f for f in files if f.uses_torch)
+        raise SnippetError(
+            f"{torchy.path}: mode='kernel' but this file uses torch (headers, torch:: types or PYBIND11_MODULE); "
+            f"drop mode= to build it torch-style"
+        )
+    kind = "torch" if (mode == "torch" or (mode == "auto" and (uses_torch or _needs_pybind(files)))) else "kernel"
+    _require_something_to_call(files)
+    if kind == "kernel":
+        return _kernel_plan(files, stem)
+    return _torch_plan(files, stem)
+
+
+def _needs_pybind(files: list[SourceFile]) -> bool:
+    """C++ library types in an exported signature (``std::string hello()``) need pybind, not ctypes."""
+    return any(
+        fn.kind == "host" and not fn.static and ("std::" in fn.returns or any("std::" in p.base for p in fn.params))
+        for f in files for fn in f.functions
+    )
+
+
+def _require_something_to_call(files: list[SourceFile]) -> None:
+    if any(f.functions or f.pybind_module for f in files):
+        return
+    f = files[0]
+    hint = ""
+    if f.parse_error:
+        line, col = f.parse_error
+        src = f.text.splitlines()[line - 1] if line <= len(f.text.splitlines()) else ""
+        hint = f"\n  the parser stopped at {f.path}:{line}:{col}:\n    {src}\n    {' ' * (col - 1)}^"
+    raise SnippetError(
+        f"{', '.join(str(x.path) for x in files)}: no __global__ kernel or host function found; a snippet "
+        f"defines at least one, e.g. `__global__ void scale(float* y, const float* x, float a, int n)`{hint}"
+    )
+
+
+def _kernel_plan(files: list[SourceFile], stem: str) -> Plan:
+    cu = [f for f in files if f.language == "cuda"]
+    cpp = [f for f in files if f.language == "cpp"]
+    exported, skipped, cuda_shims, cpp_shims = [], [], [], []
+    for f in files:
+        for fn in f.functions:
+            if fn.template:
+                skipped.append((fn.name, "template: instantiate it from a non-template kernel to call it"))
+                continue
+            ctypes_map.check_mappable(fn)
+            exported.append(fn)
+            shims = cuda_shims if f.language == "cuda" else cpp_shims
+            shims.append(launch_shim(fn) if fn.kind == "global" else call_shim(fn, cuda=f.language == "cuda"))
+    _check_unique(exported)
+    cuda_sources, cpp_sources = [], []
+    if cu:
+        cuda_sources = (
+            ["#include <cuda_runtime.h>\n#include <exception>\n"]
+            + [with_line_directive(f) for f in cu]
+            + [f'#line 1 "{GENERATED}.cu"\n' + _runtime_helpers(cuda=True) + "\n".join(cuda_shims)]
+        )
+    cpp_sources = ["#include <exception>\n"] + [with_line_directive(f) for f in cpp]
+    if cpp:
+        cpp_sources.append(f'#line 1 "{GENERATED}.cpp"\n' + _runtime_helpers(cuda=False, prefix="jitlab_cpp_") + "\n".join(cpp_shims))
+    return Plan(
+        stem=stem,
+        kind="kernel",
+        cuda=bool(cu),
+        cpp_sources=cpp_sources,
+        cuda_sources=cuda_sources,
+        functions=None,
+        include_dirs=_include_dirs(files),
+        exported=exported,
+        skipped=skipped,
+        files=files,
+        has_printf=any(f.has_printf for f in files),
+    )
+
+
+def _torch_plan(files: list[SourceFile], stem: str) -> Plan:
+    cu = [f for f in files if f.language == "cuda"]
+    cpp = [f for f in files if f.language == "cpp"]
+    binds_itself = any(f.pybind_module for f in files)
+    exported, skipped = [], []
+    for f in files:
+        for fn in f.functions:
+            reason = _not_bindable(fn)
+            if reason:
+                skipped.append((fn.name, reason))
+            elif not binds_itself:
+                exported.append(fn)
+    _check_unique(exported)
+    if not binds_itself and not exported:
+        raise SnippetError(
+            f"{', '.join(str(f.path) for f in files)}: no host function to bind; a torch-style snippet defines "
+            f"e.g. `torch::Tensor square(torch::Tensor x)`; kernels alone need no torch (drop the torch include)"
+        )
+    cuda_sources = []
+    if cu:
+        needs_torch = any(f.uses_torch for f in cu)
+        cuda_sources = [(TORCH_CUDA_HEADERS + CHECK_MACROS) if needs_torch else "#include <cuda_runtime.h>\n"]
+        cuda_sources += [with_line_directive(f, _rename_module(f)) for f in cu]
+    cpp_sources = [TORCH_CPP_HEADERS + CHECK_MACROS]
+    cpp_sources += [with_line_directive(f, _rename_module(f)) for f in cpp]
+    declared = [fn for fn in exported if fn.path not in {str(f.path) for f in cpp}]
+    if declared:
+        cpp_sources.append(f'#line 1 "{GENERATED}.cpp"\n' + "".join(f"{fn.signature()};\n" for fn in declared))
+    return Plan(
+        stem=stem,
+        kind="torch",
+        cuda=bool(cu),
+        cpp_sources=cpp_sources,
+        cuda_sources=cuda_sources,
+        functions=None if binds_itself else [fn.name for fn in exported],
+        include_dirs=_include_dirs(files),
+        exported=exported,
+        skipped=skipped,
+        files=files,
+        has_printf=any(f.has_printf for f in files),
+    )
+
+
+def _not_bindable(fn: Function) -> str:
+    if fn.kind == "global":
+        return "kernel: launched by the snippet's host functions"
+    if fn.template:
+        return "template"
+    if fn.static:
+        return "static/inline: not visible to the bindings"
+    if "::" in fn.qualname:
+        return "in a namespace: bind it from a top-level function"
+    return ""
+
+
+def _rename_module(f: SourceFile) -> str:
+    """The file's text with its ``PYBIND11_MODULE(name, m)`` renamed to the build's module name.
+
+    Seeds write ``PYBIND11_MODULE(example_kernels, m)``; the import name must carry the build key,
+    so the copy (never the user's file) uses ``TORCH_EXTENSION_NAME``. Line numbers are unchanged.
+    """
+    if not f.pybind_module or f.pybind_module[0] == "TORCH_EXTENSION_NAME":
+        return f.text
+    _, start, end = f.pybind_module
+    raw = f.text.encode("utf-8")
+    return (raw[:start] + b"TORCH_EXTENSION_NAME" + raw[end:]).decode("utf-8")
+
+
+def _check_unique(fns: list[Function]) -> None:
+    seen: dict[str, Function] = {}
+    for fn in fns:
+        if fn.name in seen:
+            other = seen[fn.name]
+            raise SnippetError(
+                f"{fn.path}:{fn.line}: `{fn.name}` is also defined at {other.path}:{other.line}; "
+                f"Python needs one function per name: rename one, or mark it `static`"
+            )
+        seen[fn.name] = fn
+
+
+def _include_dirs(files: list[SourceFile]) -> list[str]:
+    dirs: list[str] = []
+    for f in files:
+        d = str(f.path.parent)
+        if d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+def _runtime_helpers(cuda: bool, prefix: str = "jitlab_") -> str:
+    """Error reporting shared by the shims: CUDA error strings and the last C++ exception."""
+    lines = [
+        "static thread_local char jitlab_exception_what[1024];",
+        "static void jitlab_remember(const char* what) {",
+        "  int i = 0; for (; what && what[i] && i < 1023; ++i) jitlab_exception_what[i] = what[i];",
+        "  jitlab_exception_what[i] = 0;",
+        "}",
+        f'extern "C" const char* {prefix}last_exception() {{ return jitlab_exception_what; }}',
+    ]
+    if cuda:
+        lines += [
+            'extern "C" const char* jitlab_error_string(int e) { return cudaGetErrorString((cudaError_t)e); }',
+            'extern "C" const char* jitlab_error_name(int e) { return cudaGetErrorName((cudaError_t)e); }',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _shim_params(fn: Function) -> tuple[list[str], list[str]]:
+    """Shim parameter declarations and the argument expressions that pass them on."""
+    decls, args = [], []
+    for i, p in enumerate(fn.params):
+        name = f"a{i}"
+        if p.pointer:
+            decls.append(f"void* {name}")
+            const = "const " if p.const else ""
+            args.append(f"({const}{p.base}*){name}")
+        elif p.base in ctypes_map.BITS16_TYPES:
+            decls.append(f"unsigned short {name}")
+            args.append(f"*reinterpret_cast<const {ctypes_map.BITS16_TYPES[p.base]}*>(&{name})")
+        else:
+            decls.append(f"{p.base} {name}")
+            args.append(name)
+    return decls, args
+
+
+def launch_shim(fn: Function) -> str:
+    """``extern "C"`` launcher for one kernel: grid, block, shared memory, stream, then its arguments."""
+    decls, args = _shim_params(fn)
+    head = ["unsigned gx", "unsigned gy", "unsigned gz", "unsigned bx", "unsigned by", "unsigned bz",
+            "unsigned smem", "void* stream"]
+    return (
+        f'extern "C" int jitlab_launch_{fn.name}({", ".join(head + decls)}) {{\n'
+        f"  {fn.qualname}<<<dim3(gx, gy, gz), dim3(bx, by, bz), smem, (cudaStream_t)stream>>>({', '.join(args)});\n"
+        f"  return (int)cudaGetLastError();\n"
+        f"}}\n"
+        f'extern "C" int jitlab_attributes_{fn.name}(int* out) {{\n'
+        f"  cudaFuncAttributes a; cudaError_t e = cudaFuncGetAttributes(&a, (const void*){fn.qualname});\n"
+        f"  out[0] = a.numRegs; out[1] = (int)a.sharedSizeBytes; out[2] = (int)a.localSizeBytes;\n"
+        f"  out[3] = (int)a.constSizeBytes; out[4] = a.maxThreadsPerBlock; out[5] = a.binaryVersion;\n"
+        f"  return (int)e;\n"
+        f"}}\n"
+    )
+
+
+def call_shim(fn: Function, cuda: bool) -> str:
+    """``extern "C"`` wrapper for one host function: returns through a pointer, catches C++ exceptions.
+
+    Returns 0 on success, -1 for a C++ exception (message kept for Python), or a CUDA error code.
+    """
+    decls, args = _shim_params(fn)
+    returns = fn.returns.strip()
+    if returns != "void":
+        decls = [f"{returns}* ret"] + decls
+    call = f"{fn.qualname}({', '.join(args)})"
+    body = f"*ret = {call};" if returns != "void" else f"{call};"
+    after = "return (int)cudaGetLastError();" if cuda else "return 0;"
+    return (
+        f'extern "C" int jitlab_call_{fn.name}({", ".join(decls)}) {{\n'
+        f"  try {{ {body} }}\n"
+        f"  catch (const std::exception& e) {{ jitlab_remember(e.what()); return -1; }}\n"
+        f'  catch (...) {{ jitlab_remember("unknown C++ exception"); return -1; }}\n'
+        f"  {after}\n"
+        f"}}\n"
+    )
+
+
+def stem_of(paths: list[Path]) -> str:
+    """The snippet's name: the file stem, or the folder name for a multi-file snippet."""
+    if len(paths) == 1 and paths[0].is_file():
+        return paths[0].stem
+    return paths[0].name if paths[0].is_dir() else paths[0].stem

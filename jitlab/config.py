@@ -1,0 +1,40 @@
+"""Configuration in one place: environment variables, cache location, format version."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: Bumped whenever generated code or the cache layout changes; part of every build key.
+FORMAT_VERSION = 3
+
+#: Extensions jitlab treats as sources and headers when given a folder.
+CUDA_EXTS = (".cu",)
+CPP_EXTS = (".cpp", ".cc", ".cxx")
+HEADER_EXTS = (".h", ".cuh", ".hpp", ".hh", ".inl")
+SOURCE_EXTS = CUDA_EXTS + CPP_EXTS
+
+
+def getenv(name: str, default: str = "") -> str:
+    """Read a ``JITLAB_*`` setting (the one place environment variables are read)."""
+    return os.environ.get(name, default)
+
+
+def cache_dir() -> Path:
+    """The build cache: ``$JITLAB_CACHE_DIR``, else ``build_cache/`` in the project or working dir.
+
+    The project's ``build_cache/`` is used when jitlab runs from a checkout; an installed jitlab
+    used elsewhere caches under the current directory's ``build_cache/``.
+    """
+    env = getenv("JITLAB_CACHE_DIR")
+    if env:
+        return Path(env).expanduser().resolve()
+    project = Path(__file__).resolve().parent.parent
+    if (project / "build_cache").is_dir() and (project / "jitlab").is_dir():
+        return project / "build_cache"
+    return Path.cwd() / "build_cache"
+
+
+def verbose() -> bool:
+    """``JITLAB_VERBOSE=1`` prints build commands and cache decisions."""
+    return getenv("JITLAB_VERBOSE") not in ("", "0")

@@ -1,0 +1,138 @@
+"""Load a build into Python: ctypes for kernel-only builds, import for torch-style ones.
+
+Every build has its own module name (it carries the key), so loading an edited snippet never hands
+back a stale module; loading the same build twice in a process returns the same object.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import difflib
+import functools
+import importlib.util
+import sys
+import warnings
+
+from . import builder as build_mod
+from . import cache, output
+from .errors import JitlabError
+from .launch import Callable
+
+_loaded: dict[str, "Module"] = {}
+
+
+class Module:
+    """A loaded snippet: its functions as attributes, plus what was built.
+
+    Attributes:
+        build: The :class:`jitlab.build.Build` (name, folder, cached, seconds, resources).
+        functions: Names callable from Python.
+    """
+
+    def __init__(self, build: build_mod.Build):
+        self.build = build
+        self.functions: list[str] = []
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        known = self.__dict__.get("functions", [])
+        skipped = dict(self.build.plan.skipped) if "build" in self.__dict__ else {}
+        where = ", ".join(str(f.path.name) for f in self.build.plan.files) if "build" in self.__dict__ else "snippet"
+        if name in skipped:
+            raise AttributeError(f"`{name}` in {where} is not callable from Python: {skipped[name]}")
+        hint = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+        msg = f"{where} has no kernel or function `{name}`"
+        msg += f"; did you mean `{hint[0]}`?" if hint else f"; it has: {', '.join(known) or 'nothing callable'}"
+        raise AttributeError(msg)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self.functions))
+
+    def __repr__(self) -> str:
+        b = self.build
+        state = "cache hit" if b.cached else f"built in {b.seconds:.2f} s"
+        lines = [f"<jitlab module {b.name} ({b.plan.kind}, {state}, {b.folder})"]
+        for n in self.functions:
+            f = getattr(self, n)
+            lines.append(f"  {getattr(f, '__doc__', None) or n}")
+        for n, why in b.plan.skipped:
+            lines.append(f"  ({n}: {why})")
+        return "\n".join(lines) + ">"
+
+
+def load(b: build_mod.Build) -> Module:
+    """Load a finished build (memoized per module name).
+
+    Raises:
+        JitlabError: For a compile-only build, which has no loadable binary.
+    """
+    if b.compile_only:
+        raise JitlabError(f"{b.name} was built compile-only (no GPU); it can be inspected but not called")
+    mod = _loaded.get(b.name)
+    if mod is not None:
+        mod.build = b
+        return mod
+    mod = Module(b)
+    if b.plan.kind == "kernel":
+        _bind_kernel_only(mod, b)
+    else:
+        _bind_torch(mod, b)
+    _loaded[b.name] = mod
+    return mod
+
+
+def _bind_kernel_only(mod: Module, b: build_mod.Build) -> None:
+    lib = ctypes.CDLL(str(b.artifact))
+    for fn in b.plan.exported:
+        in_cuda = fn.path.endswith(".cu")
+        call = Callable(fn, lib, "cuda" if in_cuda else "cpu", b.plan.has_printf,
+                        "jitlab_last_exception" if in_cuda else "jitlab_cpp_last_exception")
+        attr = call if b.plan.has_printf else call._call
+        if attr is not call:
+            attr.__doc__ = call.describe()
+            attr.jitlab = call
+        setattr(mod, fn.name, attr)
+        mod.functions.append(fn.name)
+
+
+def _bind_torch(mod: Module, b: build_mod.Build) -> None:
+    py = sys.modules.get(b.name) or _import_extension(b)
+    names = [n for n in dir(py) if not n.startswith("_")]
+    for n in names:
+        fn = getattr(py, n)
+        if b.plan.has_printf and callable(fn):
+            fn = _forwarding_output(fn, sync=b.plan.cuda)
+        setattr(mod, n, fn)
+    mod.functions = names
+    mod.extension = py
+
+
+def _import_extension(b: build_mod.Build):
+    spec = importlib.util.spec_from_file_location(b.name, b.artifact)
+    py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(py)
+    sys.modules[b.name] = py
+    return py
+
+
+def _forwarding_output(fn, sync: bool):
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with output.forward_c_output(sync=sync):
+            return fn(*args, **kwargs)
+
+    return call
+
+
+def load_or_rebuild(paths, opts: build_mod.Options) -> Module:
+    """Build (or find) and load; a cached binary that fails to load is rebuilt once with a warning."""
+    b = build_mod.build(paths, opts)
+    try:
+        return load(b)
+    except OSError as e:
+        if not b.cached:
+            raise
+        warnings.warn(f"jitlab: cached build {b.name} could not be loaded ({e}); rebuilding", stacklevel=3)
+        cache.reset_dir(b.folder)
+        return load(build_mod.build(paths, opts))

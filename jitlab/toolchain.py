@@ -1,0 +1,161 @@
+"""The build tools: find them, fingerprint them, and say how to fix what is missing.
+
+Everything is checked before a build starts, so a missing ``ninja`` or a CUDA version mismatch is a
+one-line error naming the fix rather than a page of compiler output.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from .errors import ToolchainError
+
+
+def _run(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+@functools.cache
+def nvcc_path() -> str | None:
+    """nvcc from ``$CUDA_HOME``/``$CUDA_PATH`` (as torch finds it), else from ``PATH``."""
+    from torch.utils import cpp_extension
+
+    home = cpp_extension.CUDA_HOME
+    if home and (Path(home) / "bin" / "nvcc").is_file():
+        return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+@functools.cache
+def nvcc_version() -> str | None:
+    """nvcc's release, e.g. ``"13.0.88"``; ``None`` without nvcc."""
+    nvcc = nvcc_path()
+    if not nvcc:
+        return None
+    m = re.search(r"V(\d+\.\d+\.\d+)", _run([nvcc, "--version"]))
+    return m.group(1) if m else "unknown"
+
+
+@functools.cache
+def cxx_path() -> str | None:
+    """The host C++ compiler torch will use (``$CXX`` or ``c++``)."""
+    return shutil.which(os.environ.get("CXX", "c++"))
+
+
+@functools.cache
+def cxx_version() -> str:
+    """First line of the C++ compiler's ``--version``."""
+    cxx = cxx_path()
+    return _run([cxx, "--version"]).splitlines()[0] if cxx else ""
+
+
+def fingerprint(cuda: bool) -> dict[str, str]:
+    """Everything about the toolchain that changes a binary, for the build key."""
+    fp = {
+        "torch": torch.__version__,
+        "python": f"{sys.implementation.cache_tag}-{platform.machine()}",
+        "cxx": cxx_version(),
+        "abi": str(int(torch._C._GLIBCXX_USE_CXX11_ABI)),
+    }
+    if cuda:
+        fp["nvcc"] = nvcc_version() or "none"
+        fp["torch_cuda"] = str(torch.version.cuda)
+    return fp
+
+
+def check(cuda: bool, compile_only: bool = False) -> None:
+    """Check the tools a build needs, before it starts.
+
+    Args:
+        cuda: Whether the build has CUDA sources.
+        compile_only: A compile-only build needs nvcc but neither ninja nor a CUDA torch.
+
+    Raises:
+        ToolchainError: Naming the missing tool and how to install it.
+    """
+    if not cxx_path():
+        raise ToolchainError(
+            "no C++ compiler found (looked for $CXX, then `c++`): install one, e.g. "
+            "`sudo apt-get install g++` or `conda install -c conda-forge gxx_linux-64`"
+        )
+    if not compile_only and not shutil.which("ninja"):
+        raise ToolchainError("ninja not found on PATH: `pip install ninja` (torch builds extensions with it)")
+    if not cuda:
+        return
+    if not nvcc_path():
+        raise ToolchainError(
+            "nvcc not found (looked in $CUDA_HOME/bin and on PATH): install the CUDA toolkit "
+            "(`conda install -c nvidia cuda-nvcc`, or on Colab it is preinstalled) and set CUDA_HOME"
+        )
+    if compile_only:
+        return
+    if torch.version.cuda is None:
+        raise ToolchainError(
+            f"this torch ({torch.__version__}) is a CPU build: it cannot run CUDA kernels. "
+            "Install a CUDA build of torch, or compile only: `jitlab build --compile-only --arch sm_90 PATH`"
+        )
+    nv = nvcc_version() or ""
+    if nv.split(".")[0] != torch.version.cuda.split(".")[0]:
+        raise ToolchainError(
+            f"nvcc is CUDA {nv} but torch was built with CUDA {torch.version.cuda}: the major versions must match. "
+            f"Point CUDA_HOME at a CUDA {torch.version.cuda.split('.')[0]}.x toolkit, or install the torch build for CUDA {nv.split('.')[0]}"
+        )
+
+
+def gpu_available() -> bool:
+    """Whether torch sees a CUDA GPU."""
+    return torch.cuda.is_available()
+
+
+def current_arch() -> str:
+    """The current GPU's arch, e.g. ``"sm_90"``.
+
+    Raises:
+        ToolchainError: Without a GPU, naming the compile-only alternative.
+    """
+    if not gpu_available():
+        raise ToolchainError(
+            "no CUDA GPU found, so there is no arch to build for: name one for a compile-only build, "
+            "e.g. `jitlab.build(path, compile_only=True, arch=['sm_75', 'sm_90'])` or "
+            "`jitlab build --compile-only --arch sm_75,sm_90 PATH`"
+        )
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
+def normalize_arch(arch: str) -> str:
+    """``"sm_90"``, ``"90"``, ``"9.0"``, ``"sm_90a"`` → ``"sm_90"``/``"sm_90a"``; ``"compute_90"`` is kept (PTX).
+
+    Raises:
+        ToolchainError: For a string that names no arch.
+    """
+    a = arch.strip().lower()
+    m = re.fullmatch(r"(sm_|compute_)?(\d+)\.?(\d*)([af]?)", a)
+    if not m:
+        raise ToolchainError(f"arch {arch!r} is not an arch name: use the form sm_75, sm_90 or sm_90a")
+    prefix = m.group(1) or "sm_"
+    digits = m.group(2) + m.group(3)
+    return f"{prefix}{digits}{m.group(4)}"
+
+
+def gencode_flags(archs: list[str]) -> list[str]:
+    """nvcc ``-gencode`` flags: SASS for each ``sm_XY``, PTX for each ``compute_XY``."""
+    flags = []
+    for a in archs:
+        kind, num = a.split("_", 1)
+        compute = "compute_" + num
+        code = a if kind == "sm" else compute
+        flags.append(f"-gencode=arch={compute},code={code}")
+    return flags

@@ -1,0 +1,13 @@
+// saxpy: y = a * x + y, the "hello world" of kernel-only snippets.
+//
+//   k = jitlab.load("kernels/saxpy.cu")
+//   k.saxpy(y, x, 2.0, n, grid=(n + 255) // 256, block=256)
+//
+// No torch header here: jitlab generates the launch shim, so a body edit recompiles in about a second.
+
+__global__ void saxpy(float* y, const float* x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {  // the last block may run past the end
+        y[i] = a * x[i] + y[i];
+    }
+}

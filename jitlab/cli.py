@@ -1,0 +1,92 @@
+"""The ``jitlab`` command: ``build``, ``clean``, ``demo``. A thin layer over the library's functions."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from .errors import CompileError, JitlabError
+
+
+def _build(args) -> int:
+    import jitlab
+
+    defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.define or [])
+    status = 0
+    for path in args.paths:
+        t0 = time.perf_counter()
+        try:
+            b = jitlab.build(path, mode=args.mode, arch=args.arch, defines=defines,
+                             cuda_cflags=args.nvcc_flag, cflags=args.cflag, compile_only=args.compile_only)
+        except CompileError as e:
+            print(e, file=sys.stderr)
+            status = 1
+            continue
+        except JitlabError as e:
+            print(f"{path}: {e}", file=sys.stderr)
+            status = 1
+            continue
+        what = "cache hit" if b.cached else f"built in {time.perf_counter() - t0:.2f} s"
+        print(f"{path}: {b.plan.kind}-style, {what} -> {b.folder}")
+        for name, why in b.plan.skipped:
+            print(f"  {name}: not callable ({why})")
+        print_resources(b.resources)
+    return status
+
+
+def print_resources(resources: dict) -> None:
+    """One line per kernel and arch: registers, shared, local and constant memory, spills."""
+    for kernel, per_arch in sorted(resources.items()):
+        for arch, r in sorted(per_arch.items()):
+            spill = f", spills {r['spill_stores']}/{r['spill_loads']} B" if r.get("spill_stores") or r.get("spill_loads") else ""
+            print(f"  {kernel} [{arch}]: {r['registers']} registers, {r['shared']} B shared, "
+                  f"{r['local']} B local, {r['constant']} B constant{spill}")
+
+
+def _clean(args) -> int:
+    import jitlab
+    from .config import cache_dir
+
+    n = jitlab.clean(older_than_days=args.older_than_days)
+    print(f"removed {n} build folder{'s' if n != 1 else ''} from {cache_dir()}")
+    return 0
+
+
+def _demo(args) -> int:
+    from . import demo
+
+    archs = tuple(a for a in args.arch.split(",") if a) if args.arch else demo.DEFAULT_ARCHS
+    return 1 if demo.main(args.root, archs, args.max_size) else 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jitlab", description="JIT CUDA kernel playground for PyTorch")
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="build snippets into the cache (prints resource usage)")
+    b.add_argument("paths", nargs="+", help=".cu/.cpp files or folders")
+    b.add_argument("--compile-only", action="store_true", help="compile CUDA without a GPU (needs --arch)")
+    b.add_argument("--arch", help="comma-separated archs, e.g. sm_75,sm_90 (default: this GPU)")
+    b.add_argument("--mode", default="auto", choices=["auto", "kernel", "torch"])
+    b.add_argument("-D", "--define", action="append", help="preprocessor macro, NAME or NAME=VALUE")
+    b.add_argument("--nvcc-flag", action="append", default=[], help="extra nvcc flag (repeatable)")
+    b.add_argument("--cflag", action="append", default=[], help="extra C++ compiler flag (repeatable)")
+    b.set_defaults(func=_build)
+    c = sub.add_parser("clean", help="delete cached builds")
+    c.add_argument("--older-than-days", type=float, default=None)
+    c.set_defaults(func=_clean)
+    d = sub.add_parser("demo", help="build every kernel in kernels/ and check it against its torch reference")
+    d.add_argument("--root", default="kernels")
+    d.add_argument("--arch", help="archs to compile-check without a GPU (default sm_75,sm_80,sm_90)")
+    d.add_argument("--max-size", type=int, default=None, help="skip reference sizes above this")
+    d.set_defaults(func=_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

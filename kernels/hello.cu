@@ -1,0 +1,5 @@
+#include <stdio.h>
+__global__ void kernel()
+{
+printf("hello world");
+}

@@ -1,0 +1,3 @@
+std::string hello() {
+  return "Hello World!";
+}

@@ -1,0 +1,13 @@
+#include <torch/extension.h>
+torch::Tensor vector_add_launcher(torch::Tensor& a, torch::Tensor& b);
+// Write the C++ function that we will call from Python
+torch::Tensor vector_add_binding(torch::Tensor& a, torch::Tensor& b) {
+    return vector_add_launcher(a, b);
+}
+PYBIND11_MODULE(example_kernels, m) {
+    m.def(
+        "vector_add", // Name of the Python function to create
+        &vector_add_binding, // Corresponding C++ function to call
+        "Launches the vector_add kernel" // Docstring
+    );
+}

@@ -245,6 +245,7 @@ def _load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], 
     from torch.utils import cpp_extension
 
     cflags, cuda_cflags = _flags(plan, archs, opts)
+    _forget_name(name)
     ok = False
     with output.capture_fds() as box:
         try:
@@ -269,7 +270,7 @@ def _load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], 
     log = box[0] if box else ""
     (folder / "build.log").write_text(log)
     if not ok:
-        _forget_failed_name(name)
+        _forget_name(name)
         if isinstance(err, ImportError) or "Error building extension" not in str(err):
             raise ToolchainError(f"jitlab: {name} built but could not be loaded: {err}") from err
         raise diagnostics.compile_error(_what(plan, archs), log or str(err), _sources_by_path(plan)) from None
@@ -278,9 +279,9 @@ def _load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], 
             "resources": parse_resource_usage(log), "compile_only": False}
 
 
-def _forget_failed_name(name: str) -> None:
-    """torch remembers each name's source hash per process, and would skip rebuilding it after a
-    failure; forget it, so that retrying the same name (e.g. after installing a tool) rebuilds."""
+def _forget_name(name: str) -> None:
+    """torch remembers each name's source hash per process and skips the build when it sees the name
+    again; forget it, so a rebuild (after a failure, or of a corrupt entry) really compiles."""
     from torch.utils import cpp_extension
 
     entries = getattr(getattr(cpp_extension, "JIT_EXTENSION_VERSIONER", None), "entries", None)

@@ -203,7 +203,7 @@ def _generate(owner: Callable, fn: Function, lib: ctypes.CDLL, device: str):
             if dt is not None:
                 env[f"_dt{i}"] = dt
                 conds.append(f"{v}.dtype is not _dt{i}")
-            conds.append(f"not {v}.is_cuda" if device == "cuda" else f"{v}.is_cuda")
+            conds.append(f"not {v}.is_cuda" if device == "cuda" else f"not {v}.is_cpu")
             conds.append(f"not {v}.is_contiguous()")
             if not p.const:
                 conds.append(f"({v}.requires_grad and {v}.is_leaf)")

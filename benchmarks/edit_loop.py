@@ -1,0 +1,276 @@
+"""Edit-loop benchmark: jitlab vs plain ``load_inline`` (the seeds' way), measured in the same run.
+
+For each snippet it measures, with a fresh cache:
+
+* cold     first build and load in a fresh process' state
+* edit     change a constant in the kernel body, reload in the same process, run, check the new result
+* revert   go back to the previous source, reload in the same process
+* newproc  a new Python process loading the cached build (time after ``import torch``)
+
+and prints a table with the ratio plain / jitlab. On a GPU machine it runs a kernel-only CUDA
+snippet and seed 004's torch-style ``square_matrix``, plus the per-call launch overhead; on a
+machine without a GPU (``--cpp``) it runs a kernel-only and a torch-style C++ snippet.
+
+    python benchmarks/edit_loop.py            # GPU
+    python benchmarks/edit_loop.py --cpp      # CPU only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# ---- the snippets, with a {C} placeholder that each edit changes -------------------------------
+KERNEL_CU = """
+__global__ void scale(float* y, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = {C}f * x[i];
+}
+"""
+# The same kernel the seeds' way: a torch-style host function and pybind bindings.
+PLAIN_KERNEL_CU = """
+__global__ void scale_kernel(float* y, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = {C}f * x[i];
+}
+torch::Tensor scale(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    scale_kernel<<<(n + 255) / 256, 256>>>(y.data_ptr<float>(), x.data_ptr<float>(), n);
+    return y;
+}
+"""
+SQUARE_CU = (ROOT / "kernels" / "square_matrix.cu").read_text().replace(
+    "result[idx] = matrix[idx] * matrix[idx];", "result[idx] = {C}f * matrix[idx] * matrix[idx];")
+KERNEL_CPP = """
+void scale(float* y, const float* x, int n) { for (int i = 0; i < n; ++i) y[i] = {C}f * x[i]; }
+"""
+PLAIN_CPP = """
+torch::Tensor scale(torch::Tensor x) { auto y = torch::empty_like(x); auto* o = y.data_ptr<float>();
+  auto* i = x.data_ptr<float>(); for (int64_t k = 0; k < x.numel(); ++k) o[k] = {C}f * i[k]; return y; }
+"""
+TORCH_CPP = """
+#include <torch/extension.h>
+torch::Tensor scale(torch::Tensor x) { auto y = torch::empty_like(x); auto* o = y.data_ptr<float>();
+  auto* i = x.data_ptr<float>(); for (int64_t k = 0; k < x.numel(); ++k) o[k] = {C}f * i[k]; return y; }
+"""
+
+
+def src(template: str, c: int) -> str:
+    return template.replace("{C}", f"{c}.0")
+
+
+# ---- one step each way -------------------------------------------------------------------------
+class Jitlab:
+    """jitlab.load on a file that is rewritten for each edit."""
+
+    label = "jitlab"
+
+    def __init__(self, template: str, suffix: str, kind: str, device: str, work: Path):
+        self.template, self.kind, self.device = template, kind, device
+        self.path = work / f"bench_{kind}{suffix}"
+        self.cache = work / "cache"
+        os.environ["JITLAB_CACHE_DIR"] = str(self.cache)
+
+    def step(self, c: int) -> float:
+        import jitlab
+
+        self.path.write_text(src(self.template, c))
+        t0 = time.perf_counter()
+        m = jitlab.load(self.path)
+        y = self.call(m)
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        check(y, c, self.kind)
+        return dt
+
+    def call(self, m):
+        if self.kind == "square":
+            return m.square_matrix(X[self.device])
+        x = X[self.device].flatten()
+        y = torch.empty_like(x)
+        if self.kind == "torchcpp":
+            return m.scale(x)
+        if self.device == "cuda":
+            m.scale(y, x, x.numel(), grid=(x.numel() + 255) // 256, block=256)
+        else:
+            m.scale(y, x, x.numel())
+        return y
+
+    def newproc(self) -> float:
+        code = (f"import sys, time, os; sys.path.insert(0, {str(ROOT)!r}); import torch; t0 = time.perf_counter(); "
+                f"import jitlab; m = jitlab.load({str(self.path)!r}); assert m.build.cached, 'not cached'; "
+                f"print(time.perf_counter() - t0)")
+        return _subprocess_time(code, {"JITLAB_CACHE_DIR": str(self.cache)})
+
+
+class Plain:
+    """torch.utils.cpp_extension.load_inline called the seeds' way: fixed name, same build dir."""
+
+    label = "load_inline"
+
+    def __init__(self, template: str, kind: str, device: str, work: Path):
+        self.template, self.kind, self.device = template, kind, device
+        self.dir = work / f"plain_{kind}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.name = f"plain_{kind}_{os.getpid()}"
+
+    def kwargs(self, c: int) -> dict:
+        fn = "square_matrix" if self.kind == "square" else "scale"
+        decl = "torch::Tensor square_matrix(torch::Tensor matrix);" if self.kind == "square" else "torch::Tensor scale(torch::Tensor x);"
+        if self.device == "cuda":
+            return dict(name=self.name, cpp_sources=decl, cuda_sources=src(self.template, c), functions=[fn],
+                        build_directory=str(self.dir), extra_cuda_cflags=["-O2"])
+        return dict(name=self.name, cpp_sources=src(self.template, c), functions=[fn], build_directory=str(self.dir))
+
+    def step(self, c: int) -> float:
+        from torch.utils.cpp_extension import load_inline
+
+        t0 = time.perf_counter()
+        m = load_inline(**self.kwargs(c))
+        y = getattr(m, "square_matrix" if self.kind == "square" else "scale")(X[self.device] if self.kind == "square" else X[self.device].flatten())
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        check(y, c, self.kind, stale_ok=True)
+        return dt
+
+    def newproc(self) -> float:
+        kw = self.kwargs(1)
+        code = (f"import time, torch; t0 = time.perf_counter(); from torch.utils.cpp_extension import load_inline; "
+                f"m = load_inline(**{kw!r}); print(time.perf_counter() - t0)")
+        return _subprocess_time(code, {})
+
+
+STALE: list[str] = []
+
+
+def check(y, c: int, kind: str, stale_ok: bool = False) -> None:
+    x = X[y.device.type if y.device.type == "cuda" else "cpu"]
+    want = c * x * x if kind == "square" else c * x.flatten()
+    if not torch.allclose(y.reshape(want.shape), want):
+        if stale_ok:
+            STALE.append(f"{kind}: load_inline returned a result for another version of the source (stale module)")
+            return
+        raise AssertionError(f"{kind}: wrong result after edit to {c}")
+
+
+def _subprocess_time(code: str, env: dict) -> float:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env})
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def measure(runner) -> dict:
+    r = {"cold": runner.step(1)}
+    r["edit"] = runner.step(2)
+    r["revert"] = runner.step(1)
+    r["newproc"] = runner.newproc()
+    return r
+
+
+def launch_overhead(work: Path) -> dict:
+    """Per-call CPU time of a tiny launch: jitlab kernel-only vs a pybind load_inline function vs a torch op."""
+    import jitlab
+    from torch.utils.cpp_extension import load_inline
+
+    os.environ["JITLAB_CACHE_DIR"] = str(work / "cache")
+    p = work / "overhead.cu"
+    p.write_text(src(KERNEL_CU, 3))
+    k = jitlab.load(p)
+    pb = load_inline(name=f"overhead_pybind_{os.getpid()}", cpp_sources="torch::Tensor scale(torch::Tensor x);",
+                     cuda_sources=src(PLAIN_KERNEL_CU, 3), functions=["scale"], build_directory=str(work / "plain_kernel"))
+    x = torch.randn(1024, device="cuda")
+    y = torch.empty_like(x)
+
+    def jit():
+        k.scale(y, x, 1024, grid=4, block=256)
+
+    def pybind():
+        pb.scale(x)
+
+    def torch_op():
+        torch.mul(x, 3.0, out=y)
+
+    res = {}
+    for name, fn in [("jitlab kernel-only", jit), ("pybind load_inline", pybind), ("torch op", torch_op)]:
+        for _ in range(200):
+            fn()
+        torch.cuda.synchronize()
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(2000):
+                fn()
+            torch.cuda.synchronize()
+            best = min(best, (time.perf_counter() - t0) / 2000 * 1e6)
+        res[name] = best
+    return res
+
+
+def table(rows: list[tuple[str, dict, dict]]) -> str:
+    lines = [f"{'snippet':<28}{'step':<9}{'jitlab (s)':>12}{'load_inline (s)':>17}{'ratio':>9}"]
+    for name, j, p in rows:
+        for step in ("cold", "edit", "revert", "newproc"):
+            ratio = p[step] / j[step] if j[step] > 0 else float("inf")
+            lines.append(f"{name:<28}{step:<9}{j[step]:>12.3f}{p[step]:>17.3f}{ratio:>8.1f}x")
+    return "\n".join(lines)
+
+
+X: dict[str, torch.Tensor] = {}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cpp", action="store_true", help="C++ snippets on CPU (no GPU needed)")
+    ap.add_argument("--skip-plain-square", action="store_true", help="skip plain load_inline for square_matrix")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="jitlab-bench-"))
+    X["cpu"] = torch.randn(64, 67)
+    rows, results = [], {}
+    if args.cpp or not torch.cuda.is_available():
+        print("C++ snippets on CPU (no GPU used)")
+        rows.append(("kernel-only C++ scale", measure(Jitlab(KERNEL_CPP, ".cpp", "kernel", "cpu", work)),
+                     measure(Plain(PLAIN_CPP, "kernel", "cpu", work))))
+        rows.append(("torch-style C++ scale", measure(Jitlab(TORCH_CPP, ".cpp", "torchcpp", "cpu", work)),
+                     rows[-1][2]))
+    else:
+        X["cuda"] = X["cpu"].cuda()
+        print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
+        rows.append(("kernel-only CUDA scale", measure(Jitlab(KERNEL_CU, ".cu", "kernel", "cuda", work)),
+                     measure(Plain(PLAIN_KERNEL_CU, "kernel", "cuda", work))))
+        jsq = measure(Jitlab(SQUARE_CU, ".cu", "square", "cuda", work))
+        psq = rows[-1][2] if args.skip_plain_square else measure(Plain(SQUARE_CU, "square", "cuda", work))
+        rows.append(("seed 004 square_matrix", jsq, psq))
+        results["launch_overhead_us"] = launch_overhead(work)
+    print(table(rows))
+    if "launch_overhead_us" in results:
+        lo = results["launch_overhead_us"]
+        print("\nper-call launch overhead (µs, best of 5 x 2000 calls):")
+        for k, v in lo.items():
+            print(f"  {k:<22}{v:8.2f}")
+        print(f"  jitlab / pybind ratio: {lo['jitlab kernel-only'] / lo['pybind load_inline']:.2f}x")
+    for s in dict.fromkeys(STALE):
+        print("note:", s)
+    results["rows"] = [{"snippet": n, "jitlab": j, "load_inline": p} for n, j, p in rows]
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

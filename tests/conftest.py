@@ -1,0 +1,74 @@
+"""Shared fixtures: a fresh build cache per test, and a writer for snippet files."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = ROOT / "kernels"
+
+
+def pytest_collection_modifyitems(config, items):
+    """GPU tests need a GPU: without one they are deselected, never counted as passed."""
+    if torch.cuda.is_available():
+        return
+    keep = [i for i in items if "gpu" not in i.keywords]
+    dropped = [i for i in items if "gpu" in i.keywords]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """A fresh, empty JITLAB_CACHE_DIR for this test."""
+    d = tmp_path / "cache"
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(d))
+    return d
+
+
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory) -> Path:
+    """A cache shared by the tests that build torch-style snippets (tens of seconds each)."""
+    return tmp_path_factory.mktemp("shared_cache")
+
+
+@pytest.fixture
+def use_shared_cache(shared_cache, monkeypatch) -> Path:
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(shared_cache))
+    return shared_cache
+
+
+@pytest.fixture
+def write(tmp_path):
+    """write("name.cpp", source) → Path: a snippet file in this test's folder (dedented)."""
+
+    def _write(name: str, text: str) -> Path:
+        p = tmp_path / "snippets" / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text).lstrip("\n"))
+        return p
+
+    return _write
+
+
+@pytest.fixture
+def kernel_copy(tmp_path):
+    """kernel_copy("add2_seed") → a copy of kernels/add2_seed in this test's folder."""
+
+    def _copy(name: str) -> Path:
+        src = KERNELS / name
+        dst = tmp_path / "kernels" / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, dst)
+        else:
+            shutil.copy(src, dst)
+        return dst
+
+    return _copy

@@ -1,0 +1,114 @@
+"""Code generation: which plan a snippet gets, the shims, declarations and renamed bindings."""
+
+from pathlib import Path
+
+import pytest
+
+from jitlab import codegen
+from jitlab.errors import SnippetError
+from jitlab.parse import parse_file
+
+KERNELS = Path(__file__).resolve().parent.parent / "kernels"
+
+
+def plan_of(*paths, mode="auto"):
+    files = [parse_file(p) for p in paths]
+    return codegen.plan(files, "t", mode)
+
+
+def test_kernel_only_plan_has_no_torch_header():
+    """saxpy.cu builds kernel-only: shims, no torch include anywhere in the sources."""
+    p = plan_of(KERNELS / "saxpy.cu")
+    assert p.kind == "kernel" and p.cuda
+    text = "\n".join(p.cuda_sources + p.cpp_sources)
+    assert "#include <torch" not in text and "torch::" not in text
+    assert 'extern "C" int jitlab_launch_saxpy(' in text
+    assert "saxpy<<<dim3(gx, gy, gz), dim3(bx, by, bz), smem, (cudaStream_t)stream>>>" in text
+
+
+def test_user_code_follows_a_line_directive():
+    """The user's text is copied after #line 1 "<path>", so errors point at their file."""
+    p = plan_of(KERNELS / "saxpy.cu")
+    joined = "".join(p.cuda_sources)
+    assert f'#line 1 "{KERNELS / "saxpy.cu"}"\n' + (KERNELS / "saxpy.cu").read_text() in joined
+
+
+def test_torch_style_plan_declares_host_functions():
+    """square_matrix.cu: its host function is declared for cpp_sources and listed in functions=."""
+    p = plan_of(KERNELS / "square_matrix.cu")
+    assert p.kind == "torch" and p.functions == ["square_matrix"]
+    assert "torch::Tensor square_matrix(torch::Tensor matrix);" in "".join(p.cpp_sources)
+
+
+def test_snippet_with_own_pybind_module_is_not_rebound():
+    """custom_operation.cu binds itself: no functions= list (it would define the module twice)."""
+    p = plan_of(KERNELS / "custom_operation.cu")
+    assert p.kind == "torch" and p.functions is None
+
+
+def test_hard_coded_module_name_is_renamed_in_the_copy_only():
+    """vector_add_binding.cpp says PYBIND11_MODULE(example_kernels, m): the copy uses TORCH_EXTENSION_NAME."""
+    binding = KERNELS / "vector_add" / "vector_add_binding.cpp"
+    p = plan_of(binding, KERNELS / "vector_add" / "vector_add.cu")
+    cpp = "".join(p.cpp_sources)
+    assert "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)" in cpp and "example_kernels" not in cpp
+    assert "PYBIND11_MODULE(example_kernels, m)" in binding.read_text()  # the user's file is untouched
+
+
+def test_cuda_unit_without_torch_skips_torch_headers():
+    """add2_seed: add2.cu has no torch, so its unit compiles without torch headers (1 s, not 28 s)."""
+    d = KERNELS / "add2_seed"
+    p = plan_of(d / "add2.cpp", d / "add2.cu")
+    assert p.kind == "torch"
+    assert "torch/types.h" not in "".join(p.cuda_sources)
+
+
+def test_std_types_in_a_signature_need_pybind():
+    """Seed 004's C++ hello returns std::string, so it goes through pybind."""
+    assert plan_of(KERNELS / "hello_cpp.cpp").kind == "torch"
+
+
+def test_unmappable_parameter_is_named(write):
+    """A kernel-only parameter jitlab cannot pass gets an error naming it."""
+    p = write("k.cu", "struct P { int a; };\n__global__ void k(float* y, P params) {}\n")
+    with pytest.raises(SnippetError, match=r"parameter `P params`"):
+        plan_of(p)
+
+
+def test_pointer_to_pointer_is_rejected(write):
+    """float** has no tensor equivalent."""
+    with pytest.raises(SnippetError, match=r"float\*\*"):
+        plan_of(write("k.cu", "__global__ void k(float** y) {}\n"))
+
+
+def test_template_kernels_are_skipped_with_a_reason(write):
+    """Template kernels cannot be launched uninstantiated: skipped, with the reason kept."""
+    p = plan_of(write("k.cu", "template <int N> __global__ void tk(float* y) {}\n__global__ void k(float* y) {}\n"))
+    assert [f.name for f in p.exported] == ["k"]
+    assert p.skipped[0][0] == "tk"
+
+
+def test_nothing_to_call_is_an_error(write):
+    """A snippet with no kernel and no host function is rejected with an example."""
+    with pytest.raises(SnippetError, match="no __global__ kernel or host function"):
+        plan_of(write("e.cu", "// just a comment\n"))
+
+
+def test_kernel_mode_refuses_torch(write):
+    """mode='kernel' on a torch snippet says how to fix it."""
+    with pytest.raises(SnippetError, match="drop mode="):
+        plan_of(KERNELS / "square_matrix.cu", mode="kernel")
+
+
+def test_half_scalar_crosses_as_bits():
+    """A __half scalar is passed as its 16-bit pattern and reinterpreted in the shim."""
+    p = plan_of(KERNELS / "scale_half.cu")
+    assert "*reinterpret_cast<const __half*>(&a2)" in "".join(p.cuda_sources)
+
+
+def test_duplicate_names_across_files(write):
+    """Two files defining the same kernel name cannot both be attributes."""
+    a = write("a.cu", "__global__ void k(float* y) {}\n")
+    b = write("b.cu", "__global__ void k(int* y) {}\n")
+    with pytest.raises(SnippetError, match="also defined"):
+        plan_of(a, b)

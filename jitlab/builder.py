@@ -220,8 +220,10 @@ def _trusted_manifest(folder: Path, name: str, quiet: bool = False) -> dict | No
 
 def _flags(plan: codegen.Plan, archs: list[str], opts: Options) -> tuple[list[str], list[str]]:
     defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
-    cflags = ["-O2", *defines, *opts.cflags]
-    cuda = [*toolchain.gencode_flags(archs), "-O3", "--resource-usage", *defines, *opts.cuda_cflags]
+    # Optimize kernel-only C++ (a tiny unit, it is the kernel); torch-style units keep load_inline's
+    # defaults, so they build no slower than plain load_inline. nvcc optimizes device code by default.
+    cflags = [*(["-O2"] if plan.kind == "kernel" else []), *defines, *opts.cflags]
+    cuda = [*toolchain.gencode_flags(archs), "--resource-usage", *defines, *opts.cuda_cflags]
     if plan.kind == "kernel":
         # torch's nvcc flags disable CUDA's half/bfloat16 operators to avoid clashes with its own
         # types; a kernel-only unit has no torch headers, so give the user CUDA's defaults back.

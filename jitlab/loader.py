@@ -84,6 +84,10 @@ def load(b: build_mod.Build) -> Module:
 
 def _bind_kernel_only(mod: Module, b: build_mod.Build) -> None:
     lib = ctypes.CDLL(str(b.artifact))
+    if b.plan.cuda:
+        for sym in ("jitlab_error_name", "jitlab_error_string"):
+            getattr(lib, sym).restype = ctypes.c_char_p
+            getattr(lib, sym).argtypes = [ctypes.c_int]
     for fn in b.plan.exported:
         in_cuda = fn.path.endswith(".cu")
         call = Callable(fn, lib, "cuda" if in_cuda else "cpu", b.plan.has_printf,

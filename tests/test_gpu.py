@@ -1,0 +1,200 @@
+"""GPU suite (marker `gpu`): every shipped kernel against torch, launches, errors, printf, the seeds' build ways.
+
+Run on a GPU machine with `make gpu-test`; without a GPU these tests are deselected, never passed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import jitlab
+from jitlab import demo
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = ROOT / "kernels"
+
+
+@pytest.fixture(autouse=True)
+def gpu_cache(shared_cache, monkeypatch):
+    """One cache for the whole GPU session (torch-style seeds take tens of seconds to build):
+    $JITLAB_CACHE_DIR when set, so the demo after the suite reuses it, else a session folder."""
+    if not os.environ.get("JITLAB_CACHE_DIR"):
+        monkeypatch.setenv("JITLAB_CACHE_DIR", str(shared_cache))
+
+
+@pytest.mark.parametrize("kernel", demo.find_kernels(KERNELS), ids=lambda k: k.name)
+def test_shipped_kernel_matches_torch(kernel):
+    """Each kernel in kernels/ builds and matches its torch reference at every listed size."""
+    row = demo.run_kernel(kernel, "cuda" if kernel.is_cuda else "cpu")
+    assert row["status"] == "ok", row["detail"]
+
+
+def test_saxpy_on_a_side_stream():
+    """Kernel-only launches go to torch's current stream (and to stream= when given)."""
+    k = jitlab.load(KERNELS / "saxpy.cu")
+    x = torch.randn(10_000, device="cuda")
+    y = torch.zeros_like(x)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        k.saxpy(y, x, 3.0, x.numel(), grid=40, block=256)
+    s.synchronize()
+    torch.testing.assert_close(y, 3 * x)
+    y2 = torch.zeros_like(x)
+    k.saxpy(y2, x, 3.0, x.numel(), grid=40, block=256, stream=s)
+    s.synchronize()
+    torch.testing.assert_close(y2, 3 * x)
+
+
+def test_2d_grid_and_block_tuples(write):
+    """grid and block take tuples; a 2-D kernel indexes with blockIdx.y/threadIdx.y."""
+    p = write("idx.cu", """
+        __global__ void write_index(int* out, int w, int h) {
+            int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+            if (x < w && y < h) out[y * w + x] = y * 1000 + x;
+        }
+    """)
+    k = jitlab.load(p)
+    out = torch.empty(37, 53, dtype=torch.int32, device="cuda")
+    k.write_index(out, 53, 37, grid=((53 + 15) // 16, (37 + 15) // 16), block=(16, 16))
+    ys, xs = torch.meshgrid(torch.arange(37), torch.arange(53), indexing="ij")
+    torch.testing.assert_close(out.cpu(), (ys * 1000 + xs).int())
+
+
+def test_dtypes_cross_correctly(write):
+    """double, int64, uint8, bool and bfloat16 pointers and scalars reach the kernel intact."""
+    p = write("types.cu", """
+        #include <cuda_bf16.h>
+        #include <cstdint>
+        __global__ void fill(double* d, int64_t* l, uint8_t* u, bool* b, __nv_bfloat16* h,
+                             double dv, int64_t lv, uint8_t uv, bool bv, __nv_bfloat16 hv) {
+            d[0] = dv; l[0] = lv; u[0] = uv; b[0] = bv; h[0] = hv;
+        }
+    """)
+    k = jitlab.load(p)
+    d, l = torch.zeros(1, dtype=torch.float64, device="cuda"), torch.zeros(1, dtype=torch.int64, device="cuda")
+    u, b = torch.zeros(1, dtype=torch.uint8, device="cuda"), torch.zeros(1, dtype=torch.bool, device="cuda")
+    h = torch.zeros(1, dtype=torch.bfloat16, device="cuda")
+    k.fill(d, l, u, b, h, 1.5e300, 2**40 + 3, 200, True, -3.25, grid=1, block=1)
+    assert d.item() == 1.5e300 and l.item() == 2**40 + 3 and u.item() == 200 and b.item() is True
+    assert h.item() == -3.25
+
+
+def test_cpu_tensor_for_cuda_kernel():
+    """A CPU tensor passed to a CUDA kernel is refused before launch."""
+    k = jitlab.load(KERNELS / "saxpy.cu")
+    with pytest.raises(jitlab.ArgumentError, match=r"takes a CUDA tensor, got one on cpu; move it with `.cuda\(\)`"):
+        k.saxpy(torch.zeros(4, device="cuda"), torch.zeros(4), 1.0, 4, grid=1, block=4)
+
+
+def test_wrong_dtype_for_cuda_kernel():
+    """float16 for a float* is refused with the conversion to make."""
+    k = jitlab.load(KERNELS / "saxpy.cu")
+    with pytest.raises(jitlab.ArgumentError, match="takes a float32 tensor, got float16"):
+        k.saxpy(torch.zeros(4, device="cuda"), torch.zeros(4, device="cuda", dtype=torch.half), 1.0, 4, grid=1, block=4)
+
+
+def test_missing_launch_configuration():
+    """Forgetting grid=/block= says how to launch."""
+    k = jitlab.load(KERNELS / "saxpy.cu")
+    with pytest.raises(jitlab.ArgumentError, match="pass the launch configuration"):
+        k.saxpy(torch.zeros(4, device="cuda"), torch.zeros(4, device="cuda"), 1.0, 4)
+
+
+def test_invalid_launch_configuration_names_kernel_and_config():
+    """2048 threads per block: CUDA's error is raised with the kernel's name and configuration."""
+    k = jitlab.load(KERNELS / "saxpy.cu")
+    x = torch.zeros(4, device="cuda")
+    with pytest.raises(jitlab.LaunchError, match=r"saxpy<<<grid=\(1, 1, 1\), block=\(2048, 1, 1\), shared_mem=0>>> failed: cudaErrorInvalidConfiguration"):
+        k.saxpy(x, x, 1.0, 4, grid=1, block=2048)
+    k.saxpy(x, x, 1.0, 4, grid=1, block=4)  # the context is still usable
+    torch.cuda.synchronize()
+
+
+def test_device_printf_reaches_python(capsys):
+    """Seed 002's hello kernel prints from the GPU into Python's stdout."""
+    k = jitlab.load(KERNELS / "hello.cu")
+    k.kernel(grid=1, block=1)
+    assert "hello world" in capsys.readouterr().out
+
+
+def test_host_printf_of_torch_style_snippet(capsys):
+    """Seed 004's host printf ("pid N") reaches Python's stdout."""
+    m = jitlab.load(KERNELS / "square_matrix.cu")
+    m.square_matrix(torch.ones(2, 3, device="cuda"))
+    assert f"pid {os.getpid()}" in capsys.readouterr().out
+
+
+def test_vector_add_checks_raise_python_errors():
+    """Seed 002's dim/dtype checks throw in C++ and arrive as Python RuntimeErrors."""
+    m = jitlab.load(KERNELS / "vector_add")
+    with pytest.raises(RuntimeError, match="one-dimensional"):
+        m.vector_add(torch.ones(2, 2, device="cuda"), torch.ones(2, 2, device="cuda"))
+    with pytest.raises(RuntimeError, match="float32"):
+        m.vector_add(torch.ones(4, device="cuda", dtype=torch.float64), torch.ones(4, device="cuda", dtype=torch.float64))
+
+
+def test_cuda_edit_and_reload_in_process(write):
+    """Edit a kernel body, load again in the same process: the new kernel runs; revert is a cache hit."""
+    src = "__global__ void f(float* y, int n) {{ int i = threadIdx.x; if (i < n) y[i] = {v}; }}\n"
+    p = write("edit.cu", src.format(v="1.0f"))
+    y = torch.zeros(8, device="cuda")
+    jitlab.load(p).f(y, 8, grid=1, block=8)
+    assert y.sum().item() == 8
+    p.write_text(src.format(v="2.0f"))
+    m = jitlab.load(p)
+    m.f(y, 8, grid=1, block=8)
+    assert not m.build.cached and y.sum().item() == 16
+    p.write_text(src.format(v="1.0f"))
+    m = jitlab.load(p)
+    m.f(y, 8, grid=1, block=8)
+    assert m.build.cached and y.sum().item() == 8
+
+
+def test_nvcc_error_points_at_the_users_line(write):
+    """An nvcc error shows the user's .cu file and line with the source and a caret."""
+    p = write("bad.cu", "__global__ void k(float* y) {\n    y[0] = missing_value;\n}\n")
+    with pytest.raises(jitlab.CompileError) as ei:
+        jitlab.load(p)
+    msg = str(ei.value)
+    assert "bad.cu:2:" in msg and "missing_value" in msg and "    2 |     y[0] = missing_value;" in msg
+
+
+def test_resource_usage_recorded():
+    """The build records per-kernel registers for the current arch."""
+    b = jitlab.build(KERNELS / "saxpy.cu")
+    arch = "sm_%d%d" % torch.cuda.get_device_capability()
+    assert b.resources["saxpy"][arch]["registers"] > 0
+
+
+def test_seed_build_way_load(tmp_path):
+    """Seed 001's way: torch.utils.cpp_extension.load on add2.cpp + add2.cu still works on the same files."""
+    from torch.utils.cpp_extension import load
+
+    d = tmp_path / "add2"
+    shutil.copytree(KERNELS / "add2_seed", d)
+    m = load(name="add2_seed_load", sources=[str(d / "add2.cpp"), str(d / "add2.cu")],
+             build_directory=str(tmp_path), extra_include_paths=[str(d)])
+    a, b = torch.rand(1000, device="cuda"), torch.rand(1000, device="cuda")
+    c = torch.empty_like(a)
+    m.torch_launch_add2(c, a, b, 1000)
+    torch.testing.assert_close(c, a + b)
+
+
+def test_seed_build_way_setup_py(tmp_path):
+    """Seed 002's way: `setup.py build_ext --inplace` builds kernels/vector_add into an importable module."""
+    d = tmp_path / "vector_add"
+    shutil.copytree(KERNELS / "vector_add", d)
+    out = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=d, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    code = ("import torch, example_kernels; a = torch.ones(5, device='cuda'); "
+            "print(example_kernels.vector_add(a, a).sum().item())")
+    run = subprocess.run([sys.executable, "-c", code], cwd=d, capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "10.0", run.stderr[-2000:]

@@ -4,6 +4,7 @@ For each snippet it measures, with a fresh cache:
 
 * cold     first build and load in a fresh process' state
 * edit     change a constant in the kernel body, reload in the same process, run, check the new result
+           (mean of two successive edits)
 * revert   go back to the previous source, reload in the same process
 * newproc  a new Python process loading the cached build (time after ``import torch``)
 
@@ -50,6 +51,10 @@ torch::Tensor scale(torch::Tensor x) {
     scale_kernel<<<(n + 255) / 256, 256>>>(y.data_ptr<float>(), x.data_ptr<float>(), n);
     return y;
 }
+void scale_out(torch::Tensor y, torch::Tensor x) {  // no allocation: the fair launch-overhead baseline
+    int n = x.numel();
+    scale_kernel<<<(n + 255) / 256, 256>>>(y.data_ptr<float>(), x.data_ptr<float>(), n);
+}
 """
 SQUARE_CU = (ROOT / "kernels" / "square_matrix.cu").read_text().replace(
     "result[idx] = matrix[idx] * matrix[idx];", "result[idx] = {C}f * matrix[idx] * matrix[idx];")
@@ -88,7 +93,7 @@ class Jitlab:
 
         self.path.write_text(src(self.template, c))
         t0 = time.perf_counter()
-        m = jitlab.load(self.path)
+        m = self.module = jitlab.load(self.path)
         y = self.call(m)
         if self.device == "cuda":
             torch.cuda.synchronize()
@@ -130,8 +135,12 @@ class Plain:
     def kwargs(self, c: int) -> dict:
         fn = "square_matrix" if self.kind == "square" else "scale"
         decl = "torch::Tensor square_matrix(torch::Tensor matrix);" if self.kind == "square" else "torch::Tensor scale(torch::Tensor x);"
+        fns = [fn]
+        if self.device == "cuda" and self.kind != "square":
+            decl += "\nvoid scale_out(torch::Tensor y, torch::Tensor x);"
+            fns.append("scale_out")
         if self.device == "cuda":
-            return dict(name=self.name, cpp_sources=decl, cuda_sources=src(self.template, c), functions=[fn],
+            return dict(name=self.name, cpp_sources=decl, cuda_sources=src(self.template, c), functions=fns,
                         build_directory=str(self.dir), extra_cuda_cflags=["-O2"])
         return dict(name=self.name, cpp_sources=src(self.template, c), functions=[fn], build_directory=str(self.dir))
 
@@ -139,7 +148,7 @@ class Plain:
         from torch.utils.cpp_extension import load_inline
 
         t0 = time.perf_counter()
-        m = load_inline(**self.kwargs(c))
+        m = self.module = load_inline(**self.kwargs(c))
         y = getattr(m, "square_matrix" if self.kind == "square" else "scale")(X[self.device] if self.kind == "square" else X[self.device].flatten())
         if self.device == "cuda":
             torch.cuda.synchronize()
@@ -175,32 +184,24 @@ def _subprocess_time(code: str, env: dict) -> float:
 
 
 def measure(runner) -> dict:
+    """cold, edit (mean of two successive edits), revert to the first version, new process."""
     r = {"cold": runner.step(1)}
-    r["edit"] = runner.step(2)
+    r["edit"] = (runner.step(2) + runner.step(3)) / 2
     r["revert"] = runner.step(1)
     r["newproc"] = runner.newproc()
     return r
 
 
-def launch_overhead(work: Path) -> dict:
+def launch_overhead(jit_module, pybind_module) -> dict:
     """Per-call CPU time of a tiny launch: jitlab kernel-only vs a pybind load_inline function vs a torch op."""
-    import jitlab
-    from torch.utils.cpp_extension import load_inline
-
-    os.environ["JITLAB_CACHE_DIR"] = str(work / "cache")
-    p = work / "overhead.cu"
-    p.write_text(src(KERNEL_CU, 3))
-    k = jitlab.load(p)
-    pb = load_inline(name=f"overhead_pybind_{os.getpid()}", cpp_sources="torch::Tensor scale(torch::Tensor x);",
-                     cuda_sources=src(PLAIN_KERNEL_CU, 3), functions=["scale"], build_directory=str(work / "plain_kernel"))
     x = torch.randn(1024, device="cuda")
     y = torch.empty_like(x)
 
     def jit():
-        k.scale(y, x, 1024, grid=4, block=256)
+        jit_module.scale(y, x, 1024, grid=4, block=256)
 
     def pybind():
-        pb.scale(x)
+        pybind_module.scale_out(y, x)
 
     def torch_op():
         torch.mul(x, 3.0, out=y)
@@ -251,12 +252,12 @@ def main() -> int:
     else:
         X["cuda"] = X["cpu"].cuda()
         print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
-        rows.append(("kernel-only CUDA scale", measure(Jitlab(KERNEL_CU, ".cu", "kernel", "cuda", work)),
-                     measure(Plain(PLAIN_KERNEL_CU, "kernel", "cuda", work))))
+        jk, pk = Jitlab(KERNEL_CU, ".cu", "kernel", "cuda", work), Plain(PLAIN_KERNEL_CU, "kernel", "cuda", work)
+        rows.append(("kernel-only CUDA scale", measure(jk), measure(pk)))
+        results["launch_overhead_us"] = launch_overhead(jk.module, pk.module)
         jsq = measure(Jitlab(SQUARE_CU, ".cu", "square", "cuda", work))
         psq = rows[-1][2] if args.skip_plain_square else measure(Plain(SQUARE_CU, "square", "cuda", work))
         rows.append(("seed 004 square_matrix", jsq, psq))
-        results["launch_overhead_us"] = launch_overhead(work)
     print(table(rows))
     if "launch_overhead_us" in results:
         lo = results["launch_overhead_us"]

@@ -131,8 +131,33 @@ def current_arch() -> str:
             "e.g. `jitlab.build(path, compile_only=True, arch=['sm_75', 'sm_90'])` or "
             "`jitlab build --compile-only --arch sm_75,sm_90 PATH`"
         )
-    major, minor = torch.cuda.get_device_capability()
+    if torch.cuda.is_initialized():
+        major, minor = torch.cuda.get_device_capability()
+    else:
+        major, minor = _driver_capability() or torch.cuda.get_device_capability()
     return f"sm_{major}{minor}"
+
+
+@functools.cache
+def _driver_capability() -> tuple[int, int] | None:
+    """Device 0's compute capability from the CUDA driver, without creating a CUDA context.
+
+    A cache hit needs the arch for its key; asking torch would initialize CUDA (a few hundred ms)
+    before the user launches anything.
+    """
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        dev, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        if cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(dev), 0):
+            return None
+        # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75, _MINOR = 76
+        if cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, dev) or cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, dev):
+            return None
+        return major.value, minor.value
+    except OSError:
+        return None
 
 
 def normalize_arch(arch: str) -> str:

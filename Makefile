@@ -1,0 +1,35 @@
+# The project's commands. `make demo` and `make test` work on a fresh clone: they make .venv first.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+
+.PHONY: demo test test-fast gpu-test bench bench-cpp clean
+
+$(VENV)/.ready: pyproject.toml scripts/setup-env
+	PYTHON=$(PYTHON) scripts/setup-env $(VENV)
+	touch $@
+
+## demo: build every kernel in kernels/ and check it against its torch reference
+demo: $(VENV)/.ready
+	$(PY) -m jitlab demo
+
+## test: the CPU test suite (what CI runs); GPU tests are deselected without a GPU
+test: $(VENV)/.ready
+	$(PY) -m pytest -m "not gpu" tests
+
+## test-fast: CPU tests without the ones that compile torch headers (tens of seconds each)
+test-fast: $(VENV)/.ready
+	$(PY) -m pytest -m "not gpu and not slow" tests
+
+## gpu-test: the GPU suite and the demo, with the machine's own python3 and CUDA torch
+gpu-test:
+	PYTHON=$(PYTHON) scripts/gpu-test
+
+## bench: edit-loop benchmark, jitlab vs plain load_inline (GPU); bench-cpp: the same for C++ on CPU
+bench:
+	PYTHONPATH=. $(PYTHON) benchmarks/edit_loop.py
+bench-cpp: $(VENV)/.ready
+	$(PY) benchmarks/edit_loop.py --cpp
+
+clean:
+	PYTHONPATH=. $(PYTHON) -m jitlab clean

@@ -1,0 +1,119 @@
+"""The `jitlab` command (`python -m jitlab`): build, clean, demo, exit codes and what it prints."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from jitlab import toolchain
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = ROOT / "kernels"
+
+
+@pytest.fixture
+def jl(tmp_path):
+    """jl("build", ...) → the finished `python -m jitlab ...` process, with its own cache folder."""
+    cache = tmp_path / "cli_cache"
+
+    def _run(*args: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "JITLAB_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+        return subprocess.run([sys.executable, "-m", "jitlab", *map(str, args)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    _run.cache = cache
+    return _run
+
+
+def build_dirs(cache: Path) -> list[Path]:
+    return [p for p in cache.iterdir() if p.is_dir()] if cache.exists() else []
+
+
+@pytest.mark.skipif(toolchain.nvcc_path() is None, reason="needs nvcc")
+def test_build_compile_only_prints_resources(jl):
+    """build --compile-only --arch sm_75,sm_90 prints registers per kernel and arch."""
+    r = jl("build", "--compile-only", "--arch", "sm_75,sm_90", "kernels/saxpy.cu")
+    assert r.returncode == 0, r.stderr
+    assert "saxpy [sm_75]:" in r.stdout and "saxpy [sm_90]:" in r.stdout
+    assert "registers" in r.stdout and "kernel-style" in r.stdout
+
+
+def test_build_cpp_then_cache_hit(jl):
+    """Building a C++ snippet twice: the second run is a cache hit."""
+    first = jl("build", "kernels/add2_cpu.cpp")
+    assert first.returncode == 0, first.stderr
+    assert "built in" in first.stdout and "cache hit" not in first.stdout
+    second = jl("build", "kernels/add2_cpu.cpp")
+    assert second.returncode == 0, second.stderr
+    assert "cache hit" in second.stdout
+    assert len(build_dirs(jl.cache)) == 1
+
+
+def test_build_error_exits_1_with_file_and_line(jl, write):
+    """A C++ compile error exits 1 and prints the file:line of the error on stderr."""
+    p = write("broken.cpp", """
+        void f(float* y, int n) {
+            y[0] = not_declared_here;
+        }
+    """)
+    r = jl("build", p)
+    assert r.returncode == 1
+    assert "broken.cpp:2:" in r.stderr and "not_declared_here" in r.stderr
+    assert "broken.cpp:2:" not in r.stdout
+
+
+def test_missing_path_exits_1(jl):
+    """A path that does not exist exits 1 with the path named on stderr."""
+    r = jl("build", "kernels/no_such_kernel.cu")
+    assert r.returncode == 1 and "no_such_kernel.cu" in r.stderr
+
+
+def test_clean_removes_build_folders(jl):
+    """clean deletes every build folder and says how many."""
+    assert jl("build", "kernels/add2_cpu.cpp").returncode == 0
+    assert jl("build", "kernels/add2_cpu.cpp", "-D", "UNUSED=1").returncode == 0
+    assert len(build_dirs(jl.cache)) == 2
+    r = jl("clean")
+    assert r.returncode == 0, r.stderr
+    assert "removed 2 build folders" in r.stdout
+    assert build_dirs(jl.cache) == []
+
+
+@pytest.mark.parametrize("args", [["frobnicate"], ["build", "--no-such-option", "kernels/saxpy.cu"], []])
+def test_bad_usage_exits_2(jl, args):
+    """An unknown subcommand, an unknown option or no subcommand exits 2 with argparse's usage."""
+    r = jl(*args)
+    assert r.returncode == 2
+    assert "usage: jitlab" in r.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the GPU-less demo")
+def test_demo_runs_cpp_kernel_without_gpu(jl, tmp_path):
+    """demo on a folder with one C++ kernel and its reference: runs it on CPU and passes."""
+    root = tmp_path / "demo_kernels"
+    root.mkdir()
+    shutil.copy(KERNELS / "add2_cpu.cpp", root)
+    shutil.copy(KERNELS / "add2_cpu.ref.py", root)
+    r = jl("demo", "--root", root)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no CUDA GPU found" in r.stdout
+    assert "add2_cpu" in r.stdout and "1 passed, 0 failed" in r.stdout
+
+
+def test_demo_reports_a_wrong_kernel(jl, tmp_path):
+    """demo on a kernel that disagrees with its reference exits 1 and counts it failed."""
+    root = tmp_path / "demo_kernels"
+    root.mkdir()
+    src = (KERNELS / "add2_cpu.cpp").read_text().replace("a[i] + b[i]", "a[i] - b[i]")
+    assert "a[i] - b[i]" in src
+    (root / "add2_cpu.cpp").write_text(src)
+    shutil.copy(KERNELS / "add2_cpu.ref.py", root)
+    r = jl("demo", "--root", root, "--max-size", "200")
+    assert r.returncode == 1
+    assert "FAIL" in r.stdout and "0 passed, 1 failed" in r.stdout

@@ -1,0 +1,118 @@
+"""Missing or mismatched build tools are found before a build starts, and the error names the fix.
+
+Each test points PATH at a folder of symlinks to the real tools it wants present, so the tools it
+leaves out are really missing; the toolchain's cached look-ups are cleared around every test.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils import cpp_extension
+
+import jitlab
+from jitlab import toolchain
+
+# The cached functions themselves (a test may replace the module attribute with a lambda).
+CACHED = [toolchain.nvcc_path, toolchain.nvcc_version, toolchain.cxx_path, toolchain.cxx_version]
+REAL = {name: shutil.which(name) for name in ("c++", "g++", "nvcc", "ninja")}
+
+
+def _clear():
+    for f in CACHED:
+        f.cache_clear()
+
+
+@pytest.fixture
+def fresh_toolchain(monkeypatch):
+    """No CXX override, no CUDA_HOME, and the toolchain look-ups forgotten before and after."""
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", None)
+    _clear()
+    yield
+    _clear()
+
+
+@pytest.fixture
+def path_with(tmp_path, monkeypatch, fresh_toolchain):
+    """path_with("c++", "nvcc") → PATH is a folder holding only symlinks to those real tools."""
+
+    def _path_with(*tools: str) -> Path:
+        d = tmp_path / "bin"
+        d.mkdir(exist_ok=True)
+        for t in tools:
+            if REAL[t] is None:
+                pytest.skip(f"needs {t}")
+            (d / t).symlink_to(REAL[t])
+        monkeypatch.setenv("PATH", str(d))
+        _clear()
+        return d
+
+    return _path_with
+
+
+def test_missing_ninja_names_pip_install(path_with):
+    """Compilers present, ninja absent: the error says `pip install ninja`."""
+    path_with("c++", "g++", "nvcc")
+    with pytest.raises(jitlab.ToolchainError, match="pip install ninja"):
+        toolchain.check(cuda=False)
+
+
+def test_missing_ninja_is_caught_before_building(path_with, cache, write):
+    """jitlab.build without ninja fails at the check: no build folder is made."""
+    path_with("c++", "g++", "nvcc")
+    p = write("s.cpp", "void f(float* y, int n) { for (int i = 0; i < n; ++i) y[i] = 1; }\n")
+    with pytest.raises(jitlab.ToolchainError, match="ninja"):
+        jitlab.build(p)
+    assert not cache.exists() or not any(c.is_dir() for c in cache.iterdir())
+
+
+def test_missing_cxx_names_how_to_install(path_with, monkeypatch):
+    """$CXX naming nothing and no c++ on PATH: the error says how to install g++."""
+    path_with("ninja", "nvcc")
+    monkeypatch.setenv("CXX", "no-such-compiler-jitlab")
+    _clear()
+    with pytest.raises(jitlab.ToolchainError, match=r"(?s)no C\+\+ compiler.*apt-get install g\+\+"):
+        toolchain.check(cuda=False)
+
+
+def test_missing_nvcc_for_compile_only(path_with):
+    """A CUDA compile-only build with no nvcc anywhere names nvcc and CUDA_HOME."""
+    path_with("c++", "g++", "ninja")
+    assert toolchain.nvcc_path() is None
+    with pytest.raises(jitlab.ToolchainError, match=r"(?s)nvcc not found.*CUDA_HOME"):
+        toolchain.check(cuda=True, compile_only=True)
+
+
+@pytest.mark.skipif(torch.version.cuda is not None, reason="needs a CPU build of torch")
+def test_cpu_torch_cannot_build_cuda_to_run(path_with):
+    """A full CUDA build on a CPU torch says so and names --compile-only."""
+    path_with("c++", "g++", "ninja", "nvcc")
+    with pytest.raises(jitlab.ToolchainError, match=r"(?s)CPU build.*--compile-only"):
+        toolchain.check(cuda=True, compile_only=False)
+
+
+def test_cuda_major_mismatch_names_both_versions(path_with, monkeypatch):
+    """nvcc 13 with a torch built for CUDA 12 is refused, naming both versions."""
+    path_with("c++", "g++", "ninja", "nvcc")
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(toolchain, "nvcc_version", lambda: "13.0.88")
+    with pytest.raises(jitlab.ToolchainError, match=r"(?s)13\.0\.88.*12\.4"):
+        toolchain.check(cuda=True, compile_only=False)
+
+
+def test_matching_cuda_major_passes(path_with, monkeypatch):
+    """The same major version (different minors) passes the check."""
+    path_with("c++", "g++", "ninja", "nvcc")
+    monkeypatch.setattr(torch.version, "cuda", "13.1")
+    monkeypatch.setattr(toolchain, "nvcc_version", lambda: "13.0.88")
+    toolchain.check(cuda=True, compile_only=False)
+
+
+def test_compile_only_needs_no_ninja(path_with):
+    """A compile-only CUDA build needs nvcc and a compiler, not ninja."""
+    path_with("c++", "g++", "nvcc")
+    toolchain.check(cuda=True, compile_only=True)

@@ -7,6 +7,7 @@ with nvcc directly) and writes the manifest last.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
 import sys
@@ -131,7 +132,7 @@ def local_headers(files: list[SourceFile], include_dirs: list[str]) -> dict[str,
                 key = str(cand)
                 if key not in seen:
                     text = cand.read_text(encoding="utf-8", errors="replace")
-                    seen[key] = cache.hashlib.sha256(text.encode()).hexdigest()
+                    seen[key] = hashlib.sha256(text.encode()).hexdigest()
                     todo += [(cand.parent, i) for i in parse_file(cand, text).local_includes]
                 break
     return seen
@@ -203,6 +204,8 @@ def build(paths, opts: Options | None = None) -> Build:
         manifest.update(seconds=round(time.perf_counter() - t0, 3), archs=archs, kind=plan.kind,
                         sources=[str(f.path) for f in plan.files], built_at=time.time())
         cache.write_manifest(folder, manifest)
+    if config.verbose():
+        print((folder / "build.log").read_text(errors="replace"), file=sys.stderr)
     return Build(name, folder, plan, manifest, False, time.perf_counter() - t0, archs)
 
 
@@ -322,8 +325,6 @@ def _python_include() -> str:
     return sysconfig.get_path("include")
 
 
-_RU_FUNC = re.compile(r"Function properties for (\S+)|Compiling entry function '(\S+)' for '(\S+)'|"
-                      r"ptxas info\s*: Function properties for (\S+)")
 _RU_LINE = re.compile(r"Used (\d+) registers")
 
 
@@ -341,9 +342,6 @@ def parse_resource_usage(log: str) -> dict:
         m = re.search(r"Compiling entry function '(\S+)' for '(\S+)'", line)
         if m:
             current = (m.group(1), m.group(2))
-            continue
-        m = re.search(r"Function properties for (\S+)", line)
-        if m and current:
             continue
         m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
         if m and current:

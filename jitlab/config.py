@@ -36,5 +36,5 @@ def cache_dir() -> Path:
 
 
 def verbose() -> bool:
-    """``JITLAB_VERBOSE=1`` prints build commands and cache decisions."""
+    """``JITLAB_VERBOSE=1`` prints each build's compiler output (commands, warnings, resource usage)."""
     return getenv("JITLAB_VERBOSE") not in ("", "0")

@@ -103,7 +103,7 @@ def compile_error(what: str, log: str, sources: dict[str, str]) -> CompileError:
     errors = [d for d in diags if d.severity != "warning"] or diags
     n = len([d for d in diags if d.severity != "warning"])
     shown = [render(d, sources) for d in errors[:MAX_SHOWN]]
-    more = f"\n(and {n - MAX_SHOWN} more error{'s' if n - MAX_SHOWN > 1 else ''}; see .log)" if n > MAX_SHOWN else ""
+    more = f"\n(and {n - MAX_SHOWN} more error{'s' if n - MAX_SHOWN > 1 else ''})" if n > MAX_SHOWN else ""
     noun = f"{n} error{'s' if n != 1 else ''}" if n else "the build failed"
     return CompileError(
         summary=f"jitlab: {what} failed to compile: {noun}",

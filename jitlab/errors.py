@@ -66,7 +66,7 @@ class CompileError(JitlabError):
         elif self.log:
             tail = self.log.strip().splitlines()[-25:]
             parts.append("\n".join(tail))
-        parts.append("(full compiler log: err.log)")
+        parts.append("(the full compiler output is in this error's .log)")
         return "\n".join(parts)
 
     def __reduce__(self):  # picklable, so worker processes can send it back

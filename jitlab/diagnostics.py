@@ -19,23 +19,31 @@ _OTHER = re.compile(r"(ptxas (?:fatal|error)\s*:.*|.*undefined reference to .*|.
 MAX_SHOWN = 3
 
 
-def parse_log(log: str) -> list[Diagnostic]:
-    """All errors and warnings in a build log, in order, without duplicates."""
+def parse_log(log: str, sources: dict[str, str] | None = None) -> list[Diagnostic]:
+    """All errors and warnings in a build log, in order, without duplicates.
+
+    Columns are display columns with tabs every 8 (gcc's convention); nvcc's caret, which counts a
+    tab as one character, is converted using the source text when ``sources`` has the file.
+    """
     out: list[Diagnostic] = []
     lines = log.splitlines()
     seen = set()
     for i, text in enumerate(lines):
         text = text.rstrip()
         m = _GCC.match(text)
-        col = None
+        col, extra = None, ""
         if m:
             col = int(m.group("col"))
         else:
             m = _NVCC.match(text)
             if m:
-                col = _nvcc_caret_column(lines, i)
+                col, extra = _nvcc_details(lines, i)
+                src = (sources or {}).get(m.group("path").strip())
+                if col and src is not None:
+                    col = _display_column(src, int(m.group("line")), col)
         if m:
-            d = Diagnostic(m.group("path").strip(), int(m.group("line")), col, m.group("sev"), m.group("msg").strip())
+            msg = m.group("msg").strip() + (f" ({extra})" if extra else "")
+            d = Diagnostic(m.group("path").strip(), int(m.group("line")), col, m.group("sev"), msg)
         else:
             o = _OTHER.search(text)
             if not o:
@@ -48,17 +56,35 @@ def parse_log(log: str) -> list[Diagnostic]:
     return out
 
 
-def _nvcc_caret_column(lines: list[str], i: int) -> int | None:
-    """cudafe++ prints the source line then a caret line under it; the caret's offset is the column."""
-    if i + 2 < len(lines) and lines[i + 2].strip() == "^":
-        src, caret = lines[i + 1], lines[i + 2]
-        # cudafe++ indents the echoed source line by a fixed prefix; strip the common prefix.
-        return caret.index("^") - _indent_prefix(src) + 1
-    return None
+def _nvcc_details(lines: list[str], i: int) -> tuple[int | None, str]:
+    """cudafe++ may print detail lines ("operand types are: ..."), then the source line, then a caret.
+
+    Returns the caret's 1-based column within the echoed line (tabs echoed as one space) and the
+    detail lines joined.
+    """
+    details = []
+    for j in range(i + 1, min(i + 8, len(lines))):
+        line = lines[j]
+        if line.strip() == "^" and j > i + 1:
+            echoed = lines[j - 1]
+            return line.index("^") - _indent_prefix(echoed) + 1, " ".join(details[:-1])
+        if not line.strip() or _NVCC.match(line.rstrip()):
+            break
+        details.append(line.strip())
+    return None, " ".join(details)
 
 
 def _indent_prefix(echoed: str) -> int:
     return 2 if echoed.startswith("  ") else 0
+
+
+def _display_column(text: str, line: int, char_col: int) -> int:
+    """Character column (a tab counts 1) → display column (tabs every 8)."""
+    rows = text.splitlines()
+    if not 1 <= line <= len(rows):
+        return char_col
+    row = rows[line - 1]
+    return len(row[: char_col - 1].expandtabs(8)) + 1
 
 
 def render(d: Diagnostic, sources: dict[str, str]) -> str:
@@ -76,7 +102,7 @@ def render(d: Diagnostic, sources: dict[str, str]) -> str:
     src_lines = text.splitlines()
     if d.line > len(src_lines):
         return head
-    src = src_lines[d.line - 1].expandtabs(4)
+    src = src_lines[d.line - 1].expandtabs(8)
     gutter = f"{d.line:>5} | "
     out = [head, gutter + src]
     if d.column:
@@ -99,10 +125,12 @@ def compile_error(what: str, log: str, sources: dict[str, str]) -> CompileError:
         log: The whole compiler output.
         sources: The user's files by absolute path, to quote their lines.
     """
-    diags = parse_log(log)
-    errors = [d for d in diags if d.severity != "warning"] or diags
-    n = len([d for d in diags if d.severity != "warning"])
-    shown = [render(d, sources) for d in errors[:MAX_SHOWN]]
+    diags = parse_log(log, sources)
+    errors = [d for d in diags if d.severity != "warning"]
+    warnings = [d for d in diags if d.severity == "warning"]
+    n = len(errors)
+    picked = errors[:MAX_SHOWN] + warnings[: max(0, MAX_SHOWN - len(errors))]
+    shown = [render(d, sources) for d in picked]
     more = f"\n(and {n - MAX_SHOWN} more error{'s' if n - MAX_SHOWN > 1 else ''})" if n > MAX_SHOWN else ""
     noun = f"{n} error{'s' if n != 1 else ''}" if n else "the build failed"
     return CompileError(

@@ -168,7 +168,7 @@ def normalize_arch(arch: str) -> str:
     """
     a = arch.strip().lower()
     m = re.fullmatch(r"(sm_|compute_)?(\d+)\.?(\d*)([af]?)", a)
-    if not m:
+    if not m or len(m.group(2) + m.group(3)) < 2:
         raise ToolchainError(f"arch {arch!r} is not an arch name: use the form sm_75, sm_90 or sm_90a")
     prefix = m.group(1) or "sm_"
     digits = m.group(2) + m.group(3)

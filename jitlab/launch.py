@@ -160,8 +160,9 @@ class Callable:
         name = self._lib.jitlab_error_name(err).decode()
         text = self._lib.jitlab_error_string(err).decode()
         hint = ""
-        if name == "cudaErrorInvalidConfiguration":
-            hint = "; a block has at most 1024 threads (x*y*z) and grid.y/z at most 65535"
+        if name in ("cudaErrorInvalidConfiguration", "cudaErrorInvalidValue"):
+            hint = ("; check the launch configuration: a block has at most 1024 threads (x*y*z), "
+                    "grid.y and grid.z at most 65535, shared_mem at most the GPU's limit")
         elif name in ("cudaErrorIllegalAddress", "cudaErrorLaunchFailure", "cudaErrorAssert"):
             hint = "; this error is sticky: the CUDA context is unusable until the process restarts"
         raise LaunchError(f"{self.fn.name}<<<grid={tuple(grid)}, block={tuple(block)}, shared_mem={smem}>>> "

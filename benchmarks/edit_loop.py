@@ -183,13 +183,21 @@ def _subprocess_time(code: str, env: dict) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def measure(runner) -> dict:
-    """cold, edit (mean of two successive edits), revert to the first version, new process."""
-    r = {"cold": runner.step(1)}
-    r["edit"] = (runner.step(2) + runner.step(3)) / 2
-    r["revert"] = runner.step(1)
-    r["newproc"] = runner.newproc()
-    return r
+def measure(jit, plain) -> tuple[dict, dict]:
+    """Each step for both ways, interleaved so that drifting machine load hits both alike.
+
+    cold, edit (mean of two successive edits), revert to the first version, new process.
+    """
+    j, p = {}, {}
+    j["cold"], p["cold"] = jit.step(1), plain.step(1)
+    pe, je = [], []
+    for c in (2, 3):
+        pe.append(plain.step(c))
+        je.append(jit.step(c))
+    j["edit"], p["edit"] = sum(je) / 2, sum(pe) / 2
+    j["revert"], p["revert"] = jit.step(1), plain.step(1)
+    j["newproc"], p["newproc"] = jit.newproc(), plain.newproc()
+    return j, p
 
 
 def launch_overhead(jit_module, pybind_module) -> dict:
@@ -237,7 +245,6 @@ X: dict[str, torch.Tensor] = {}
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpp", action="store_true", help="C++ snippets on CPU (no GPU needed)")
-    ap.add_argument("--skip-plain-square", action="store_true", help="skip plain load_inline for square_matrix")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="jitlab-bench-"))
@@ -245,19 +252,18 @@ def main() -> int:
     rows, results = [], {}
     if args.cpp or not torch.cuda.is_available():
         print("C++ snippets on CPU (no GPU used)")
-        rows.append(("kernel-only C++ scale", measure(Jitlab(KERNEL_CPP, ".cpp", "kernel", "cpu", work)),
-                     measure(Plain(PLAIN_CPP, "kernel", "cpu", work))))
-        rows.append(("torch-style C++ scale", measure(Jitlab(TORCH_CPP, ".cpp", "torchcpp", "cpu", work)),
-                     rows[-1][2]))
+        rows.append(("kernel-only C++ scale", *measure(Jitlab(KERNEL_CPP, ".cpp", "kernel", "cpu", work),
+                                                        Plain(PLAIN_CPP, "kernel", "cpu", work))))
+        rows.append(("torch-style C++ scale", *measure(Jitlab(TORCH_CPP, ".cpp", "torchcpp", "cpu", work),
+                                                        Plain(PLAIN_CPP, "torchcpp", "cpu", work))))
     else:
         X["cuda"] = X["cpu"].cuda()
         print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
         jk, pk = Jitlab(KERNEL_CU, ".cu", "kernel", "cuda", work), Plain(PLAIN_KERNEL_CU, "kernel", "cuda", work)
-        rows.append(("kernel-only CUDA scale", measure(jk), measure(pk)))
+        rows.append(("kernel-only CUDA scale", *measure(jk, pk)))
         results["launch_overhead_us"] = launch_overhead(jk.module, pk.module)
-        jsq = measure(Jitlab(SQUARE_CU, ".cu", "square", "cuda", work))
-        psq = rows[-1][2] if args.skip_plain_square else measure(Plain(SQUARE_CU, "square", "cuda", work))
-        rows.append(("seed 004 square_matrix", jsq, psq))
+        rows.append(("seed 004 square_matrix", *measure(Jitlab(SQUARE_CU, ".cu", "square", "cuda", work),
+                                                         Plain(SQUARE_CU, "square", "cuda", work))))
     print(table(rows))
     if "launch_overhead_us" in results:
         lo = results["launch_overhead_us"]

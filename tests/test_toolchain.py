@@ -30,7 +30,10 @@ def _clear():
 def fresh_toolchain(monkeypatch):
     """No CXX override, no CUDA_HOME, and the toolchain look-ups forgotten before and after."""
     monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", None)
+    monkeypatch.setattr(jitlab.toolchain, "DEFAULT_CUDA_HOME", str(Path(__file__).parent / "no-cuda-here"))
     _clear()
     yield
     _clear()

@@ -29,7 +29,7 @@ from .errors import (
 
 __version__ = "0.1.0"
 __all__ = [
-    "load", "build", "clean", "Build", "Options", "Module",
+    "load", "build", "clean", "check", "bench", "ab", "Build", "Options", "Module",
     "JitlabError", "CompileError", "SnippetError", "ToolchainError", "LaunchError", "ArgumentError",
 ]
 
@@ -96,6 +96,18 @@ def __getattr__(name):
         from .loader import Module
 
         return Module
+    if name == "check":
+        from .check import check
+
+        return check
+    if name == "bench":
+        from .bench import bench
+
+        return bench
+    if name == "ab":
+        from .timing import ab
+
+        return ab
     raise AttributeError(f"module 'jitlab' has no attribute {name!r}")
 
 

@@ -1,4 +1,4 @@
-"""The ``jitlab`` command: ``build``, ``clean``, ``demo``. A thin layer over the library's functions."""
+"""The ``jitlab`` command: ``build``, ``run`` (``demo``), ``clean``. A thin layer over the library's functions."""
 
 from __future__ import annotations
 
@@ -53,11 +53,13 @@ def _clean(args) -> int:
     return 0
 
 
-def _demo(args) -> int:
-    from . import demo
+def _run(args) -> int:
+    from . import runner
 
-    archs = tuple(a for a in args.arch.split(",") if a) if args.arch else demo.DEFAULT_ARCHS
-    return 1 if demo.main(args.root, archs, args.max_size) else 0
+    archs = tuple(a for a in args.arch.split(",") if a) if args.arch else runner.DEFAULT_ARCHS
+    failed = runner.main(args.paths, archs, args.max_size, time_it=not args.no_bench,
+                         compile_reference=not args.no_compile)
+    return 1 if failed else 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -75,11 +77,15 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("clean", help="delete cached builds")
     c.add_argument("--older-than-days", type=float, default=None)
     c.set_defaults(func=_clean)
-    d = sub.add_parser("demo", help="build every kernel in kernels/ and check it against its torch reference")
-    d.add_argument("--root", default="kernels")
-    d.add_argument("--arch", help="archs to compile-check without a GPU (default sm_75,sm_80,sm_90)")
-    d.add_argument("--max-size", type=int, default=None, help="skip reference sizes above this")
-    d.set_defaults(func=_demo)
+    for name, helptext in (("run", "build, check and time kernels against their torch references (default: kernels/)"),
+                           ("demo", "the same as `run` over kernels/: every kernel against its torch reference")):
+        r = sub.add_parser(name, help=helptext)
+        r.add_argument("paths", nargs="*", help="kernel files or folders (default: kernels/)")
+        r.add_argument("--arch", help="archs to compile-check without a GPU (default sm_75,sm_80,sm_90)")
+        r.add_argument("--max-size", type=int, default=None, help="skip sizes above this")
+        r.add_argument("--no-bench", action="store_true", help="check only, do not time")
+        r.add_argument("--no-compile", action="store_true", help="do not time torch.compile of the reference")
+        r.set_defaults(func=_run)
     return p
 
 

@@ -219,6 +219,11 @@ def _not_bindable(fn: Function) -> str:
         return "static/inline: not visible to the bindings"
     if "::" in fn.qualname:
         return "in a namespace: bind it from a top-level function"
+    types = [fn.returns] + [p.base for p in fn.params]
+    if any(p.pointer for p in fn.params) or "*" in fn.returns or any(
+        t.split()[-1].startswith(("cuda", "CU", "dim3", "__half", "__nv_")) for t in types if t.split()
+    ):
+        return "takes raw pointers or CUDA types (a launcher or helper): call it from a function taking tensors"
     return ""
 
 

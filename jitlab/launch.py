@@ -23,7 +23,8 @@ _INT_RANGES = {
     ctypes.c_int32: (-(2**31), 2**31 - 1), ctypes.c_uint32: (0, 2**32 - 1),
     ctypes.c_int64: (-(2**63), 2**63 - 1), ctypes.c_uint64: (0, 2**64 - 1),
 }
-_LAUNCH_HEAD = ["gx", "gy", "gz", "bx", "by", "bz", "smem"]
+#: The last kernel-only launch configuration ``(gx, gy, gz, bx, by, bz)``, for the checker's thread attribution.
+last_launch: list = [None]
 
 
 def _raw_stream_fn():
@@ -189,7 +190,7 @@ def _generate(owner: Callable, fn: Function, lib: ctypes.CDLL, device: str):
         argtypes.append(ctypes.POINTER(ret_ctype))
     env = {"_T": torch.Tensor, "_o": owner, "_sym": symbol, "_stream": _raw_stream_fn(),
            "_getdev": getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device), "_byref": ctypes.byref,
-           "_ret": ret_ctype}
+           "_ret": ret_ctype, "_last": last_launch}
     names = [_py_name(p, i) for i, p in enumerate(fn.params)]
     sig = ", ".join(names + (["*", "grid=None", "block=None", "shared_mem=0", "stream=None"] if kernel else []))
     lines = [f"def {fn.name}({sig}):"]
@@ -236,6 +237,7 @@ def _generate(owner: Callable, fn: Function, lib: ctypes.CDLL, device: str):
         if first_tensor:  # no tensor argument: launch on the current device
             lines.append("    dev = _getdev()")
         lines.append("    s = _stream(dev) if stream is None else getattr(stream, 'cuda_stream', stream)")
+        lines.append("    _last[0] = (gx, gy, gz, bx, by, bz)")
         lines.append(f"    err = _sym(gx, gy, gz, bx, by, bz, shared_mem, s{''.join(', ' + a for a in pass_args)})")
         lines.append("    if err: _o._launch_failed(err, (gx, gy, gz), (bx, by, bz), shared_mem)")
     else:

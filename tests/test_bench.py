@@ -1,0 +1,103 @@
+"""Timing statistics, A/B verdicts, check-before-time, result history and plots (CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from jitlab import results
+from jitlab.bench import bench
+from jitlab.timing import Timing, ab, time_cpu
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_median_and_quartiles():
+    """Median and IQR from raw samples (linear interpolation between order statistics)."""
+    t = Timing([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert t.median == 3.0 and t.q25 == 2.0 and t.q75 == 4.0 and t.iqr == 2.0
+    assert t.to_dict()["samples_ms"] == [5.0, 1.0, 3.0, 2.0, 4.0]
+
+
+def test_time_cpu_stops_when_stable():
+    """A steady function stops after a few rounds, well before the repetition cap."""
+    t = time_cpu(lambda: sum(range(2000)), rep_s=5.0, max_reps=5000)
+    assert 10 <= len(t.samples) < 5000 and t.median > 0 and t.device == "cpu"
+
+
+def test_time_cpu_respects_the_budget():
+    """A slow function stops at the time budget."""
+    t0 = time.perf_counter()
+    t = time_cpu(lambda: time.sleep(0.01), warmup_s=0.0, rep_s=0.1, stable_rtol=0.0)
+    assert time.perf_counter() - t0 < 1.5 and len(t.samples) >= 10
+
+
+def test_ab_same_and_faster():
+    """Two identical versions are 'same'; a version doing a tenth of the work is 'faster'."""
+    x = torch.randn(200_000)
+    slow = lambda: x.sort()  # noqa: E731
+    fast = lambda: x[:20_000].sort()  # noqa: E731
+    assert ab(slow, fast, device="cpu", rounds=3).verdict == "faster"
+    assert ab(fast, slow, device="cpu", rounds=3).verdict == "slower"
+    same = ab(slow, slow, device="cpu", rounds=3)
+    assert same.verdict in ("same",) or abs(same.speedup - 1) < 0.05
+
+
+def _inputs(size, seed, device):
+    return {"x": torch.randn(size, generator=torch.Generator().manual_seed(seed))}
+
+
+def _ref(inp):
+    return inp["x"] * 2
+
+
+def test_wrong_kernel_is_never_timed():
+    """bench() checks first: a wrong kernel gets a verdict and no time."""
+    r = bench(lambda inp: inp["x"] * 3, _inputs, 1000, reference=_ref, device="cpu")
+    assert r.timing is None and not r.verdict.passed and "not timed" in str(r)
+
+
+def test_bench_reports_bandwidth_and_speedup():
+    """A right kernel is timed beside torch, with GB/s from the declared byte count."""
+    r = bench(lambda inp: inp["x"] + inp["x"], _inputs, 1 << 16, reference=_ref, device="cpu",
+              bytes_moved=lambda inp: 8 * inp["x"].numel())
+    assert r.timing and r.torch_timing and r.gbps > 0 and r.vs_torch > 0
+    d = r.to_dict()
+    assert d["passed"] and d["median_ms"] == r.timing.median and d["gbps"] == r.gbps
+
+
+def test_bench_needs_a_reference():
+    """Timing without a reference would skip the check: refused."""
+    with pytest.raises(ValueError, match="reference"):
+        bench(lambda inp: inp, _inputs, 8, device="cpu")
+
+
+def test_history_and_plot(tmp_path, monkeypatch):
+    """Records append per kernel and read back in order; the plot is a PNG."""
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(tmp_path))
+    rows = [{"variant": "v0", "size": 2**k, "median_ms": 1.0 / k, "gbps": 10.0 * k, "torch_ms": 1.0, "torch_gbps": 50.0}
+            for k in range(10, 14)]
+    for r in rows:
+        results.append("demo", r)
+    hist = results.history("demo")
+    assert [h["size"] for h in hist] == [2**k for k in range(10, 14)]
+    png = results.plot("demo", rows, peak_gbps=100.0)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_run_command_on_a_cpp_kernel(tmp_path):
+    """`jitlab run` on a C++ kernel checks, times against torch, prints the table and writes JSON."""
+    env = {**os.environ, "JITLAB_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "jitlab", "run", "kernels/add2_cpu.cpp", "--max-size", "200000"],
+                         cwd=ROOT, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "vs torch" in out.stdout and "add2_cpu" in out.stdout and "1 passed, 0 failed" in out.stdout
+    rec = json.loads((tmp_path / "results" / "add2_cpu.jsonl").read_text().splitlines()[-1])
+    assert rec["passed"] and rec["median_ms"] > 0 and rec["vs_torch"] > 0

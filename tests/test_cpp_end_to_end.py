@@ -309,3 +309,18 @@ def test_printf_from_cpp_reaches_python(cache, write, capsys):
     p = write("hello.cpp", '#include <cstdio>\nvoid hi(int n) { printf("hello %d\\n", n); }\n')
     jitlab.load(p).hi(7)
     assert "hello 7" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_torch_style_cpp_snippets(use_shared_cache):
+    """Torch-style C++ (seed 004's hello, a tensor function) builds, runs on CPU, reports C++ checks."""
+    kernels = ROOT / "kernels"
+    m = jitlab.load(kernels / "square_matrix_cpu.cpp")
+    x = torch.randn(3, 5)
+    torch.testing.assert_close(m.square_matrix_cpu(x), x * x)
+    with pytest.raises(RuntimeError, match="matrix must be 2-D"):
+        m.square_matrix_cpu(torch.ones(3))
+    assert jitlab.load(kernels / "hello_cpp.cpp").hello() == "Hello World!"
+    assert jitlab.load(kernels / "square_matrix_cpu.cpp").build.cached
+    with pytest.raises(AttributeError, match="did you mean `square_matrix_cpu`"):
+        m.square_matrix_gpu

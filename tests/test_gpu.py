@@ -198,3 +198,148 @@ def test_seed_build_way_setup_py(tmp_path):
             "print(example_kernels.vector_add(a, a).sum().item())")
     run = subprocess.run([sys.executable, "-c", code], cwd=d, capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout.strip() == "10.0", run.stderr[-2000:]
+
+
+# ---- the checker on deliberately wrong CUDA kernels ---------------------------------------------
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def wrong_cu():
+    return jitlab.load(FIXTURES / "wrong.cu")
+
+
+def _scale_inputs(size, seed, device):
+    return {"x": torch.randn(size, generator=torch.Generator().manual_seed(seed)).to(device)}
+
+
+def _scale(fn, per_thread=1):
+    def run(inp):
+        x = inp["x"]
+        y = torch.empty_like(x)
+        n = x.numel()
+        fn(y, x, n, grid=(n + 256 * per_thread - 1) // (256 * per_thread), block=256)
+        return y
+    return run
+
+
+def _check_scale(fn, per_thread=1, sizes=(1, 127, 128, 129, 1000003)):
+    return jitlab.check(_scale(fn, per_thread), lambda inp: 2 * inp["x"], _scale_inputs, sizes=list(sizes), seeds=[0])
+
+
+def test_checker_passes_the_right_cuda_kernel(wrong_cu):
+    """The reference kernel passes the awkward sizes."""
+    assert _check_scale(wrong_cu.scale_ok).passed
+
+
+def test_checker_off_by_one_names_thread(wrong_cu):
+    """The unwritten last element is reported with the block and thread that should write it."""
+    v = _check_scale(wrong_cu.scale_off_by_one, sizes=[129])
+    f = v.first_failure
+    assert "1 of 129 output elements were never written" in f.reasons[0]
+    assert f.mismatches[0].index == (128,) and f.mismatches[0].thread == "block (0,) thread (128,)"
+
+
+def test_checker_unwritten_tail(wrong_cu):
+    """n % 4 elements stay NaN from the poison."""
+    v = _check_scale(wrong_cu.scale_unwritten_tail, per_thread=4, sizes=[1000003])
+    assert "3 of 1000003 output elements were never written" in v.reasons[0]
+
+
+def test_checker_input_modification(wrong_cu):
+    """A kernel writing to its input is reported."""
+    v = _check_scale(wrong_cu.scale_modifies_input, sizes=[1000])
+    assert any("modified its input `x`" in r for r in v.reasons)
+
+
+def test_checker_missing_bounds_check(wrong_cu):
+    """Without `if (i < n)` the rounded-up grid scales elements past n."""
+    def inputs(size, seed, device):
+        return {"buf": torch.randn(size + 300, device=device), "n": size}
+
+    def ref(inp):
+        y = inp["buf"].clone()
+        y[: inp["n"]] *= 2
+        return y
+
+    def run(inp):
+        y = inp["buf"].clone()
+        wrong_cu.prefix_no_bounds_check(y, inp["n"], grid=(inp["n"] + 255) // 256, block=256)
+        return y
+
+    v = jitlab.check(run, ref, inputs, sizes=[129])
+    assert "127 of 429 elements differ" in v.reasons[0]
+    assert v.first_failure.mismatches[0].thread == "block (0,) thread (129,)"
+
+
+def test_checker_race_without_syncthreads(wrong_cu):
+    """Reading shared memory another warp has not written yet gives wrong elements."""
+    def inputs(size, seed, device):
+        return {"x": torch.randn(size, device=device)}
+
+    def run(fn):
+        def go(inp):
+            y = torch.empty_like(inp["x"])
+            fn(y, inp["x"], grid=inp["x"].numel() // 256, block=256, shared_mem=256 * 4)
+            return y
+        return go
+
+    ref = lambda inp: inp["x"].view(-1, 256).flip(1).reshape(-1)  # noqa: E731
+    assert jitlab.check(run(wrong_cu.block_reverse_ok), ref, inputs, sizes=[256 * 64]).passed
+    v = jitlab.check(run(wrong_cu.block_reverse_race), ref, inputs, sizes=[256 * 64])
+    assert not v.passed and v.first_failure.wrong > 0 and "thread" in v.first_failure.mismatches[0].thread
+
+
+# ---- timing on the GPU -------------------------------------------------------------------------
+def test_time_cuda_cold_and_hot():
+    """Event timing of a 256 MiB copy: cold and hot labelled, plausible bandwidth, samples kept."""
+    from jitlab.timing import time_cuda
+
+    x = torch.empty(1 << 26, device="cuda")
+    y = torch.empty_like(x)
+    cold = time_cuda(lambda: y.copy_(x), flush_l2=True)
+    hot = time_cuda(lambda: y.copy_(x), flush_l2=False)
+    gbps = 2 * x.numel() * 4 / (cold.median * 1e-3) / 1e9
+    assert cold.cache == "cold" and hot.cache == "hot" and len(cold.samples) >= 10
+    assert 300 < gbps < 10_000
+
+
+def test_peaks_are_measured_once_and_cached():
+    """Copy bandwidth and matmul FLOP/s are measured, then read back from peaks.json."""
+    from jitlab.peaks import peaks
+
+    p = peaks()
+    assert p["copy_gbps"] > 500 and p["matmul_bf16_tflops"] > 10
+    t0 = __import__("time").perf_counter()
+    assert peaks() == p and __import__("time").perf_counter() - t0 < 0.5
+
+
+def test_bench_saxpy_against_torch():
+    """bench() on a CUDA kernel: timed beside torch eager, GB/s and % of the measured peak."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("saxpy_ref", KERNELS / "saxpy.ref.py")
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    k = jitlab.load(KERNELS / "saxpy.cu")
+    r = jitlab.bench(lambda inp: ref.run(k, inp), ref.inputs, 1 << 24, reference=ref.reference,
+                     bytes_moved=lambda inp: 12 * inp["x"].numel(), compile_reference=False)
+    assert r.verdict.passed and r.gbps > 300 and 5 < r.pct_peak < 150 and r.vs_torch > 0.2
+
+
+def test_ab_between_two_builds_alive_in_one_process(write):
+    """Two versions of one kernel loaded side by side; the 4x-work version is slower."""
+    src = ("__global__ void work(float* y, const float* x, int n) {{ int i = blockIdx.x * blockDim.x + threadIdx.x;"
+           " if (i < n) {{ float v = x[i]; for (int r = 0; r < {reps}; ++r) v = v * 0.999f + 0.001f; y[i] = v; }} }}\n")
+    p = write("work.cu", src.format(reps=64))
+    a = jitlab.load(p)
+    p.write_text(src.format(reps=256))
+    b = jitlab.load(p)
+    assert a.build.name != b.build.name
+    x = torch.randn(1 << 22, device="cuda")
+    y = torch.empty_like(x)
+    n = x.numel()
+    va = jitlab.ab(lambda: a.work(y, x, n, grid=n // 256, block=256), lambda: b.work(y, x, n, grid=n // 256, block=256))
+    assert va.verdict == "slower"
+    same = jitlab.ab(lambda: a.work(y, x, n, grid=n // 256, block=256), lambda: a.work(y, x, n, grid=n // 256, block=256))
+    assert same.verdict == "same"

@@ -9,9 +9,9 @@ $(VENV)/.ready: pyproject.toml scripts/setup-env
 	PYTHON=$(PYTHON) scripts/setup-env $(VENV)
 	touch $@
 
-## demo: build every kernel in kernels/ and check it against its torch reference
+## demo: build, check and time every kernel in kernels/ against its torch reference (jitlab run)
 demo: $(VENV)/.ready
-	$(PY) -m jitlab demo
+	$(PY) -m jitlab run
 
 ## test: the CPU test suite (what CI runs); GPU tests are deselected without a GPU
 test: $(VENV)/.ready

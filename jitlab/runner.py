@@ -3,7 +3,8 @@
 A kernel ``kernels/NAME.cu`` (or ``NAME.cpp``, or a folder ``NAME/``) has its reference beside it in
 ``kernels/NAME.ref.py``: ``SIZES``, ``inputs(size, seed, device)``, ``reference(inputs)``,
 ``run(module, inputs)`` and optionally ``SEEDS``, ``TOLERANCE``, ``VARIANTS`` (faster versions),
-``VARIANT_SIZES``, ``BENCH_SIZES``, ``bytes_moved(inputs)``, ``flops(inputs)``.
+``VARIANT_SIZES``, ``BENCH_SIZES``, ``ORIGINAL_MAX_SIZE`` (the original version is not timed
+above it), ``bytes_moved(inputs)``, ``flops(inputs)``.
 With a GPU every kernel is checked and timed; without one the C++ kernels run on the CPU and the
 CUDA kernels are compile-checked for the named archs.
 """
@@ -120,7 +121,9 @@ def run_kernel(k: Kernel, device: str, *, time_it: bool = True, compile_referenc
         if not time_it or not hasattr(ref, "reference"):
             rows.append({**row, "status": "ok", "detail": f"sizes {', '.join(map(str, sizes))}"})
             continue
-        for size in getattr(ref, "BENCH_SIZES", [max(sizes)]):
+        limit = getattr(ref, "ORIGINAL_MAX_SIZE", None) if vname == "original" else None
+        bench_sizes = [s for s in getattr(ref, "BENCH_SIZES", [max(sizes)]) if limit is None or s <= limit]
+        for size in bench_sizes or [max(sizes)]:
             if max_size is not None and size > max_size:
                 continue
             r = bench(run, ref.inputs, size, reference=ref.reference, bytes_moved=getattr(ref, "bytes_moved", None),

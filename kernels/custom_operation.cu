@@ -1,3 +1,29 @@
+// custom_operation: output = input * 2 (seed 003, torch-style, with its own PYBIND11_MODULE).
+//
+//   m = jitlab.load("kernels/custom_operation.cu")
+//   m.custom_operation(x)    # version 0, the seed as it was
+//   m.custom_operation1(x)   # version 1: same result, about half the DRAM traffic of version 0
+//
+// Napkin math (H100 SXM: 3.35 TB/s HBM3, 132 SMs). At 2^28 floats an ideal x * 2 reads 1 GiB and
+// writes 1 GiB: 2.1 GB, 0.64 ms at the peak; torch's own x * 2 runs at about 2.9 TB/s.
+//
+// version 0 (custom_kernel, seed 003): one float per thread, a grid of n / 256 blocks. Its host
+//   function allocates the output with zeros_like, which is a whole extra kernel writing n floats
+//   before custom_kernel overwrites them: 3 x 4 bytes per element instead of 2 x 4.
+// version 1 (custom_kernel1 / custom_operation1):
+//   - empty_like: the kernel writes every element, so nothing needs zeroing (saves 1/3 of the bytes).
+//   - float4: one 16-byte load brings 4 floats, a warp moves 512 B per instruction (4 whole 128-byte
+//     lines), 4x fewer memory instructions.
+//   - 4 float4s per thread per trip, the 4 loads issued before the first store (they are
+//     independent): 64 B in flight per thread. Little's law wants ~2.7 MB in flight machine-wide
+//     (3.35 TB/s x ~0.8 us); at 32 registers (sm_90) 8 blocks of 256 fit per SM: 132 x 2048 x 64 B
+//     = 17 MB.
+//   - grid = SMs x (256-thread blocks that fit on one SM, from cudaOccupancyMaxActiveBlocksPerMultiprocessor):
+//     one resident wave walking the array with a grid-stride loop; no second, partial wave.
+//   - float4 needs 16-byte alignment (torch allocations are, at offset 0); a view starting elsewhere
+//     takes the scalar loop. The n % 4 floats after the last float4 are done one per thread.
+//   - 64-bit n (the seed's int overflows past 2^31 elements), torch's current stream.
+
 #include <torch/extension.h>
 
 __global__ void custom_kernel(const float* input, float* output, int size) {
@@ -20,6 +46,84 @@ torch::Tensor custom_operation(torch::Tensor input) {
     return output;
 }
 
+// ---------------------------------------------------------------------------------------------
+// version 1: empty_like output, flat float4 grid-stride loop, 4 float4s in flight per thread
+
+// c10's device-generic guard and stream interface, not c10/cuda/*.h: a CPU build of torch (where
+// these snippets are compile-checked) ships without c10/cuda's generated config header.
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#define CUSTOM_BLOCK1 256
+#define CUSTOM_UNROLL1 4
+
+__device__ __forceinline__ float4 custom_float4(float4 v) {
+    return make_float4(v.x * 2.0f, v.y * 2.0f, v.z * 2.0f, v.w * 2.0f);
+}
+
+__global__ void __launch_bounds__(CUSTOM_BLOCK1) custom_kernel1(const float* __restrict__ input,
+                                                               float* __restrict__ output,
+                                                               int64_t size) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool aligned = ((reinterpret_cast<size_t>(input) | reinterpret_cast<size_t>(output)) & 15) == 0;
+    const int64_t n4 = aligned ? size / 4 : 0;  // whole float4s; none if a pointer is misaligned
+
+    const float4* x4 = reinterpret_cast<const float4*>(input);
+    float4* y4 = reinterpret_cast<float4*>(output);
+    int64_t i = tid;
+    // This thread's float4s i, i + stride, ...: each load is coalesced across the warp.
+    for (; i + (CUSTOM_UNROLL1 - 1) * stride < n4; i += CUSTOM_UNROLL1 * stride) {
+        float4 v[CUSTOM_UNROLL1];
+#pragma unroll
+        for (int j = 0; j < CUSTOM_UNROLL1; ++j) v[j] = x4[i + j * stride];
+#pragma unroll
+        for (int j = 0; j < CUSTOM_UNROLL1; ++j) y4[i + j * stride] = custom_float4(v[j]);
+    }
+#pragma unroll 1
+    for (; i < n4; i += stride) y4[i] = custom_float4(x4[i]);  // fewer than 4 float4s left
+#pragma unroll 1
+    for (int64_t k = 4 * n4 + tid; k < size; k += stride) output[k] = input[k] * 2.0f;  // the tail
+}
+
+// A CUDA runtime error as a Python RuntimeError naming the call.
+static void custom_check1(cudaError_t err, const char* what = "kernel launch") {
+    TORCH_CHECK(err == cudaSuccess, what, " failed: ", cudaGetErrorString(err));
+}
+
+// torch's current stream on t's device, so the kernel is ordered with torch's own work.
+static cudaStream_t custom_stream1(const torch::Tensor& t) {
+    const c10::impl::VirtualGuardImpl impl(t.device().type());
+    return static_cast<cudaStream_t>(impl.getStream(t.device()).native_handle());
+}
+
+// Blocks for n floats: one resident wave at most, fewer when n is small, never zero.
+static int custom_grid1(int64_t n) {
+    int device = 0, sms = 0, per_sm = 0;
+    custom_check1(cudaGetDevice(&device), "cudaGetDevice");
+    custom_check1(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    custom_check1(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, custom_kernel1, CUSTOM_BLOCK1, 0),
+                 "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    const int64_t per_block = (int64_t)CUSTOM_BLOCK1 * 4 * CUSTOM_UNROLL1;  // floats per block per trip
+    const int64_t wanted = (n + per_block - 1) / per_block;
+    return (int)std::max<int64_t>(1, std::min<int64_t>(wanted, (int64_t)sms * std::max(per_sm, 1)));
+}
+
+torch::Tensor custom_operation1(torch::Tensor input) {
+    TORCH_CHECK(input.is_cuda(), "custom_operation1: input must be a CUDA tensor");
+    TORCH_CHECK(input.scalar_type() == torch::kFloat32, "custom_operation1: input must be float32");
+    const c10::DeviceGuard device_guard(input.device());
+    const torch::Tensor x = input.contiguous();  // no copy when it already is
+    torch::Tensor output = torch::empty_like(x);  // every element is written: no zeroing pass
+    const int64_t n = x.numel();
+    if (n == 0) return output;
+    custom_kernel1<<<custom_grid1(n), CUSTOM_BLOCK1, 0, custom_stream1(x)>>>(
+        x.data_ptr<float>(), output.data_ptr<float>(), n);
+    custom_check1(cudaGetLastError());
+    return output;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("custom_operation", &custom_operation, "Custom CUDA operation");
+    m.def("custom_operation1", &custom_operation1, "x * 2, float4 grid-stride version (version 1)");
 }

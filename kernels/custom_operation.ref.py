@@ -1,7 +1,8 @@
-"""Reference for custom_operation.cu (seed 003): x * 2."""
+"""Reference for custom_operation.cu (seed 003): x * 2, and version 1."""
 import torch
 
-SIZES = [1, 255, 256, 257, 1_000_003]
+SIZES = [1, 2, 3, 5, 255, 256, 257, 1_000_003]  # 2, 3, 5 and 1_000_003 end in a partial float4
+BENCH_SIZES = [1 << 28]
 
 
 def inputs(size, seed, device):
@@ -15,3 +16,15 @@ def reference(inp):
 
 def run(m, inp):
     return m.custom_operation(inp["x"])
+
+
+def run1(m, inp):
+    return m.custom_operation1(inp["x"])  # allocates its output with empty_like, launches on the current stream
+
+
+VARIANTS = {"custom_kernel1": run1}
+
+
+def bytes_moved(inp):
+    """Read x, write 2x: 8 bytes per element (version 0 also zero-fills its output: 12)."""
+    return 2 * inp["x"].numel() * inp["x"].element_size()

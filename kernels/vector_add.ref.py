@@ -1,7 +1,8 @@
-"""Reference for vector_add/ (seed 002's kernel + binding with dim/dtype checks): c = a + b."""
+"""Reference for vector_add/ (seed 002's kernel + binding with dim/dtype checks): c = a + b, and version 1."""
 import torch
 
-SIZES = [1, 255, 256, 257, 1_000_003]
+SIZES = [1, 2, 3, 5, 255, 256, 257, 1_000_003]  # 2, 3, 5 and 1_000_003 end in a partial float4
+BENCH_SIZES = [1 << 28]
 
 
 def inputs(size, seed, device):
@@ -15,3 +16,15 @@ def reference(inp):
 
 def run(m, inp):
     return m.vector_add(inp["a"], inp["b"])
+
+
+def run1(m, inp):
+    return m.vector_add1(inp["a"], inp["b"])  # same checks as vector_add; empty_like output, current stream
+
+
+VARIANTS = {"vector_add_kernel1": run1}
+
+
+def bytes_moved(inp):
+    """Read a and b, write c: 12 bytes per element."""
+    return 3 * inp["a"].numel() * inp["a"].element_size()

@@ -1,5 +1,6 @@
 #include <torch/extension.h>
 torch::Tensor vector_add_launcher(torch::Tensor& a, torch::Tensor& b);
+torch::Tensor vector_add_launcher1(torch::Tensor& a, torch::Tensor& b);  // version 1, in vector_add.cu
 // Write the C++ function that we will call from Python
 torch::Tensor vector_add_binding(torch::Tensor& a, torch::Tensor& b) {
     return vector_add_launcher(a, b);
@@ -10,4 +11,6 @@ PYBIND11_MODULE(example_kernels, m) {
         &vector_add_binding, // Corresponding C++ function to call
         "Launches the vector_add kernel" // Docstring
     );
+    m.def("vector_add1", &vector_add_launcher1,
+          "c = a + b, version 1: float4 grid-stride kernel, one resident wave");
 }

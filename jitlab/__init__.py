@@ -97,11 +97,11 @@ def __getattr__(name):
 
         return Module
     if name == "check":
-        from .check import check
+        from .checker import check
 
         return check
     if name == "bench":
-        from .bench import bench
+        from .benchmark import bench
 
         return bench
     if name == "ab":

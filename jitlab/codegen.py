@@ -56,7 +56,9 @@ class Plan:
         exported: Functions callable from Python.
         skipped: ``(name, reason)`` for functions not exported.
         files: The parsed user files.
-        has_printf: Whether output capture should wrap calls.
+        has_printf: Whether any file prints.
+        printing: Python names of the functions that may print (directly or through what they call or
+            launch): only these have their C-level output forwarded, so the others time cleanly.
     """
 
     stem: str
@@ -70,6 +72,29 @@ class Plan:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     files: list[SourceFile] = field(default_factory=list)
     has_printf: bool = False
+    printing: set[str] = field(default_factory=set)
+
+
+def printing_functions(files: list[SourceFile]) -> set[str]:
+    """Python names whose call may print: printf in their body or in anything they call, transitively.
+
+    For a snippet with its own ``PYBIND11_MODULE``, each ``m.def("name", &f)`` maps the Python name to f.
+    """
+    by_name = {fn.name: fn for f in files for fn in f.functions}
+    memo: dict[str, bool] = {}
+
+    def prints(name: str, seen: frozenset = frozenset()) -> bool:
+        if name in memo:
+            return memo[name]
+        fn = by_name.get(name)
+        result = bool(fn) and (fn.prints or any(prints(c, seen | {name}) for c in fn.calls if c not in seen))
+        memo[name] = result
+        return result
+
+    names = {py: cpp for f in files for py, cpp in f.pybind_defs.items()}
+    if not names:
+        names = {n: n for n in by_name}
+    return {py for py, cpp in names.items() if prints(cpp)}
 
 
 def with_line_directive(f: SourceFile, text: str | None = None) -> str:
@@ -164,6 +189,7 @@ def _kernel_plan(files: list[SourceFile], stem: str) -> Plan:
         skipped=skipped,
         files=files,
         has_printf=any(f.has_printf for f in files),
+        printing=printing_functions(files),
     )
 
 
@@ -207,6 +233,7 @@ def _torch_plan(files: list[SourceFile], stem: str) -> Plan:
         skipped=skipped,
         files=files,
         has_printf=any(f.has_printf for f in files),
+        printing=printing_functions(files),
     )
 
 

@@ -90,9 +90,10 @@ def _bind_kernel_only(mod: Module, b: build_mod.Build) -> None:
             getattr(lib, sym).argtypes = [ctypes.c_int]
     for fn in b.plan.exported:
         in_cuda = fn.path.endswith(".cu")
-        call = Callable(fn, lib, "cuda" if in_cuda else "cpu", b.plan.has_printf,
+        prints = fn.name in b.plan.printing
+        call = Callable(fn, lib, "cuda" if in_cuda else "cpu", prints,
                         "jitlab_last_exception" if in_cuda else "jitlab_cpp_last_exception")
-        attr = call if b.plan.has_printf else call._call
+        attr = call if prints else call._call
         if attr is not call:
             attr.__doc__ = call.describe()
             attr.jitlab = call
@@ -105,7 +106,7 @@ def _bind_torch(mod: Module, b: build_mod.Build) -> None:
     names = [n for n in dir(py) if not n.startswith("_")]
     for n in names:
         fn = getattr(py, n)
-        if b.plan.has_printf and callable(fn):
+        if n in b.plan.printing and callable(fn):
             fn = _forwarding_output(fn, sync=b.plan.cuda)
         setattr(mod, n, fn)
     mod.functions = names

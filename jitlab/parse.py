@@ -65,6 +65,8 @@ class Function:
         static: Declared ``static`` or ``inline`` (not visible from another translation unit).
         template: Declared as a template (cannot be launched without instantiation).
         params_text: The parameter list as written, parentheses included.
+        calls: Names of the functions and kernels its body calls (launches included).
+        prints: Whether its body calls ``printf`` itself.
     """
 
     name: str
@@ -77,6 +79,8 @@ class Function:
     static: bool = False
     template: bool = False
     params_text: str = "()"
+    calls: tuple[str, ...] = ()
+    prints: bool = False
 
     def signature(self) -> str:
         """A C++ declaration of the function: ``torch::Tensor f(torch::Tensor x)``."""
@@ -96,6 +100,7 @@ class SourceFile:
         local_includes: ``#include "..."`` targets, as written.
         uses_torch: Whether the file needs torch headers (includes them or names torch types).
         pybind_module: ``(name, start_byte, end_byte)`` of the first ``PYBIND11_MODULE`` argument.
+        pybind_defs: Python name → C++ function for each ``m.def("name", &function)`` in it.
         has_printf: Whether the file calls ``printf`` (its output is forwarded to Python).
         parse_error: ``(line, column)`` of the first syntax error tree-sitter found, if any.
     """
@@ -107,6 +112,7 @@ class SourceFile:
     local_includes: list[str] = field(default_factory=list)
     uses_torch: bool = False
     pybind_module: tuple[str, int, int] | None = None
+    pybind_defs: dict[str, str] = field(default_factory=dict)
     has_printf: bool = False
     parse_error: tuple[int, int] | None = None
 
@@ -261,6 +267,7 @@ class _Walker:
         returns = " ".join(type_quals + [_squash(type_node.text.decode()) if type_node else "int"]) + stars
         params_node = declarator.child_by_field_name("parameters")
         params = tuple(_params(params_node)) if params_node is not None else ()
+        calls = _called_names(node.child_by_field_name("body"))
         self.out.functions.append(
             Function(
                 name=name,
@@ -273,16 +280,52 @@ class _Walker:
                 static=bool(storage & {"static", "inline"}),
                 template=template,
                 params_text=params_node.text.decode() if params_node is not None else "()",
+                calls=tuple(sorted(calls - PRINT_FUNCTIONS)),
+                prints=bool(calls & PRINT_FUNCTIONS),
             )
         )
 
     def _pybind(self, declarator: ts.Node) -> None:
         self.out.uses_torch = True
+        body = declarator.parent.child_by_field_name("body") if declarator.parent is not None else None
+        for call in _descendants(body, "call_expression"):
+            fn = call.child_by_field_name("function")
+            args = call.child_by_field_name("arguments")
+            real = [a for a in args.named_children if a.type != "comment"] if args is not None else []
+            if fn is None or not fn.text.decode().endswith(".def") or len(real) < 2:
+                continue
+            name, target = real[0], real[1]
+            if name.type == "string_literal":
+                ids = [target] if target.type == "identifier" else list(_descendants(target, "identifier"))
+                if ids:
+                    self.out.pybind_defs[name.text.decode().strip('"')] = ids[-1].text.decode()
         params = declarator.child_by_field_name("parameters")
         if params is None or not params.named_children or self.out.pybind_module is not None:
             return
         first = params.named_children[0]
         self.out.pybind_module = (first.text.decode(), first.start_byte, first.end_byte)
+
+
+PRINT_FUNCTIONS = frozenset({"printf", "fprintf", "puts", "putchar", "fputs"})
+
+
+def _descendants(node: ts.Node | None, kind: str):
+    stack = [node] if node is not None else []
+    while stack:
+        n = stack.pop()
+        if n.type == kind:
+            yield n
+        stack.extend(n.named_children)
+
+
+def _called_names(body: ts.Node | None) -> set[str]:
+    """Identifiers called in a body: functions, kernel launches (``k<<<g, b>>>(…)``) and printf."""
+    names = set()
+    for call in _descendants(body, "call_expression"):
+        fn = call.child_by_field_name("function")
+        if fn is not None and fn.type in ("identifier", "qualified_identifier", "template_function"):
+            names.add(fn.text.decode().split("<")[0].split("::")[-1])
+    return names
 
 
 def _params(node: ts.Node):

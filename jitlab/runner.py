@@ -97,8 +97,8 @@ def run_kernel(k: Kernel, device: str, *, time_it: bool = True, compile_referenc
                max_size: int | None = None) -> list[dict]:
     """Build one kernel, check every variant, and time the ones that pass; one row per variant and size."""
     import jitlab
-    from .bench import bench
-    from .check import check
+    from .benchmark import bench
+    from .checker import check
 
     t0 = time.perf_counter()
     try:

@@ -70,12 +70,14 @@ _flush_buffers: dict[int, torch.Tensor] = {}
 
 
 def l2_flush_buffer(device: int | None = None) -> torch.Tensor:
-    """A buffer twice the GPU's L2 size; zeroing it evicts everything a kernel left in L2."""
+    """A buffer of twice the GPU's L2 size, at least 256 MiB (as ``do_bench``); zeroing it evicts
+    everything a kernel left in L2."""
     dev = torch.cuda.current_device() if device is None else device
     buf = _flush_buffers.get(dev)
     if buf is None:
         l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 64 * 2**20
-        buf = _flush_buffers[dev] = torch.empty(2 * l2 // 4, dtype=torch.int32, device=f"cuda:{dev}")
+        nbytes = max(2 * l2, 256 * 2**20)
+        buf = _flush_buffers[dev] = torch.empty(nbytes // 4, dtype=torch.int32, device=f"cuda:{dev}")
     return buf
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from jitlab import results
-from jitlab.bench import bench
+from jitlab.benchmark import bench
 from jitlab.timing import Timing, ab, time_cpu
 
 ROOT = Path(__file__).resolve().parent.parent

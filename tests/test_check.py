@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import jitlab
-from jitlab.check import TOLERANCES, check, tolerance
+from jitlab.checker import TOLERANCES, check, tolerance
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SIZES = [1, 31, 127, 128, 129, 1001]
@@ -178,8 +178,16 @@ def test_half_within_tolerance_passes():
 
 def test_thread_attribution_for_1d_and_2d_launches():
     """Wrong elements name the (blockIdx, threadIdx) of the usual index formulas."""
-    from jitlab.check import _thread_of
+    from jitlab.checker import _thread_of
 
     assert _thread_of((300,), (1000,), (4, 1, 1, 256, 1, 1), None) == "block (1,) thread (44,)"
     assert _thread_of((1100,), (2000,), (4, 1, 1, 256, 1, 1), None) == "block (0,) thread (76,)"  # grid-stride pass 2
     assert _thread_of((17, 40), (64, 64), None, (16, 16)) == "block (2, 1) thread (8, 1)"
+
+
+def test_package_exports_the_functions():
+    """jitlab.check / jitlab.bench / jitlab.ab are the functions, whatever was imported before."""
+    from jitlab.benchmark import bench
+    from jitlab.timing import ab
+
+    assert jitlab.check is check and jitlab.bench is bench and jitlab.ab is ab

@@ -124,3 +124,14 @@ def test_torch_style_helpers_with_raw_pointers_are_not_bound(write):
     plan = plan_of(p)
     assert plan.functions == ["op"]
     assert {n for n, _ in plan.skipped} == {"launch", "check_err"}
+
+
+def test_only_functions_that_print_are_wrapped():
+    """printf reachability: seed 000's two_norm prints (through its launcher and kernel), two_norm1 does not."""
+    d = KERNELS / "two_norm"
+    p = plan_of(d / "two_norm_bind.cpp", d / "two_norm_kernel.cu")
+    assert "two_norm" in p.printing and "two_norm1" not in p.printing
+    sq = plan_of(KERNELS / "square_matrix.cu")
+    assert "square_matrix" in sq.printing and "square_matrix1" not in sq.printing
+    assert plan_of(KERNELS / "hello.cu").printing == {"kernel"}
+    assert plan_of(KERNELS / "saxpy.cu").printing == set()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import check as check_mod
+from . import checker as check_mod
 from . import timing
 
 

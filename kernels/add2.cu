@@ -6,6 +6,7 @@
 //   sms = torch.cuda.get_device_properties(0).multi_processor_count
 //   k.add2_kernel1(c, a, b, n, grid=sms * 8, block=256)   # version 1; 8 = 2048 threads per SM / 256 (4 on a T4)
 //   k.add2_kernel2(c, a, b, n, grid=sms * 4, block=256)   # version 2
+//   k.add2_kernel3(c, a, b, n, grid=max(1, -(-n // 4096)), block=256)   # version 3: one block per tile
 //
 // Tensors go in for the pointers (float* <-> float32, CUDA, contiguous); the grid-stride loops make
 // any grid size correct (kernels/add2.ref.py shrinks the grid for small n).
@@ -39,6 +40,22 @@
 //   resident (54 registers on sm_90), whatever the compiler does.
 // Which wins between 1 and 2 is for the benchmark to say; both should be within a few percent of
 // torch's add, which does the same float4 work.
+// version 3 (add2_kernel3): measured, 1 reached only 2900 GB/s against torch's ~3050 (0.95x), so
+//   this copies torch's own elementwise layout instead of a persistent grid: every block does one
+//   contiguous tile of 256 threads x 16 floats = 4096 floats (16 KB per array), thread t loading
+//   float4s tile/4 + j x 256 + t for j = 0..3 (each load coalesced, 512 B per warp instruction),
+//   all 8 loads before the first add, __ldcs/__stcs as in 2. The grid is n / 4096 blocks (65536 at
+//   2^28) instead of one wave walking the whole array: the blocks resident at any moment
+//   (__launch_bounds__(256, 8) holds it to 32 registers on sm_90, no spills, 40 without: 8 blocks
+//   per SM, 1056 on 132 SMs; the 8 loads still all go out before the first store, ptxas reusing
+//   registers so ~4-6 are in flight per thread, >= 17 MB machine-wide, 6x Little's 2.7 MB) cover
+//   one contiguous ~17 MB window of each array, so DRAM pages are opened once and read
+//   through, where a grid-stride wave scatters each thread's accesses 4 MB apart and the waves
+//   drift. 65536 / 1056 = 62 waves of ~17 us blocks, so the partial last wave costs < 1 block time
+//   (~1.5%), and the block scheduler hands out new tiles as old ones finish. Only the last tile
+//   checks bounds (float4s that fit, then the n % 4 floats); a misaligned pointer takes a scalar
+//   tile loop (uniform branch). The tile loop (start += gridDim.x x tile) keeps any grid correct,
+//   and all indices are 64-bit; the tile follows blockDim.x (at most 256, the launch bound).
 
 __global__ void add2_kernel(float* c,
                             const float* a,
@@ -138,5 +155,58 @@ __global__ void __launch_bounds__(256, 4) add2_kernel2(float* __restrict__ c,
 #pragma unroll 1
     for (long long k = 4 * n4 + tid; k < n; k += stride) {
         c[k] = a[k] + b[k];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// version 3: torch-style tiles, one tile of 16 floats per thread per block, a grid of n / tile blocks
+
+// Floats per thread per tile (4 float4s per input): the tile is blockDim.x x 16 floats, 4096 at 256.
+#define ADD2_TILE_PER_THREAD3 16
+
+__global__ void __launch_bounds__(256, 8) add2_kernel3(float* __restrict__ c,
+                                                    const float* __restrict__ a,
+                                                    const float* __restrict__ b,
+                                                    long long n) {
+    const bool aligned = add2_aligned16(a) && add2_aligned16(b) && add2_aligned16(c);
+    const long long tile = (long long)blockDim.x * ADD2_TILE_PER_THREAD3;  // floats per tile
+    const float4* a4 = reinterpret_cast<const float4*>(a);
+    const float4* b4 = reinterpret_cast<const float4*>(b);
+    float4* c4 = reinterpret_cast<float4*>(c);
+    // Normally one trip (grid = number of tiles); the loop only matters if the grid is smaller.
+    for (long long start = (long long)blockIdx.x * tile; start < n; start += (long long)gridDim.x * tile) {
+        if (aligned && start + tile <= n) {
+            // A whole tile: float4 q = start / 4 + j * blockDim.x + threadIdx.x, each load coalesced
+            // across the warp (512 B per instruction); all eight loads before the first add.
+            const long long q0 = (start >> 2) + threadIdx.x;
+            float4 x[4], y[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                x[j] = __ldcs(a4 + q0 + (long long)j * blockDim.x);
+                y[j] = __ldcs(b4 + q0 + (long long)j * blockDim.x);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                __stcs(c4 + q0 + (long long)j * blockDim.x, add2_float4(x[j], y[j]));
+            }
+        } else if (aligned) {
+            // The last, partial tile: whole float4s while they fit, then the n % 4 floats one by one.
+#pragma unroll 1
+            for (int j = 0; j < 4; ++j) {
+                const long long q = (start >> 2) + (long long)j * blockDim.x + threadIdx.x;
+                if (4 * q + 4 <= n) {
+                    c4[q] = add2_float4(a4[q], b4[q]);
+                } else {
+                    for (long long k = 4 * q; k < n && k < 4 * q + 4; ++k) c[k] = a[k] + b[k];
+                }
+            }
+        } else {
+            // A misaligned pointer (uniform branch): the same tile, one float at a time, coalesced.
+#pragma unroll 4
+            for (int j = 0; j < ADD2_TILE_PER_THREAD3; ++j) {
+                const long long k = start + (long long)j * blockDim.x + threadIdx.x;
+                if (k < n) c[k] = a[k] + b[k];
+            }
+        }
     }
 }

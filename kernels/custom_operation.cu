@@ -3,6 +3,7 @@
 //   m = jitlab.load("kernels/custom_operation.cu")
 //   m.custom_operation(x)    # version 0, the seed as it was
 //   m.custom_operation1(x)   # version 1: same result, about half the DRAM traffic of version 0
+//   m.custom_operation2(x)   # version 2: version 1's bytes, torch's tile-per-block layout
 //
 // Napkin math (H100 SXM: 3.35 TB/s HBM3, 132 SMs). At 2^28 floats an ideal x * 2 reads 1 GiB and
 // writes 1 GiB: 2.1 GB, 0.64 ms at the peak; torch's own x * 2 runs at about 2.9 TB/s.
@@ -23,6 +24,19 @@
 //   - float4 needs 16-byte alignment (torch allocations are, at offset 0); a view starting elsewhere
 //     takes the scalar loop. The n % 4 floats after the last float4 are done one per thread.
 //   - 64-bit n (the seed's int overflows past 2^31 elements), torch's current stream.
+// version 2 (custom_kernel2 / custom_operation2): measured, 1 reached 2815 GB/s (0.94x torch), so
+//   this copies torch's own elementwise layout instead of a persistent grid: every block does one
+//   contiguous tile of 256 threads x 16 floats = 4096 floats (16 KB), thread t loading float4s
+//   tile/4 + j x 256 + t for j = 0..3 (coalesced, 512 B per warp instruction), all 4 loads before
+//   the first store, with streaming hints (__ldcs/__stcs: every byte is touched once). The grid is
+//   n / 4096 blocks (65536 at 2^28) instead of one wave walking the whole array: the blocks
+//   resident at any moment (8 per SM at <= 32 registers, 1056 on 132 SMs, 17 MB of loads in flight,
+//   ~6x Little's 2.7 MB) cover one contiguous ~17 MB window, so DRAM pages are opened once and read
+//   through, where a grid-stride wave scatters each thread's accesses 4 MB apart. 65536 / 1056 = 62
+//   waves of short blocks, so the partial last wave costs < 1 block time (~1.5%), smoothed by the
+//   block scheduler handing out tiles as blocks finish. Only the last tile checks bounds (float4s
+//   that fit, then the n % 4 floats); a misaligned pointer takes a scalar tile loop (uniform
+//   branch). A loop over tiles (start += gridDim.x x 4096) keeps any grid correct; 64-bit indices.
 
 #include <torch/extension.h>
 
@@ -123,7 +137,70 @@ torch::Tensor custom_operation1(torch::Tensor input) {
     return output;
 }
 
+// ---------------------------------------------------------------------------------------------
+// version 2: torch-style tiles, one 4096-float tile per block, a grid of n / 4096 blocks
+
+#define CUSTOM_BLOCK2 256
+#define CUSTOM_VEC2 4                                   // float4s per thread per tile
+#define CUSTOM_TILE2 (CUSTOM_BLOCK2 * 4 * CUSTOM_VEC2)  // 4096 floats
+
+__global__ void __launch_bounds__(CUSTOM_BLOCK2) custom_kernel2(const float* __restrict__ input,
+                                                               float* __restrict__ output,
+                                                               int64_t size) {
+    const bool aligned = ((reinterpret_cast<size_t>(input) | reinterpret_cast<size_t>(output)) & 15) == 0;
+    const float4* x4 = reinterpret_cast<const float4*>(input);
+    float4* y4 = reinterpret_cast<float4*>(output);
+    // Normally one trip (grid = number of tiles); the loop only matters if the grid is smaller.
+    for (int64_t start = (int64_t)blockIdx.x * CUSTOM_TILE2; start < size;
+         start += (int64_t)gridDim.x * CUSTOM_TILE2) {
+        if (aligned && start + CUSTOM_TILE2 <= size) {
+            // A whole tile: float4 start / 4 + j * 256 + threadIdx.x, coalesced; 4 loads, then 4 stores.
+            const int64_t q0 = (start >> 2) + threadIdx.x;
+            float4 v[CUSTOM_VEC2];
+#pragma unroll
+            for (int j = 0; j < CUSTOM_VEC2; ++j) v[j] = __ldcs(x4 + q0 + j * CUSTOM_BLOCK2);
+#pragma unroll
+            for (int j = 0; j < CUSTOM_VEC2; ++j) __stcs(y4 + q0 + j * CUSTOM_BLOCK2, custom_float4(v[j]));
+        } else if (aligned) {
+            // The last, partial tile: whole float4s while they fit, then the size % 4 floats.
+#pragma unroll 1
+            for (int j = 0; j < CUSTOM_VEC2; ++j) {
+                const int64_t q = (start >> 2) + j * CUSTOM_BLOCK2 + threadIdx.x;
+                if (4 * q + 4 <= size) {
+                    y4[q] = custom_float4(x4[q]);
+                } else {
+                    for (int64_t k = 4 * q; k < size && k < 4 * q + 4; ++k) output[k] = input[k] * 2.0f;
+                }
+            }
+        } else {
+            // A misaligned pointer (uniform branch): the same tile, one float at a time, coalesced.
+#pragma unroll 4
+            for (int j = 0; j < 4 * CUSTOM_VEC2; ++j) {
+                const int64_t k = start + j * CUSTOM_BLOCK2 + threadIdx.x;
+                if (k < size) output[k] = input[k] * 2.0f;
+            }
+        }
+    }
+}
+
+torch::Tensor custom_operation2(torch::Tensor input) {
+    TORCH_CHECK(input.is_cuda(), "custom_operation2: input must be a CUDA tensor");
+    TORCH_CHECK(input.scalar_type() == torch::kFloat32, "custom_operation2: input must be float32");
+    const c10::DeviceGuard device_guard(input.device());
+    const torch::Tensor x = input.contiguous();  // no copy when it already is
+    torch::Tensor output = torch::empty_like(x);  // every element is written: no zeroing pass
+    const int64_t n = x.numel();
+    if (n == 0) return output;
+    // One block per tile, capped at the grid's x limit (the kernel's tile loop covers the rest).
+    const int blocks = (int)std::min<int64_t>((n + CUSTOM_TILE2 - 1) / CUSTOM_TILE2, 2147483647);
+    custom_kernel2<<<blocks, CUSTOM_BLOCK2, 0, custom_stream1(x)>>>(
+        x.data_ptr<float>(), output.data_ptr<float>(), n);
+    custom_check1(cudaGetLastError());
+    return output;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("custom_operation", &custom_operation, "Custom CUDA operation");
     m.def("custom_operation1", &custom_operation1, "x * 2, float4 grid-stride version (version 1)");
+    m.def("custom_operation2", &custom_operation2, "x * 2, one 4096-float tile per block (version 2)");
 }

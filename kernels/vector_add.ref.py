@@ -22,7 +22,11 @@ def run1(m, inp):
     return m.vector_add1(inp["a"], inp["b"])  # same checks as vector_add; empty_like output, current stream
 
 
-VARIANTS = {"vector_add_kernel1": run1}
+def run2(m, inp):
+    return m.vector_add2(inp["a"], inp["b"])  # same checks; one 4096-float tile per block, empty_like output
+
+
+VARIANTS = {"vector_add_kernel1": run1, "vector_add_kernel2": run2}
 
 
 def bytes_moved(inp):

@@ -42,14 +42,14 @@ def main() -> int:
     from jitlab.timing import time_cuda
 
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    print(f"{'kernel':<28}{'jitlab median':>15}{'do_bench median':>17}{'ratio':>8}")
+    print(f"{'kernel':<28}{'jitlab median':>15}{'(n)':>7}{'do_bench median':>17}{'ratio':>8}")
     worst = 0.0
     for name, fn in cases():
-        ours = time_cuda(fn, flush_l2=True, rep_s=0.3).median
+        t = time_cuda(fn, flush_l2=True, rep_s=0.3)
         theirs = do_bench(fn, warmup=25, rep=300, return_mode="median")
-        ratio = ours / theirs
+        ratio = t.median / theirs
         worst = max(worst, abs(ratio - 1))
-        print(f"{name:<28}{ours * 1000:>12.2f} µs{theirs * 1000:>14.2f} µs{ratio:>8.3f}")
+        print(f"{name:<28}{t.median * 1000:>12.2f} µs{len(t.samples):>7}{theirs * 1000:>14.2f} µs{ratio:>8.3f}")
     print(f"largest disagreement: {worst * 100:.1f}% ({'within' if worst <= 0.05 else 'OUTSIDE'} 5%)")
     return 0 if worst <= 0.05 else 1
 

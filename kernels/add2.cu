@@ -210,3 +210,53 @@ __global__ void __launch_bounds__(256, 8) add2_kernel3(float* __restrict__ c,
         }
     }
 }
+
+// version 4 (add2_kernel4): version 3 with plain loads and stores instead of the streaming
+//   (evict-first) hints, to measure whether the hints help the two-input case; launched with
+//   128-thread blocks (2048-float tiles), torch's own choice for its vectorized elementwise kernels.
+__global__ void __launch_bounds__(256, 8) add2_kernel4(float* __restrict__ c,
+                                                    const float* __restrict__ a,
+                                                    const float* __restrict__ b,
+                                                    long long n) {
+    const bool aligned = add2_aligned16(a) && add2_aligned16(b) && add2_aligned16(c);
+    const long long tile = (long long)blockDim.x * ADD2_TILE_PER_THREAD3;  // floats per tile
+    const float4* a4 = reinterpret_cast<const float4*>(a);
+    const float4* b4 = reinterpret_cast<const float4*>(b);
+    float4* c4 = reinterpret_cast<float4*>(c);
+    // Normally one trip (grid = number of tiles); the loop only matters if the grid is smaller.
+    for (long long start = (long long)blockIdx.x * tile; start < n; start += (long long)gridDim.x * tile) {
+        if (aligned && start + tile <= n) {
+            // A whole tile: float4 q = start / 4 + j * blockDim.x + threadIdx.x, each load coalesced
+            // across the warp (512 B per instruction); all eight loads before the first add.
+            const long long q0 = (start >> 2) + threadIdx.x;
+            float4 x[4], y[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                x[j] = *(a4 + q0 + (long long)j * blockDim.x);
+                y[j] = *(b4 + q0 + (long long)j * blockDim.x);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                c4[q0 + (long long)j * blockDim.x] = add2_float4(x[j], y[j]);
+            }
+        } else if (aligned) {
+            // The last, partial tile: whole float4s while they fit, then the n % 4 floats one by one.
+#pragma unroll 1
+            for (int j = 0; j < 4; ++j) {
+                const long long q = (start >> 2) + (long long)j * blockDim.x + threadIdx.x;
+                if (4 * q + 4 <= n) {
+                    c4[q] = add2_float4(a4[q], b4[q]);
+                } else {
+                    for (long long k = 4 * q; k < n && k < 4 * q + 4; ++k) c[k] = a[k] + b[k];
+                }
+            }
+        } else {
+            // A misaligned pointer (uniform branch): the same tile, one float at a time, coalesced.
+#pragma unroll 4
+            for (int j = 0; j < ADD2_TILE_PER_THREAD3; ++j) {
+                const long long k = start + (long long)j * blockDim.x + threadIdx.x;
+                if (k < n) c[k] = a[k] + b[k];
+            }
+        }
+    }
+}

@@ -62,7 +62,25 @@ def run3(k, inp):
     return c
 
 
-VARIANTS = {"add2_kernel1": run1, "add2_kernel2": run2, "add2_kernel3": run3}
+def run3_128(k, inp):
+    """Version 3 with 128-thread blocks: 2048-float tiles (the kernel's tile follows blockDim.x)."""
+    a, b = inp["a"], inp["b"]
+    n = a.numel()
+    c = torch.empty_like(a)
+    k.add2_kernel3(c, a, b, n, grid=max(1, min(-(-n // 2048), 2**31 - 1)), block=128)
+    return c
+
+
+def run4(k, inp):
+    a, b = inp["a"], inp["b"]
+    n = a.numel()
+    c = torch.empty_like(a)
+    k.add2_kernel4(c, a, b, n, grid=max(1, min(-(-n // 2048), 2**31 - 1)), block=128)
+    return c
+
+
+VARIANTS = {"add2_kernel1": run1, "add2_kernel2": run2, "add2_kernel3": run3, "add2_kernel3/128": run3_128,
+            "add2_kernel4": run4}
 
 
 def bytes_moved(inp):

@@ -200,10 +200,12 @@ def _torch_plan(files: list[SourceFile], stem: str) -> Plan:
     exported, skipped = [], []
     for f in files:
         for fn in f.functions:
+            if binds_itself:
+                continue  # its own PYBIND11_MODULE decides what Python sees
             reason = _not_bindable(fn)
             if reason:
                 skipped.append((fn.name, reason))
-            elif not binds_itself:
+            else:
                 exported.append(fn)
     _check_unique(exported)
     if not binds_itself and not exported:

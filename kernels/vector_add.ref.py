@@ -26,7 +26,11 @@ def run2(m, inp):
     return m.vector_add2(inp["a"], inp["b"])  # same checks; one 4096-float tile per block, empty_like output
 
 
-VARIANTS = {"vector_add_kernel1": run1, "vector_add_kernel2": run2}
+def run3(m, inp):
+    return m.vector_add3(inp["a"], inp["b"])  # version 2 without the streaming hints
+
+
+VARIANTS = {"vector_add_kernel1": run1, "vector_add_kernel2": run2, "vector_add_kernel3": run3}
 
 
 def bytes_moved(inp):

@@ -229,3 +229,77 @@ torch::Tensor vector_add_launcher2(torch::Tensor& a, torch::Tensor& b) {
     vector_add_check1(cudaGetLastError());
     return c;
 }
+
+// version 3 (vector_add_kernel3 / vector_add_launcher3): version 2 with plain loads and stores. On the
+//   H100 the streaming hints cost the two-input add ~3% (add2.cu's version 4 without them reached
+//   3005 GB/s, 0.99x torch, where version 3 with them stayed at 2919 GB/s); with one input
+//   (custom_operation, square_matrix) they did not.
+__global__ void __launch_bounds__(VECTOR_ADD_BLOCK2) vector_add_kernel3(const float* __restrict__ a,
+                                                                      const float* __restrict__ b,
+                                                                      float* __restrict__ c,
+                                                                      int64_t N) {
+    const bool aligned = ((reinterpret_cast<size_t>(a) | reinterpret_cast<size_t>(b) |
+                           reinterpret_cast<size_t>(c)) & 15) == 0;
+    const float4* a4 = reinterpret_cast<const float4*>(a);
+    const float4* b4 = reinterpret_cast<const float4*>(b);
+    float4* c4 = reinterpret_cast<float4*>(c);
+    // Normally one trip (grid = number of tiles); the loop only matters if the grid is smaller.
+    for (int64_t start = (int64_t)blockIdx.x * VECTOR_ADD_TILE2; start < N;
+         start += (int64_t)gridDim.x * VECTOR_ADD_TILE2) {
+        if (aligned && start + VECTOR_ADD_TILE2 <= N) {
+            // A whole tile: float4 start / 4 + j * 256 + threadIdx.x, coalesced; 8 loads, then 4 stores.
+            const int64_t q0 = (start >> 2) + threadIdx.x;
+            float4 x[VECTOR_ADD_VEC2], y[VECTOR_ADD_VEC2];
+#pragma unroll
+            for (int j = 0; j < VECTOR_ADD_VEC2; ++j) {
+                x[j] = *(a4 + q0 + j * VECTOR_ADD_BLOCK2);
+                y[j] = *(b4 + q0 + j * VECTOR_ADD_BLOCK2);
+            }
+#pragma unroll
+            for (int j = 0; j < VECTOR_ADD_VEC2; ++j) {
+                c4[q0 + j * VECTOR_ADD_BLOCK2] = vector_add_float4(x[j], y[j]);
+            }
+        } else if (aligned) {
+            // The last, partial tile: whole float4s while they fit, then the N % 4 floats.
+#pragma unroll 1
+            for (int j = 0; j < VECTOR_ADD_VEC2; ++j) {
+                const int64_t q = (start >> 2) + j * VECTOR_ADD_BLOCK2 + threadIdx.x;
+                if (4 * q + 4 <= N) {
+                    c4[q] = vector_add_float4(a4[q], b4[q]);
+                } else {
+                    for (int64_t k = 4 * q; k < N && k < 4 * q + 4; ++k) c[k] = a[k] + b[k];
+                }
+            }
+        } else {
+            // A misaligned pointer (uniform branch): the same tile, one float at a time, coalesced.
+#pragma unroll 4
+            for (int j = 0; j < 4 * VECTOR_ADD_VEC2; ++j) {
+                const int64_t k = start + j * VECTOR_ADD_BLOCK2 + threadIdx.x;
+                if (k < N) c[k] = a[k] + b[k];
+            }
+        }
+    }
+}
+
+torch::Tensor vector_add_launcher3(torch::Tensor& a, torch::Tensor& b) {
+    // The seed's checks, with the seed's messages, and version 1's.
+    if (a.dim() != 1 || b.dim() != 1) {
+        throw std::runtime_error("Input tensor must be one-dimensional");
+    }
+    if (a.scalar_type() != torch::kFloat32 || b.scalar_type() != torch::kFloat32) {
+        throw std::runtime_error("Input tensor must be type of float32");
+    }
+    TORCH_CHECK(a.size(0) == b.size(0), "vector_add3: a and b differ in length (", a.size(0), " vs ", b.size(0), ")");
+    TORCH_CHECK(a.is_cuda() && b.device() == a.device(), "vector_add3: a and b must be on the same CUDA device");
+    const c10::DeviceGuard device_guard(a.device());
+    const torch::Tensor x = a.contiguous(), y = b.contiguous();  // no copy when they already are
+    torch::Tensor c = torch::empty_like(x);
+    const int64_t N = x.size(0);
+    if (N == 0) return c;
+    // One block per tile, capped at the grid's x limit (the kernel's tile loop covers the rest).
+    const int blocks = (int)std::min<int64_t>((N + VECTOR_ADD_TILE2 - 1) / VECTOR_ADD_TILE2, 2147483647);
+    vector_add_kernel3<<<blocks, VECTOR_ADD_BLOCK2, 0, vector_add_stream1(x)>>>(
+        x.data_ptr<float>(), y.data_ptr<float>(), c.data_ptr<float>(), N);
+    vector_add_check1(cudaGetLastError());
+    return c;
+}

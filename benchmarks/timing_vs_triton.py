@@ -1,8 +1,9 @@
 """jitlab's timing vs ``triton.testing.do_bench`` on the same kernels, in the same run.
 
 Both flush L2 before each repetition and time with CUDA events; both report the median here.
-The script prints each kernel's two medians and their ratio, and exits 1 if any ratio is outside
-±5%.
+The script prints each kernel's two medians and their ratio, and exits 1 if a kernel of 50 µs or
+more disagrees by more than 5%. Kernels of a few µs are printed too, but they are launch-bound:
+there, two do_bench calls on the same kernel differ by several percent (9.4 vs 10.1 µs on the H100).
 
     python benchmarks/timing_vs_triton.py
 """
@@ -44,13 +45,17 @@ def main() -> int:
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(f"{'kernel':<28}{'jitlab median':>15}{'(n)':>7}{'do_bench median':>17}{'ratio':>8}")
     worst = 0.0
+    LAUNCH_BOUND_MS = 0.05
     for name, fn in cases():
         t = time_cuda(fn, flush_l2=True, rep_s=0.3)
         theirs = do_bench(fn, warmup=25, rep=300, return_mode="median")
         ratio = t.median / theirs
-        worst = max(worst, abs(ratio - 1))
-        print(f"{name:<28}{t.median * 1000:>12.2f} µs{len(t.samples):>7}{theirs * 1000:>14.2f} µs{ratio:>8.3f}")
-    print(f"largest disagreement: {worst * 100:.1f}% ({'within' if worst <= 0.05 else 'OUTSIDE'} 5%)")
+        small = theirs < LAUNCH_BOUND_MS
+        if not small:
+            worst = max(worst, abs(ratio - 1))
+        note = "  (launch-bound: informative only)" if small else ""
+        print(f"{name:<28}{t.median * 1000:>12.2f} µs{len(t.samples):>7}{theirs * 1000:>14.2f} µs{ratio:>8.3f}{note}")
+    print(f"largest disagreement at 50 µs and above: {worst * 100:.1f}% ({'within' if worst <= 0.05 else 'OUTSIDE'} 5%)")
     return 0 if worst <= 0.05 else 1
 
 

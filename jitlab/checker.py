@@ -304,10 +304,10 @@ def _report(case, g, e, wrong, launch, block, poison, exact, rtol=0.0, atol=0.0)
 def _thread_of(index: tuple[int, ...], shape: tuple[int, ...], launch, block) -> str:
     """The (blockIdx, threadIdx) that handles ``index`` under the usual 1-D/2-D index formulas."""
     if launch is not None:
-        gx, gy, _, bx, by, _ = launch[:6]
+        gx, _, _, bx, by, _ = launch[:6]
     elif block is not None:
         bx, by = (tuple(block) + (1,))[:2]
-        gx = gy = None
+        gx = None
     else:
         return ""
     if by == 1 or len(shape) == 1:  # 1-D launch: i = blockIdx.x * blockDim.x + threadIdx.x (first grid-stride pass)

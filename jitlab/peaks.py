@@ -22,18 +22,23 @@ def _key() -> str:
     return f"{p.name}|{p.major}.{p.minor}|{p.multi_processor_count}|torch {torch.__version__}"
 
 
-def measure() -> dict:
-    """Measure copy bandwidth (GB/s, bytes read + written) and bf16 matmul TFLOP/s now."""
+def _copy_gbps() -> float:
     src = torch.empty(COPY_BYTES // 4, dtype=torch.float32, device="cuda")
     dst = torch.empty_like(src)
     t = time_cuda(lambda: dst.copy_(src), flush_l2=True, rep_s=0.3)
-    copy_gbps = 2 * COPY_BYTES / (t.median * 1e-3) / 1e9
-    del src, dst
+    return 2 * COPY_BYTES / (t.median * 1e-3) / 1e9
+
+
+def _matmul_tflops() -> float:
     a = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(MATMUL_N, MATMUL_N, device="cuda", dtype=torch.bfloat16)
     t = time_cuda(lambda: a @ b, flush_l2=False, rep_s=0.3)
-    tflops = 2 * MATMUL_N**3 / (t.median * 1e-3) / 1e12
-    return {"copy_gbps": round(copy_gbps, 1), "matmul_bf16_tflops": round(tflops, 1),
+    return 2 * MATMUL_N**3 / (t.median * 1e-3) / 1e12
+
+
+def measure() -> dict:
+    """Measure copy bandwidth (GB/s, bytes read + written) and bf16 matmul TFLOP/s now."""
+    return {"copy_gbps": round(_copy_gbps(), 1), "matmul_bf16_tflops": round(_matmul_tflops(), 1),
             "device": torch.cuda.get_device_name()}
 
 

@@ -81,6 +81,32 @@ def l2_flush_buffer(device: int | None = None) -> torch.Tensor:
     return buf
 
 
+def _repeat(one_round, *, rep_s: float, min_reps: int, max_reps: int, stable_rtol: float) -> list[float]:
+    """Run rounds of samples until the median moved by less than ``stable_rtol`` between two rounds
+    (after ``min_reps``), the budget ``rep_s`` is spent, or ``max_reps`` is reached."""
+    samples: list[float] = []
+    last_median = None
+    t0 = time.perf_counter()
+    while len(samples) < max_reps:
+        samples += one_round()
+        med = statistics.median(samples)
+        if len(samples) >= min_reps and last_median is not None and abs(med - last_median) <= stable_rtol * last_median:
+            break
+        if time.perf_counter() - t0 > rep_s:
+            break
+        last_median = med
+    return samples
+
+
+def _warm_up(fn, warmup_s: float, sync=lambda: None) -> None:
+    fn()
+    sync()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < warmup_s:
+        fn()
+        sync()
+
+
 def time_cuda(fn, *, warmup_s: float = 0.025, rep_s: float = 0.2, flush_l2: bool = True, min_reps: int = 10,
               max_reps: int = 2000, round_size: int = 10, stable_rtol: float = 0.005) -> Timing:
     """Time ``fn()`` on the GPU.
@@ -89,7 +115,7 @@ def time_cuda(fn, *, warmup_s: float = 0.025, rep_s: float = 0.2, flush_l2: bool
         fn: The work to time (one kernel launch or a torch call).
         warmup_s: Warm-up budget in seconds (at least one call).
         rep_s: Measurement budget in seconds.
-        flush_l2: Zero a 2×L2 buffer before each repetition (cold cache); ``False`` keeps L2 hot.
+        flush_l2: Zero an L2-evicting buffer before each repetition (cold cache); ``False`` keeps L2 hot.
         min_reps: Repetitions before stopping early is allowed.
         max_reps: Hard cap.
         round_size: Repetitions between stability checks.
@@ -99,16 +125,9 @@ def time_cuda(fn, *, warmup_s: float = 0.025, rep_s: float = 0.2, flush_l2: bool
         The :class:`Timing`; each sample is one CUDA-event interval around one call.
     """
     flush = l2_flush_buffer() if flush_l2 else None
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < warmup_s:
-        fn()
-        torch.cuda.synchronize()
-    samples: list[float] = []
-    last_median = None
-    t0 = time.perf_counter()
-    while len(samples) < max_reps:
+    _warm_up(fn, warmup_s, torch.cuda.synchronize)
+
+    def one_round() -> list[float]:
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(round_size)]
         for start, end in events:
             if flush is not None:
@@ -117,37 +136,26 @@ def time_cuda(fn, *, warmup_s: float = 0.025, rep_s: float = 0.2, flush_l2: bool
             fn()
             end.record()
         torch.cuda.synchronize()
-        samples += [s.elapsed_time(e) for s, e in events]
-        med = statistics.median(samples)
-        if len(samples) >= min_reps and last_median is not None and abs(med - last_median) <= stable_rtol * last_median:
-            break
-        if time.perf_counter() - t0 > rep_s:
-            break
-        last_median = med
+        return [s.elapsed_time(e) for s, e in events]
+
+    samples = _repeat(one_round, rep_s=rep_s, min_reps=min_reps, max_reps=max_reps, stable_rtol=stable_rtol)
     return Timing(samples, "cold" if flush_l2 else "hot", "cuda")
 
 
 def time_cpu(fn, *, warmup_s: float = 0.02, rep_s: float = 0.2, min_reps: int = 10, max_reps: int = 2000,
              stable_rtol: float = 0.01) -> Timing:
     """Time ``fn()`` on the CPU with ``perf_counter`` (C++ snippets); same stopping rule as :func:`time_cuda`."""
-    fn()
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < warmup_s:
-        fn()
-    samples: list[float] = []
-    last_median = None
-    t0 = time.perf_counter()
-    while len(samples) < max_reps:
+    _warm_up(fn, warmup_s)
+
+    def one_round() -> list[float]:
+        out = []
         for _ in range(10):
             s = time.perf_counter()
             fn()
-            samples.append((time.perf_counter() - s) * 1e3)
-        med = statistics.median(samples)
-        if len(samples) >= min_reps and last_median is not None and abs(med - last_median) <= stable_rtol * last_median:
-            break
-        if time.perf_counter() - t0 > rep_s:
-            break
-        last_median = med
+            out.append((time.perf_counter() - s) * 1e3)
+        return out
+
+    samples = _repeat(one_round, rep_s=rep_s, min_reps=min_reps, max_reps=max_reps, stable_rtol=stable_rtol)
     return Timing(samples, "hot", "cpu")
 
 

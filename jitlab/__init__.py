@@ -111,3 +111,10 @@ def __getattr__(name):
     raise AttributeError(f"module 'jitlab' has no attribute {name!r}")
 
 
+
+
+def load_ipython_extension(ipython):
+    """``%load_ext jitlab``: the ``%%cuda`` and ``%%cpp`` cell magics."""
+    from .magic import load_ipython_extension as _load
+
+    _load(ipython)

@@ -1,0 +1,87 @@
+"""The %%cuda / %%cpp cell magics and safe snippet saving, in a real IPython shell (CPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+import IPython  # noqa: E402,F401  (a test dependency: pip install -e ".[test]")
+
+from jitlab import snippets  # noqa: E402
+
+
+@pytest.fixture
+def ip(cache, tmp_path, monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.chdir(tmp_path)
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "jitlab")
+    yield shell
+    InteractiveShell.clear_instance()
+
+
+SCALE = "void scale(float* y, const float* x, int n) {\n  for (int i = 0; i < n; ++i) y[i] = %s * x[i];\n}\n"
+
+
+def test_cpp_cell_is_saved_built_and_bound(ip, tmp_path, capsys):
+    """The cell becomes kernels/NAME.cpp and the module is bound as NAME in the notebook."""
+    ip.run_cell_magic("cpp", "scale", SCALE % "2.0f")
+    assert (tmp_path / "kernels" / "scale.cpp").read_text() == SCALE % "2.0f"
+    ip.run_cell("import torch; y = torch.empty(3); scale.scale(y, torch.ones(3), 3)")
+    assert ip.user_ns["y"].tolist() == [2.0, 2.0, 2.0]
+    assert "scale: built in" in capsys.readouterr().out
+
+
+def test_previous_version_is_kept_in_history(ip, tmp_path):
+    """Re-running the cell with an edit keeps the old text in kernels/.history/NAME/."""
+    ip.run_cell_magic("cpp", "scale", SCALE % "2.0f")
+    ip.run_cell_magic("cpp", "scale", SCALE % "3.0f")
+    old = snippets.history(tmp_path / "kernels" / "scale.cpp")
+    assert len(old) == 1 and old[0].read_text() == SCALE % "2.0f"
+    assert (tmp_path / "kernels" / "scale.cpp").read_text() == SCALE % "3.0f"
+
+
+def test_compile_error_uses_cell_line_numbers(ip, capsys):
+    """An error on the body's line 2 is reported as the cell's line 3 (the magic is line 1), with a caret."""
+    ip.run_cell_magic("cpp", "bad", "void f(int n) {\n  int k = undefined_name + n;\n}\n")
+    out = capsys.readouterr().out
+    assert "cell line 3: error:" in out and "undefined_name" in out
+    lines = out.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith("cell line 3"))
+    assert lines[i + 1] == "      int k = undefined_name + n;"
+    assert lines[i + 2].index("^") == lines[i + 1].index("undefined_name")
+    assert "bad" not in ip.user_ns
+
+
+def test_bad_magic_line_prints_help(ip, capsys):
+    """A missing name or unknown option prints the usage, builds nothing."""
+    ip.run_cell_magic("cuda", "", "__global__ void k() {}")
+    assert "%%cuda NAME [options]" in capsys.readouterr().out
+    ip.run_cell_magic("cuda", "k --turbo", "__global__ void k() {}")
+    out = capsys.readouterr().out
+    assert "unrecognized arguments: --turbo" in out and "--compile-only" in out
+    ip.run_cell_magic("cuda", "not-a-name", "__global__ void k() {}")
+    assert "not a valid kernel name" in capsys.readouterr().out
+
+
+def test_cuda_cell_compile_only_without_gpu(ip, tmp_path, capsys):
+    """On a machine without a GPU a CUDA cell can be compile-checked for named archs."""
+    ip.run_cell_magic("cuda", "twice --compile-only --arch sm_75,sm_90",
+                      "__global__ void twice(float* y, int n) { int i = threadIdx.x; if (i < n) y[i] *= 2; }")
+    assert "twice: compiled for sm_75, sm_90" in capsys.readouterr().out
+    assert (tmp_path / "kernels" / "twice.cu").is_file()
+
+
+def test_defines_reach_the_build(ip):
+    """-D NAME=VALUE works like jitlab.load(defines=...)."""
+    ip.run_cell_magic("cpp", "k -D F=5.0f", "void scale(float* y, const float* x, int n) { for (int i = 0; i < n; ++i) y[i] = F * x[i]; }")
+    ip.run_cell("import torch; y = torch.empty(2); k.scale(y, torch.ones(2), 2)")
+    assert ip.user_ns["y"].tolist() == [5.0, 5.0]
+
+
+def test_atomic_save_leaves_no_temporary_files(tmp_path):
+    """save() writes through a temporary file in the same folder and leaves only the snippet."""
+    p = snippets.save(tmp_path / "k.cu", "__global__ void k() {}")
+    snippets.save(p, "__global__ void k() { }")
+    assert sorted(x.name for x in tmp_path.iterdir()) == [".history", "k.cu"]
+    assert p.read_text().endswith("\n")

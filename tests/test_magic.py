@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import IPython  # noqa: E402,F401  (a test dependency: pip install -e ".[test]")
 
-from jitlab import snippets  # noqa: E402
+from jitlab import snippets
 
 
 @pytest.fixture

@@ -100,7 +100,11 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
     if args.check or args.bench:
         from . import runner
 
-        kernels = runner.find_kernels(path)
+        try:
+            kernels = runner.find_kernels(path)
+        except JitlabError as e:
+            print(f"jitlab: cannot check {args.name}: {e}")
+            return m
         rows = runner.run_kernel(kernels[0], "cuda" if ext == ".cu" else "cpu", time_it=args.bench)
         runner.print_table(rows)
     return m

@@ -84,3 +84,23 @@ def test_atomic_save_leaves_no_temporary_files(tmp_path):
     snippets.save(p, "__global__ void k() { }")
     assert sorted(x.name for x in tmp_path.iterdir()) == [".history", "k.cu"]
     assert p.read_text().endswith("\n")
+
+
+def test_check_option_without_reference_says_so(ip, capsys):
+    """--check on a snippet with no NAME.ref.py binds the module and says what is missing."""
+    ip.run_cell_magic("cpp", "lonely --check", SCALE % "2.0f")
+    out = capsys.readouterr().out
+    assert "cannot check lonely" in out and "lonely.ref.py" in out and "lonely" in ip.user_ns
+
+
+def test_check_option_runs_the_reference(ip, tmp_path, capsys):
+    """--check with kernels/NAME.ref.py prints the checker's table."""
+    (tmp_path / "kernels").mkdir(exist_ok=True)
+    (tmp_path / "kernels" / "twice.ref.py").write_text(
+        "import torch\nSIZES = [1, 129]\n"
+        "def inputs(size, seed, device):\n    return {'x': torch.randn(size)}\n"
+        "def reference(inp):\n    return 2 * inp['x']\n"
+        "def run(m, inp):\n    y = torch.empty_like(inp['x']); m.scale(y, inp['x'], y.numel()); return y\n")
+    ip.run_cell_magic("cpp", "twice --check", SCALE % "2.0f")
+    out = capsys.readouterr().out
+    assert "twice" in out and "ok" in out and "verdict" in out

@@ -296,19 +296,11 @@ def _forget_name(name: str) -> None:
 
 def _compile_only(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> dict:
     """Compile the CUDA unit to an object with nvcc (the flags load_inline would use), no link, no load."""
-    from torch.utils import cpp_extension
-
     if not plan.cuda:
         raise SnippetError(f"{_what(plan, archs)}: compile_only applies to CUDA snippets; C++ snippets build and run here")
     src = folder / "cuda.cu"
     src.write_text("\n".join(plan.cuda_sources))
-    _, cuda_cflags = _flags(plan, archs, opts)
-    includes = [f"-I{d}" for d in plan.include_dirs]
-    if plan.kind == "torch":
-        includes += [f"-isystem={d}" for d in cpp_extension.include_paths("cpu") + [_python_include()]]
-    cmd = [toolchain.nvcc_path(), "-c", str(src), "-o", str(folder / "cuda.o"), f"-DTORCH_EXTENSION_NAME={name}",
-           "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={toolchain.fingerprint(False)['abi']}",
-           *includes, *cpp_extension.COMMON_NVCC_FLAGS, "--compiler-options", "-fPIC", *cuda_cflags, "-std=c++20"]
+    cmd = nvcc_command(plan, name, archs, opts, ["-c", str(src), "-o", str(folder / "cuda.o")])
     proc = subprocess.run(cmd, capture_output=True, text=True)
     log = " ".join(cmd) + "\n" + proc.stdout + proc.stderr
     (folder / "build.log").write_text(log)
@@ -317,6 +309,25 @@ def _compile_only(plan: codegen.Plan, name: str, folder: Path, archs: list[str],
     obj = folder / "cuda.o"
     return {"artifact": obj.name, "size": obj.stat().st_size, "sha256": cache.file_sha256(obj),
             "resources": parse_resource_usage(log), "compile_only": True}
+
+
+def nvcc_command(plan: codegen.Plan, name: str, archs: list[str], opts: Options, what: list[str]) -> list[str]:
+    """nvcc with the flags load_inline would use for the plan's CUDA unit.
+
+    Args:
+        name: The module name (``-DTORCH_EXTENSION_NAME``).
+        what: The input and what to make, e.g. ``["-c", "cuda.cu", "-o", "cuda.o"]`` or
+            ``["-ptx", "cuda.cu", "-o", "cuda.ptx"]``.
+    """
+    from torch.utils import cpp_extension
+
+    _, cuda_cflags = _flags(plan, archs, opts)
+    includes = [f"-I{d}" for d in plan.include_dirs]
+    if plan.kind == "torch":
+        includes += [f"-isystem={d}" for d in cpp_extension.include_paths("cpu") + [_python_include()]]
+    return [toolchain.nvcc_path(), *what, f"-DTORCH_EXTENSION_NAME={name}",
+            "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={toolchain.fingerprint(False)['abi']}",
+            *includes, *cpp_extension.COMMON_NVCC_FLAGS, "--compiler-options", "-fPIC", *cuda_cflags, "-std=c++20"]
 
 
 def _python_include() -> str:

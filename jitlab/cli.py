@@ -1,4 +1,4 @@
-"""The ``jitlab`` command: ``build``, ``run`` (``demo``), ``clean``. A thin layer over the library's functions."""
+"""The ``jitlab`` command: ``build``, ``inspect``, ``run`` (``demo``), ``clean``. A thin layer over the library's functions."""
 
 from __future__ import annotations
 
@@ -44,6 +44,42 @@ def print_resources(resources: dict) -> None:
                   f"{r['local']} B local, {r['constant']} B constant{spill}")
 
 
+def _inspect(args) -> int:
+    from . import inspect
+
+    archs = [a for a in (args.arch or "sm_90").split(",") if a.strip()]
+    try:
+        usage = inspect.resources(args.path, arch=archs)
+        if args.kernel and args.kernel not in usage:
+            print(f"{args.path}: no kernel {args.kernel!r} (kernels: {', '.join(sorted(usage)) or 'none'})", file=sys.stderr)
+            return 1
+        for kernel, per_arch in sorted(usage.items()):
+            if args.kernel and kernel != args.kernel:
+                continue
+            for arch, r in sorted(per_arch.items()):
+                occ = inspect.occupancy(r, args.block, args.smem, arch)
+                spill = f", spills {r['spill_stores']}/{r['spill_loads']} B" if r.get("spill_stores") or r.get("spill_loads") else ""
+                print(f"{kernel} [{arch}]: {r['registers']} registers, {r['shared']} B shared, {r['local']} B local, "
+                      f"{r['constant']} B constant{spill}")
+                print(f"  block {args.block}, {args.smem} B dynamic shared: {occ['blocks_per_sm']} blocks/SM, "
+                      f"{occ['warps_per_sm']}/{occ['max_warps_per_sm']} warps, occupancy {occ['occupancy']:.0%} "
+                      f"(limited by {occ['limiter']})")
+        for arch in archs:
+            if args.ptx:
+                print(f"\n// PTX [{arch}]")
+                print(inspect.ptx(args.path, kernel=args.kernel, arch=arch), end="")
+            if args.sass:
+                print(f"\n// SASS [{arch}]")
+                print(inspect.sass(args.path, kernel=args.kernel, arch=arch), end="")
+    except CompileError as e:
+        print(e, file=sys.stderr)
+        return 1
+    except JitlabError as e:
+        print(f"{args.path}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _clean(args) -> int:
     import jitlab
     from .config import cache_dir
@@ -74,6 +110,15 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--nvcc-flag", action="append", default=[], help="extra nvcc flag (repeatable)")
     b.add_argument("--cflag", action="append", default=[], help="extra C++ compiler flag (repeatable)")
     b.set_defaults(func=_build)
+    i = sub.add_parser("inspect", help="resources, occupancy, PTX and SASS of a CUDA snippet's kernels (no GPU needed)")
+    i.add_argument("path", help="a .cu file or a folder")
+    i.add_argument("--arch", default="sm_90", help="comma-separated archs (default sm_90)")
+    i.add_argument("--kernel", help="only this kernel")
+    i.add_argument("--block", type=int, default=256, help="threads per block for the occupancy (default 256)")
+    i.add_argument("--smem", type=int, default=0, metavar="BYTES", help="dynamic shared memory per block (default 0)")
+    i.add_argument("--ptx", action="store_true", help="print the PTX with the source lines interleaved")
+    i.add_argument("--sass", action="store_true", help="print the SASS (needs cuobjdump: pip install nvidia-cuda-cuobjdump)")
+    i.set_defaults(func=_inspect)
     c = sub.add_parser("clean", help="delete cached builds")
     c.add_argument("--older-than-days", type=float, default=None)
     c.set_defaults(func=_clean)

@@ -1,0 +1,163 @@
+"""jitlab.inspect without a GPU: occupancy from the limits table, PTX and SASS from the real nvcc, the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import jitlab
+from jitlab import cli, inspect, toolchain
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = ROOT / "kernels"
+
+needs_nvcc = pytest.mark.skipif(toolchain.nvcc_path() is None, reason="needs nvcc")
+needs_cuobjdump = pytest.mark.skipif(
+    toolchain.nvcc_path() is None or not inspect.find_cuda_tool("cuobjdump") or not inspect.find_cuda_tool("nvdisasm"),
+    reason="needs nvcc, cuobjdump and nvdisasm (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+
+
+def _r(registers: int, shared: int = 0) -> dict:
+    return {"registers": registers, "shared": shared, "local": 0, "constant": 0}
+
+
+def test_occupancy_full_at_32_registers_sm90():
+    """sm_90, 256 threads, 32 registers: 8 blocks (64 warps) per SM, 100%."""
+    occ = inspect.occupancy(_r(32), 256, arch="sm_90")
+    assert occ["blocks_per_sm"] == 8 and occ["warps_per_sm"] == 64 and occ["occupancy"] == 1.0
+    assert occ["limiter"] == "threads/warps"
+
+
+def test_occupancy_64_registers_is_register_limited():
+    """64 registers x 256 threads: 64 K registers per SM hold 4 blocks (32 warps), 50%, limited by registers."""
+    occ = inspect.occupancy(_r(64), 256, arch="sm_90")
+    assert occ["blocks_per_sm"] == 4 and occ["warps_per_sm"] == 32 and occ["occupancy"] == 0.5
+    assert occ["limiter"] == "registers"
+
+
+def test_occupancy_register_allocation_granularity():
+    """Registers are allocated 256 per warp: 33 registers cost as much as 40 (1280/warp): 12 warps per
+    sub-partition, 48 per SM, so 6 blocks of 8 warps (48/64 = 75%)."""
+    occ = inspect.occupancy(_r(33), 256, arch="sm_90")
+    assert occ["blocks_per_sm"] == 6 and occ["occupancy"] == 0.75 and occ["limiter"] == "registers"
+
+
+def test_occupancy_48k_static_shared_sm80_is_shared_memory_limited():
+    """sm_80, 48 KB static shared (+1 KB reserved) per block: 164 KB per SM holds 3 blocks, 24/64 warps."""
+    occ = inspect.occupancy(_r(32, shared=48 * 1024), 256, arch="sm_80")
+    assert occ["blocks_per_sm"] == 3 and occ["warps_per_sm"] == 24 and occ["occupancy"] == 0.375
+    assert occ["limiter"] == "shared memory"
+
+
+def test_occupancy_dynamic_shared_and_block_limits():
+    """Dynamic shared memory counts; tiny blocks hit the blocks-per-SM cap; too much shared means 0 blocks."""
+    occ = inspect.occupancy(_r(16), 256, dynamic_smem=100 * 1024, arch="sm_90")
+    assert occ["blocks_per_sm"] == 2 and occ["limiter"] == "shared memory"
+    occ = inspect.occupancy(_r(16), 32, arch="sm_90")
+    assert occ["blocks_per_sm"] == 32 and occ["warps_per_sm"] == 32 and occ["limiter"] == "blocks"
+    occ = inspect.occupancy(_r(16), 32, arch="sm_86")  # sm_86: 16 blocks, 48 warps per SM
+    assert occ["blocks_per_sm"] == 16 and occ["occupancy"] == pytest.approx(16 / 48)
+    assert inspect.occupancy(_r(16), 256, dynamic_smem=300 * 1024, arch="sm_90")["blocks_per_sm"] == 0
+    assert inspect.occupancy(_r(16), 2048, arch="sm_90")["limiter"] == "threads/warps"
+
+
+def test_occupancy_arch_spellings_and_unknown_arch():
+    """sm_90a uses sm_90's limits; an arch without a table row is an ArgumentError naming the known ones."""
+    assert inspect.occupancy(_r(64), 256, arch="sm_90a")["blocks_per_sm"] == 4
+    with pytest.raises(jitlab.ArgumentError, match="sm_75"):
+        inspect.occupancy(_r(32), 256, arch="sm_61")
+
+
+@needs_nvcc
+def test_ptx_of_saxpy_has_the_entry_and_the_source_lines(cache):
+    """ptx() of saxpy.cu has its .entry and the kernel's source line as a comment next to its .loc."""
+    text = inspect.ptx(KERNELS / "saxpy.cu", arch="sm_90")
+    assert ".entry _Z5saxpyPfPKffi" in text and ".target sm_90" in text
+    lines = text.splitlines()
+    comment = next(i for i, line in enumerate(lines) if line.strip().startswith("//") and "y[i] = a * x[i] + y[i];" in line)
+    assert "saxpy.cu:11:" in lines[comment] and lines[comment + 1].strip().startswith(".loc")
+    one = inspect.ptx(KERNELS / "saxpy.cu", kernel="saxpy", arch="sm_90")
+    assert one.count(".entry") == 1 and one.rstrip().endswith("}") and ".version" in one
+
+
+@needs_nvcc
+def test_ptx_picks_one_kernel_and_names_the_others(cache, write):
+    """kernel= keeps only that .entry; an unknown name is an ArgumentError listing the kernels."""
+    p = write("two.cu", """
+        __global__ void first(float* y) { y[threadIdx.x] = 1.0f; }
+        __global__ void second(float* y) { y[threadIdx.x] = 2.0f; }
+    """)
+    text = inspect.ptx(p, kernel="second", arch="sm_80")
+    assert "second" in text and "first" not in text and "2.0f" in text
+    with pytest.raises(jitlab.ArgumentError, match="first, second"):
+        inspect.ptx(p, kernel="third", arch="sm_80")
+
+
+@needs_cuobjdump
+def test_sass_of_saxpy_sm90(cache):
+    """sass() of saxpy for sm_90 has the fused multiply-add and EXIT."""
+    text = inspect.sass(KERNELS / "saxpy.cu", kernel="saxpy", arch="sm_90")
+    assert "Function : _Z5saxpyPfPKffi" in text
+    assert "FFMA" in text or ("FMUL" in text and "FADD" in text)
+    assert "EXIT" in text
+
+
+@needs_cuobjdump
+def test_sass_diff_shows_the_changed_instruction(cache, write):
+    """Two versions of a kernel (add vs multiply): the diff has the new instruction, no addresses or encodings."""
+    k1 = write("v1/k.cu", "__global__ void k(float* y, float a) { y[threadIdx.x] = y[threadIdx.x] + a; }\n")
+    k2 = write("v2/k.cu", "__global__ void k(float* y, float a) { y[threadIdx.x] = y[threadIdx.x] * a; }\n")
+    old, new = inspect.sass(k1, arch="sm_90"), inspect.sass(k2, arch="sm_90")
+    diff = inspect.sass_diff(old, new)
+    changed = [line for line in diff.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert any(line.startswith("-") and "FADD" in line for line in changed)
+    assert any(line.startswith("+") and "FMUL" in line for line in changed)
+    assert not any("/*" in line for line in changed)
+    assert inspect.sass_diff(old, old) == ""
+
+
+def test_missing_cuobjdump_names_the_pip_package(monkeypatch):
+    """Without cuobjdump, sass() is a ToolchainError naming `pip install nvidia-cuda-cuobjdump`."""
+    monkeypatch.setattr(inspect, "find_cuda_tool", lambda name: None)
+    with pytest.raises(jitlab.ToolchainError, match="pip install nvidia-cuda-cuobjdump"):
+        inspect.sass(KERNELS / "saxpy.cu")
+
+
+@needs_nvcc
+def test_resources_reuses_the_compile_only_build(cache):
+    """resources() is the compile-only build's per-kernel, per-arch table."""
+    r = inspect.resources(KERNELS / "saxpy.cu", arch=["sm_75", "sm_90"])
+    assert set(r["saxpy"]) == {"sm_75", "sm_90"} and r["saxpy"]["sm_90"]["registers"] > 0
+
+
+@needs_nvcc
+def test_cli_inspect_prints_occupancy_and_limiter(cache, capsys):
+    """`jitlab inspect kernels/saxpy.cu --block 256` prints registers, occupancy and its limiter."""
+    assert cli.main(["inspect", str(KERNELS / "saxpy.cu"), "--arch", "sm_90", "--block", "256"]) == 0
+    out = capsys.readouterr().out
+    assert "saxpy [sm_90]:" in out and "registers" in out
+    assert "8 blocks/SM" in out and "occupancy 100%" in out and "limited by threads/warps" in out
+
+
+@needs_nvcc
+def test_cli_inspect_ptx_and_unknown_kernel(cache, capsys):
+    """--ptx prints the annotated PTX; --kernel with an unknown name fails naming the kernels."""
+    assert cli.main(["inspect", str(KERNELS / "saxpy.cu"), "--kernel", "saxpy", "--ptx"]) == 0
+    out = capsys.readouterr().out
+    assert ".entry _Z5saxpyPfPKffi" in out and "y[i] = a * x[i] + y[i];" in out
+    assert cli.main(["inspect", str(KERNELS / "saxpy.cu"), "--kernel", "nope"]) == 1
+    assert "saxpy" in capsys.readouterr().err
+
+
+def test_cuobjdump_is_found_in_the_pip_wheel(monkeypatch):
+    """With nothing on PATH and no CUDA_HOME, the binary of the nvidia-cuda-cuobjdump wheel is found."""
+    nvidia = pytest.importorskip("nvidia")
+    wheel = [p for root in nvidia.__path__ for p in Path(root).glob("*/bin/cuobjdump")]
+    if not wheel:
+        pytest.skip("nvidia-cuda-cuobjdump is not installed")
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    found = inspect.find_cuda_tool("cuobjdump")
+    assert found and Path(found).name == "cuobjdump" and Path(found).is_file()

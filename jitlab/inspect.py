@@ -27,32 +27,25 @@ from .errors import ArgumentError, ToolchainError
 # granularity 256 registers per warp, 4 register sub-partitions per SM, shared memory allocation
 # granularity 256 B on 7.x and 128 B on 8.x/9.x, 1 KB of shared memory reserved per block by the
 # driver on 8.x/9.x). Shared memory per SM is the largest carveout; per block, the opt-in maximum.
+# The same on every arch below.
+_COMMON = dict(max_threads_per_block=1024, regs_per_sm=65536, regs_per_block=65536,
+               max_regs_per_thread=255, reg_alloc_unit=256, reg_sub_partitions=4)
 ARCH_LIMITS: dict[str, dict[str, int]] = {
     # Turing (T4, RTX 20xx)
     "sm_75": dict(max_threads_per_sm=1024, max_warps_per_sm=32, max_blocks_per_sm=16,
-                  max_threads_per_block=1024, regs_per_sm=65536, regs_per_block=65536,
-                  max_regs_per_thread=255, reg_alloc_unit=256, reg_sub_partitions=4,
-                  smem_per_sm=65536, smem_per_block=65536, smem_reserved_per_block=0, smem_alloc_unit=256),
+                  **_COMMON, smem_per_sm=65536, smem_per_block=65536, smem_reserved_per_block=0, smem_alloc_unit=256),
     # Ampere datacenter (A100)
     "sm_80": dict(max_threads_per_sm=2048, max_warps_per_sm=64, max_blocks_per_sm=32,
-                  max_threads_per_block=1024, regs_per_sm=65536, regs_per_block=65536,
-                  max_regs_per_thread=255, reg_alloc_unit=256, reg_sub_partitions=4,
-                  smem_per_sm=167936, smem_per_block=166912, smem_reserved_per_block=1024, smem_alloc_unit=128),
+                  **_COMMON, smem_per_sm=167936, smem_per_block=166912, smem_reserved_per_block=1024, smem_alloc_unit=128),
     # Ampere consumer (RTX 30xx, A10, A40)
     "sm_86": dict(max_threads_per_sm=1536, max_warps_per_sm=48, max_blocks_per_sm=16,
-                  max_threads_per_block=1024, regs_per_sm=65536, regs_per_block=65536,
-                  max_regs_per_thread=255, reg_alloc_unit=256, reg_sub_partitions=4,
-                  smem_per_sm=102400, smem_per_block=101376, smem_reserved_per_block=1024, smem_alloc_unit=128),
+                  **_COMMON, smem_per_sm=102400, smem_per_block=101376, smem_reserved_per_block=1024, smem_alloc_unit=128),
     # Ada (RTX 40xx, L4, L40)
     "sm_89": dict(max_threads_per_sm=1536, max_warps_per_sm=48, max_blocks_per_sm=24,
-                  max_threads_per_block=1024, regs_per_sm=65536, regs_per_block=65536,
-                  max_regs_per_thread=255, reg_alloc_unit=256, reg_sub_partitions=4,
-                  smem_per_sm=102400, smem_per_block=101376, smem_reserved_per_block=1024, smem_alloc_unit=128),
+                  **_COMMON, smem_per_sm=102400, smem_per_block=101376, smem_reserved_per_block=1024, smem_alloc_unit=128),
     # Hopper (H100, H200)
     "sm_90": dict(max_threads_per_sm=2048, max_warps_per_sm=64, max_blocks_per_sm=32,
-                  max_threads_per_block=1024, regs_per_sm=65536, regs_per_block=65536,
-                  max_regs_per_thread=255, reg_alloc_unit=256, reg_sub_partitions=4,
-                  smem_per_sm=233472, smem_per_block=232448, smem_reserved_per_block=1024, smem_alloc_unit=128),
+                  **_COMMON, smem_per_sm=233472, smem_per_block=232448, smem_reserved_per_block=1024, smem_alloc_unit=128),
 }
 
 WARP = 32

@@ -33,6 +33,8 @@ class Options:
         cuda_cflags: Extra nvcc flags.
         ldflags: Extra linker flags.
         compile_only: Compile CUDA to an object without linking or loading (machines without a GPU).
+        debug: A debug build: device code with ``-G`` (no optimization, full debug info), host code
+            with ``-g -O0``, and ``assert`` on even if a flag defines ``NDEBUG``.
     """
 
     mode: str = "auto"
@@ -42,6 +44,7 @@ class Options:
     cuda_cflags: list[str] = field(default_factory=list)
     ldflags: list[str] = field(default_factory=list)
     compile_only: bool = False
+    debug: bool = False
 
 
 @dataclass
@@ -158,6 +161,7 @@ def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
         "flags": [sorted((k, str(v)) for k, v in opts.defines.items()), opts.cflags, opts.cuda_cflags, opts.ldflags],
         "archs": archs,
         "compile_only": opts.compile_only,
+        "debug": opts.debug,
         "toolchain": toolchain.fingerprint(plan.cuda),
     }
     return plan, archs, parts
@@ -226,7 +230,14 @@ def _flags(plan: codegen.Plan, archs: list[str], opts: Options) -> tuple[list[st
     # Optimize kernel-only C++ (a tiny unit, it is the kernel); torch-style units keep load_inline's
     # defaults, so they build no slower than plain load_inline. nvcc optimizes device code by default.
     cflags = [*(["-O2"] if plan.kind == "kernel" else []), *defines, *opts.cflags]
-    cuda = [*toolchain.gencode_flags(archs), "--resource-usage", *defines, *opts.cuda_cflags]
+    # -lineinfo maps every SASS instruction to the snippet's line (through codegen's #line
+    # directives) at no run-time cost, so compute-sanitizer, ncu and `jitlab inspect` name the
+    # user's file and line without a second build. -G implies it.
+    cuda = [*toolchain.gencode_flags(archs), "--resource-usage", "-G" if opts.debug else "-lineinfo",
+            *defines, *opts.cuda_cflags]
+    if opts.debug:
+        cflags += ["-g", "-O0", "-UNDEBUG"]
+        cuda += ["-UNDEBUG"]
     if plan.kind == "kernel":
         # torch's nvcc flags disable CUDA's half/bfloat16 operators to avoid clashes with its own
         # types; a kernel-only unit has no torch headers, so give the user CUDA's defaults back.
@@ -277,11 +288,32 @@ def _load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], 
     if not ok:
         _forget_name(name)
         if isinstance(err, ImportError) or "Error building extension" not in str(err):
-            raise ToolchainError(f"jitlab: {name} built but could not be loaded: {err}") from err
+            raise ToolchainError(f"jitlab: {name} built but could not be loaded: "
+                                 f"{_load_failure(folder / f'{name}.so') or err}") from err
         raise diagnostics.compile_error(_what(plan, archs), log or str(err), _sources_by_path(plan)) from None
     so = folder / f"{name}.so"
     return {"artifact": so.name, "size": so.stat().st_size, "sha256": cache.file_sha256(so),
             "resources": parse_resource_usage(log), "compile_only": False}
+
+
+def _load_failure(so: Path) -> str:
+    """The dynamic loader's own reason (torch's message drops it), with C++ symbols demangled."""
+    import ctypes
+    import shutil
+
+    try:
+        ctypes.CDLL(str(so))
+    except OSError as e:
+        text = str(e)
+    else:
+        return ""
+    m = re.search(r"undefined symbol: (\S+)", text)
+    if m:
+        filt = shutil.which("c++filt")
+        name = subprocess.run([filt, m.group(1)], capture_output=True, text=True).stdout.strip() if filt else m.group(1)
+        return (f"undefined symbol {name}: something is declared and called but never defined "
+                f"(a missing function body, or a source file left out of the snippet)")
+    return text
 
 
 def _forget_name(name: str) -> None:

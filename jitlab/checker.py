@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -166,12 +167,18 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def check(run, reference, inputs, *, sizes, seeds=(0,), device: str = "cuda", tolerance_override: dict | None = None,
-          tf32: bool = False, name: str = "kernel", block: tuple | None = None) -> Verdict:
+def check(run, reference=None, inputs=None, *, sizes=None, seeds=(0,), device: str = "cuda",
+          tolerance_override: dict | None = None, tf32: bool = False, name: str = "kernel", block: tuple | None = None,
+          **snippet_options):
     """Compare ``run(inp)`` with ``reference(inp)`` over every size and seed.
 
+    ``check(path, isolate=True, sanitize=None, timeout=60, variant=None, debug=False)`` checks a
+    snippet file against its ``NAME.ref.py`` instead, by default in a worker process (see
+    :func:`jitlab.isolate.check_snippet`): a crash or a hang ends the worker, not this process.
+
     Args:
-        run: The candidate: ``run(inp) -> output`` (a tensor, a tuple of tensors, or a string).
+        run: The candidate: ``run(inp) -> output`` (a tensor, a tuple of tensors, or a string);
+            or a snippet path.
         reference: The torch reference with the same signature.
         inputs: ``inputs(size, seed, device) -> dict`` making one case's inputs.
         sizes: Sizes to try; include awkward ones (1, 127, 129 …).
@@ -182,10 +189,26 @@ def check(run, reference, inputs, *, sizes, seeds=(0,), device: str = "cuda", to
         name: Shown in the verdict.
         block: The block shape of a launch the snippet makes itself (torch-style), for thread
             attribution; kernel-only launches are recorded automatically.
+        **snippet_options: With a path: ``isolate``, ``timeout``, ``variant``, ``ref``, ``debug``,
+            ``sanitize`` and build options.
 
     Returns:
-        The :class:`Verdict`, with one :class:`Case` per size and seed.
+        The :class:`Verdict`, with one :class:`Case` per size and seed; for a path, an
+        :class:`~jitlab.jobs.Outcome` (or a :class:`~jitlab.sanitizer.Report` with ``sanitize=``).
+
+    Raises:
+        ArgumentError: A callable without ``reference``, ``inputs`` and ``sizes``, or path-only options.
     """
+    if isinstance(run, (str, os.PathLike)):
+        from .isolate import check_snippet
+
+        return check_snippet(run, sizes=sizes, **snippet_options)
+    if reference is None or inputs is None or sizes is None or snippet_options:
+        from .errors import ArgumentError
+
+        extra = f" ({', '.join(snippet_options)} apply to a snippet path)" if snippet_options else ""
+        raise ArgumentError("check(run, reference, inputs, sizes=[...]) compares two callables; "
+                            f"check('kernels/NAME.cu', isolate=True) checks a snippet against its NAME.ref.py{extra}")
     cases = []
     for size in sizes:
         for seed in seeds:

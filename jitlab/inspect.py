@@ -14,7 +14,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -135,39 +134,8 @@ def resources(path, arch="sm_90", **options) -> dict:
 
 # --- tools -----------------------------------------------------------------------------------------
 
-def find_cuda_tool(name: str) -> str | None:
-    """A CUDA binary (``cuobjdump``, ``nvdisasm``): ``$CUDA_HOME``/``$CUDA_PATH``/bin, ``PATH``, nvcc's
-    folder, ``/usr/local/cuda/bin``, then the NVIDIA pip wheels (``nvidia/*/bin``, e.g. ``nvidia/cu13/bin``)."""
-    for home in (os.environ.get(e) for e in ("CUDA_HOME", "CUDA_PATH")):
-        if home and (Path(home) / "bin" / name).is_file():
-            return str(Path(home) / "bin" / name)
-    found = shutil.which(name)
-    if found:
-        return found
-    dirs = []
-    nvcc = toolchain.nvcc_path()
-    if nvcc:
-        dirs.append(Path(nvcc).parent)
-    dirs.append(Path(toolchain.DEFAULT_CUDA_HOME) / "bin")
-    try:
-        import nvidia  # the namespace package the NVIDIA wheels install into
-
-        for root in getattr(nvidia, "__path__", []):
-            dirs += sorted(Path(root).glob("*/bin"))
-    except ImportError:
-        pass
-    for d in dirs:
-        if (d / name).is_file() and os.access(d / name, os.X_OK):
-            return str(d / name)
-    return None
-
-
 def _tool(name: str) -> str:
-    found = find_cuda_tool(name)
-    if not found:
-        raise ToolchainError(f"{name} not found (looked in $CUDA_HOME/bin, on PATH, next to nvcc and in the "
-                             f"NVIDIA pip wheels): `pip install nvidia-cuda-{name}`")
-    return found
+    return toolchain.require_cuda_tool(name, f"`pip install nvidia-cuda-{name}`")
 
 
 # --- PTX -------------------------------------------------------------------------------------------
@@ -191,7 +159,7 @@ def ptx(path, kernel: str | None = None, arch: str = "sm_90", mode: str = "auto"
     """
     import jitlab
 
-    opts = jitlab._options(mode, [arch], defines, cflags, [*(cuda_cflags or ()), "-lineinfo"], ldflags, True)
+    opts = jitlab._options(mode, [arch], defines, cflags, cuda_cflags, ldflags, True)  # builds carry -lineinfo
     plan, archs, parts = builder.prepare(path, opts)
     if not plan.cuda:
         raise ArgumentError(f"{path}: PTX is made from CUDA snippets (.cu); this one has none")
@@ -275,8 +243,7 @@ def sass(path, kernel: str | None = None, arch: str = "sm_90", **options) -> str
 
     cuobjdump = _tool("cuobjdump")
     nvdisasm = _tool("nvdisasm")
-    flags = [*(options.pop("cuda_cflags", None) or ()), "-lineinfo"]
-    b = jitlab.build(path, arch=[arch], compile_only=True, cuda_cflags=flags, **options)
+    b = jitlab.build(path, arch=[arch], compile_only=True, **options)  # builds carry -lineinfo
     env = dict(os.environ, PATH=str(Path(nvdisasm).parent) + os.pathsep + os.environ.get("PATH", ""),
                NVDISASM_PATH=str(Path(nvdisasm).parent))
     proc = subprocess.run([cuobjdump, "-sass", str(b.artifact)], capture_output=True, text=True, env=env)

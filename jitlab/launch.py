@@ -23,7 +23,8 @@ _INT_RANGES = {
     ctypes.c_int32: (-(2**31), 2**31 - 1), ctypes.c_uint32: (0, 2**32 - 1),
     ctypes.c_int64: (-(2**63), 2**63 - 1), ctypes.c_uint64: (0, 2**64 - 1),
 }
-#: The last kernel-only launch configuration ``(gx, gy, gz, bx, by, bz)``, for the checker's thread attribution.
+#: The last kernel-only launch ``(gx, gy, gz, bx, by, bz, kernel name)``: the checker's thread
+#: attribution, and where an isolated run says a fault happened.
 last_launch: list = [None]
 
 
@@ -237,7 +238,7 @@ def _generate(owner: Callable, fn: Function, lib: ctypes.CDLL, device: str):
         if first_tensor:  # no tensor argument: launch on the current device
             lines.append("    dev = _getdev()")
         lines.append("    s = _stream(dev) if stream is None else getattr(stream, 'cuda_stream', stream)")
-        lines.append("    _last[0] = (gx, gy, gz, bx, by, bz)")
+        lines.append(f"    _last[0] = (gx, gy, gz, bx, by, bz, {fn.name!r})")
         lines.append(f"    err = _sym(gx, gy, gz, bx, by, bz, shared_mem, s{''.join(', ' + a for a in pass_args)})")
         lines.append("    if err: _o._launch_failed(err, (gx, gy, gz), (bx, by, bz), shared_mem)")
     else:

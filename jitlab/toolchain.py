@@ -194,3 +194,39 @@ def gencode_flags(archs: list[str]) -> list[str]:
         code = a if kind == "sm" else compute
         flags.append(f"-gencode=arch={compute},code={code}")
     return flags
+
+
+def find_cuda_tool(name: str) -> str | None:
+    """A CUDA binary (``cuobjdump``, ``nvdisasm``, ``compute-sanitizer``, ``ncu``): ``$CUDA_HOME``/``$CUDA_PATH``/bin, ``PATH``, nvcc's
+    folder, ``/usr/local/cuda/bin``, then the NVIDIA pip wheels (``nvidia/*/bin``, e.g. ``nvidia/cu13/bin``)."""
+    for home in (os.environ.get(e) for e in ("CUDA_HOME", "CUDA_PATH")):
+        if home and (Path(home) / "bin" / name).is_file():
+            return str(Path(home) / "bin" / name)
+    found = shutil.which(name)
+    if found:
+        return found
+    dirs = []
+    nvcc = nvcc_path()
+    if nvcc:
+        dirs.append(Path(nvcc).parent)
+    dirs.append(Path(DEFAULT_CUDA_HOME) / "bin")
+    try:
+        import nvidia  # the namespace package the NVIDIA wheels install into
+
+        for root in getattr(nvidia, "__path__", []):
+            dirs += sorted(Path(root).glob("*/bin"))
+    except ImportError:
+        pass
+    for d in dirs:
+        if (d / name).is_file() and os.access(d / name, os.X_OK):
+            return str(d / name)
+    return None
+
+
+def require_cuda_tool(name: str, fix: str) -> str:
+    """:func:`find_cuda_tool`, or a :class:`ToolchainError` that says where it looked and ``fix``."""
+    found = find_cuda_tool(name)
+    if not found:
+        raise ToolchainError(f"{name} not found (looked in $CUDA_HOME/bin, on PATH, next to nvcc, in "
+                             f"{DEFAULT_CUDA_HOME}/bin and in the NVIDIA pip wheels): {fix}")
+    return found

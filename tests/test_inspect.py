@@ -14,7 +14,7 @@ KERNELS = ROOT / "kernels"
 
 needs_nvcc = pytest.mark.skipif(toolchain.nvcc_path() is None, reason="needs nvcc")
 needs_cuobjdump = pytest.mark.skipif(
-    toolchain.nvcc_path() is None or not inspect.find_cuda_tool("cuobjdump") or not inspect.find_cuda_tool("nvdisasm"),
+    toolchain.nvcc_path() is None or not toolchain.find_cuda_tool("cuobjdump") or not toolchain.find_cuda_tool("nvdisasm"),
     reason="needs nvcc, cuobjdump and nvdisasm (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
 
 
@@ -119,7 +119,7 @@ def test_sass_diff_shows_the_changed_instruction(cache, write):
 
 def test_missing_cuobjdump_names_the_pip_package(monkeypatch):
     """Without cuobjdump, sass() is a ToolchainError naming `pip install nvidia-cuda-cuobjdump`."""
-    monkeypatch.setattr(inspect, "find_cuda_tool", lambda name: None)
+    monkeypatch.setattr(toolchain, "find_cuda_tool", lambda name: None)
     with pytest.raises(jitlab.ToolchainError, match="pip install nvidia-cuda-cuobjdump"):
         inspect.sass(KERNELS / "saxpy.cu")
 
@@ -159,5 +159,5 @@ def test_cuobjdump_is_found_in_the_pip_wheel(monkeypatch):
     monkeypatch.setenv("PATH", "")
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
-    found = inspect.find_cuda_tool("cuobjdump")
+    found = toolchain.find_cuda_tool("cuobjdump")
     assert found and Path(found).name == "cuobjdump" and Path(found).is_file()

@@ -1,0 +1,159 @@
+"""Isolated checks on the CPU: C++ snippets with planted faults run in a worker process, and each
+ends in the right category while this process goes on (GPU faults: tests/test_gpu.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+import jitlab
+from jitlab import builder, cli, isolate, jobs, sanitizer, toolchain
+from jitlab.errors import ArgumentError, SnippetError, ToolchainError
+
+from conftest import ROOT
+
+FAULTS = ROOT / "tests" / "fixtures" / "faults"
+ADD2 = ROOT / "kernels" / "add2_cpu.cpp"
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory):
+    """One warm worker for this module, with its own build cache."""
+    w = isolate.Worker({"JITLAB_CACHE_DIR": str(tmp_path_factory.mktemp("iso_cache"))})
+    yield w
+    w.stop()
+
+
+def _check(worker, path, timeout=60.0, **kw) -> jobs.Outcome:
+    return worker.run(jobs.Job("check", str(path), **kw), timeout)
+
+
+def test_passing_snippet_passes_with_its_verdict(worker):
+    out = _check(worker, ADD2)
+    assert out.passed and out.category == jobs.PASS
+    assert out.verdicts and out.verdicts[0].passed
+    assert "PASS" in str(out)
+
+
+def test_wrong_result_is_a_mismatch_with_the_checkers_reasons(worker):
+    out = _check(worker, FAULTS / "wrong_cpu.cpp")
+    assert out.category == jobs.MISMATCH
+    assert "elements differ" in str(out)
+    assert "wrong_cpu/original at size 1" in out.where
+
+
+def test_hang_times_out_and_the_next_check_still_works(worker):
+    out = _check(worker, FAULTS / "hang_cpu.cpp", timeout=5)
+    assert out.category == jobs.TIMEOUT
+    assert "5 s" in out.message
+    assert worker.proc is None  # the stuck worker was stopped
+    assert _check(worker, ADD2).passed  # a fresh worker takes over
+
+
+def test_crash_is_reported_and_the_next_check_still_works(worker):
+    out = _check(worker, FAULTS / "segv_cpu.cpp")
+    assert out.category == jobs.CRASH
+    assert "SIGSEGV" in out.message
+    assert _check(worker, ADD2).passed
+
+
+def test_compile_error_names_the_line(worker, write):
+    p = write("broken.cpp", """
+        #include <cstdint>
+        void broken(float* c, int64_t n) {
+            c[0] = undefined_name;
+        }
+    """)
+    (p.parent / "broken.ref.py").write_text((FAULTS / "wrong_cpu.ref.py").read_text())
+    out = _check(worker, p)
+    assert out.category == jobs.COMPILE
+    assert "broken.cpp:3" in out.message and "undefined_name" in out.message
+
+
+def test_undefined_symbol_is_a_link_error(worker, write):
+    p = write("unlinked.cpp", """
+        #include <cstdint>
+        void helper_defined_nowhere(float* c);
+        void unlinked(float* c, const float* a, const float* b, int64_t n) { helper_defined_nowhere(c); }
+    """)
+    (p.parent / "unlinked.ref.py").write_text((FAULTS / "wrong_cpu.ref.py").read_text().replace("wrong_cpu", "unlinked"))
+    out = _check(worker, p)
+    assert out.category == jobs.LINK, out
+    assert "helper_defined_nowhere" in out.message
+
+
+def test_printed_output_comes_back(worker, write):
+    p = write("chatty.cpp", """
+        #include <cstdint>
+        #include <cstdio>
+        void chatty(float* c, const float* a, const float* b, int64_t n) {
+            printf("chatty saw n=%lld\\n", (long long)n);
+            for (int64_t i = 0; i < n; ++i) c[i] = a[i] + b[i];
+        }
+    """)
+    (p.parent / "chatty.ref.py").write_text((FAULTS / "wrong_cpu.ref.py").read_text().replace("wrong_cpu", "chatty"))
+    out = _check(worker, p)
+    assert out.passed
+    assert "chatty saw n=1000" in out.output
+
+
+def test_check_of_a_path_goes_through_a_worker(cache):
+    out = jitlab.check(ADD2, timeout=120)
+    assert isinstance(out, jobs.Outcome) and out.passed
+    assert isolate.worker().proc is not None  # warm for the next call
+    assert jitlab.check(ADD2, isolate=False).passed
+
+
+def test_check_without_a_reference_names_the_missing_file(write):
+    p = write("lonely.cpp", "void lonely(float* c) { c[0] = 1; }\n")
+    with pytest.raises(SnippetError, match=r"lonely\.ref\.py"):
+        jitlab.check(p)
+
+
+def test_check_of_a_callable_needs_reference_inputs_and_sizes():
+    with pytest.raises(ArgumentError, match="reference, inputs"):
+        jitlab.check(lambda inp: inp)
+    with pytest.raises(ArgumentError, match="apply to a snippet path"):
+        jitlab.check(lambda inp: inp, lambda inp: inp, lambda *a: {}, sizes=[1], isolate=True)
+
+
+def test_cli_check_exit_status_and_category(cache, capsys):
+    assert cli.main(["check", str(ADD2)]) == 0
+    assert "PASS" in capsys.readouterr().out
+    assert cli.main(["check", str(FAULTS / "wrong_cpu.cpp")]) == 1
+    assert "FAIL [mismatch]" in capsys.readouterr().out
+
+
+def test_fault_categories_from_cuda_messages():
+    assert jobs.fault_category("CUDA error: an illegal memory access was encountered") == jobs.ILLEGAL
+    assert jobs.fault_category("raised LaunchError: k<<<...>>> failed: cudaErrorLaunchFailure: unspecified launch failure") == jobs.ILLEGAL
+    assert jobs.fault_category("torch.AcceleratorError: CUDA error: device-side assert triggered") == jobs.ASSERT
+    assert jobs.fault_category("failed: cudaErrorInvalidConfiguration: invalid configuration argument") == jobs.LAUNCH
+    assert jobs.fault_category("3 of 10 elements differ") is None
+
+
+def test_device_assert_location_from_the_drivers_message():
+    # The line the CUDA driver printed for tests/fixtures/faults/device_assert.cu on an H100.
+    text = ("/work/main/tests/fixtures/faults/device_assert.cu:6: void device_assert(float *, const float *, int): "
+            "block: [0,0,0], thread: [5,0,0] Assertion `x[i] >= 0.0f` failed.\n")
+    where = jobs.assert_location(text)
+    assert where.startswith("/work/main/tests/fixtures/faults/device_assert.cu:6 in device_assert")
+    assert "block [0,0,0] thread [5,0,0]" in where and "`x[i] >= 0.0f`" in where
+
+
+def test_debug_build_uses_G_and_keeps_asserts(write):
+    p = write("k.cu", "__global__ void k(float* y) { y[0] = 1; }\n")
+    plan, archs, _ = builder.prepare(p, builder.Options(arch=["sm_90"]))
+    _, normal = builder._flags(plan, archs, builder.Options())
+    _, debug = builder._flags(plan, archs, builder.Options(debug=True))
+    assert "-lineinfo" in normal and "-G" not in normal
+    assert "-G" in debug and "-UNDEBUG" in debug and "-lineinfo" not in debug
+    keys = {builder.prepare(p, builder.Options(arch=["sm_90"], debug=d))[2]["debug"] for d in (False, True)}
+    assert keys == {False, True}  # a debug build is its own cache entry
+
+
+def test_sanitize_needs_a_known_tool_and_names_the_fix_when_missing(monkeypatch):
+    with pytest.raises(ArgumentError, match="memcheck, racecheck"):
+        sanitizer.sanitize(FAULTS / "oob.cu", tool="leakcheck")
+    monkeypatch.setattr(toolchain, "find_cuda_tool", lambda name: None)
+    with pytest.raises(ToolchainError, match="compute-sanitizer not found.*CUDA toolkit"):
+        sanitizer.command("memcheck", "job", "out")

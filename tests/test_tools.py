@@ -1,0 +1,80 @@
+"""Reading the tools' own output: compute-sanitizer reports and Nsight Compute CSV.
+
+The fixtures in tests/fixtures/tools/ are real output, recorded on the lent H100 (compute-sanitizer
+2025.3.1, ncu with CUDA 13.0) while tests/test_gpu_debug.py ran the planted faults in
+tests/fixtures/faults/. The GPU suite runs the tools themselves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jitlab import profiler, sanitizer
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ROOT / "tests" / "fixtures" / "tools"
+FAULTS = ROOT / "tests" / "fixtures" / "faults"
+
+
+def test_memcheck_finding_at_the_snippets_line():
+    text = (TOOLS / "memcheck_oob.txt").read_text()
+    findings, summary = sanitizer.parse(text, "memcheck", [FAULTS / "oob.cu"])
+    assert summary == "ERROR SUMMARY: 5 errors"
+    assert len(findings) == 1  # the API errors that follow the fault are consequences, not findings
+    f = findings[0]
+    assert f.kind == "Invalid __global__ write of size 4 bytes"
+    assert Path(f.file) == FAULTS / "oob.cu" and f.line == 6
+    assert f.kernel == "oob" and f.thread == "232,0,0" and f.block == "3,0,0"
+    assert "y[i] = 2.0f" in f.source
+    assert any("1 bytes after the nearest allocation" in d for d in f.details)
+    assert str(f).startswith(f"{FAULTS / 'oob.cu'}:6 in oob, thread (232,0,0) block (3,0,0)")
+
+
+def test_repeated_reports_from_one_line_are_counted_once():
+    one = (
+        "========= Invalid __global__ write of size 4 bytes\n"
+        "=========     at k(float *)+0x40 in k.cu:3\n"
+        "=========     by thread ({t},0,0) in block (0,0,0)\n"
+        "========= \n"
+    )
+    findings, _ = sanitizer.parse("".join(one.format(t=t) for t in range(3)))
+    assert len(findings) == 1 and findings[0].count == 3 and findings[0].thread == "0,0,0"
+    assert "(x3, other threads)" in str(findings[0])
+
+
+def test_racecheck_summary_names_both_lines():
+    text = (TOOLS / "racecheck_race.txt").read_text()
+    findings, summary = sanitizer.parse(text, "racecheck", [FAULTS / "race.cu"])
+    assert summary.startswith("RACECHECK SUMMARY: 1 hazard")
+    (f,) = findings
+    assert f.kind == "Race reported between Write access and Read access"
+    assert Path(f.file) == FAULTS / "race.cu" and f.line == 8 and f.kernel == "race"
+    assert f.details == [f"Write access at {FAULTS / 'race.cu'}:8", f"Read access at {FAULTS / 'race.cu'}:9", "8192 hazards"]
+
+
+def test_clean_run_has_no_findings():
+    findings, summary = sanitizer.parse("========= COMPUTE-SANITIZER\ndone\n========= ERROR SUMMARY: 0 errors\n")
+    assert findings == [] and summary == "ERROR SUMMARY: 0 errors"
+
+
+def test_ncu_csv_gives_the_kernels_figures():
+    kernels = profiler.parse((TOOLS / "ncu_add2.csv.txt").read_text())
+    assert [k.kernel for k in kernels] == ["add2_kernel"]
+    k = kernels[0]
+    assert 10_000 < k.duration_ns < 1_000_000
+    assert 0 < k.dram_pct <= 100 and 0 < k.achieved_occupancy <= 100
+    assert k.theoretical_occupancy == 100 and k.block == 1024 and k.registers > 0
+    assert k.stalls[0][0] == "long_scoreboard"  # a streaming kernel waits on memory
+    assert all(a[1] >= b[1] for a, b in zip(k.stalls, k.stalls[1:]))
+    assert "long_scoreboard" in str(k)
+
+
+def test_ncu_without_counters_is_reported_not_raised():
+    text = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
+    assert profiler.parse(text) == []
+    assert any(s in text for s in profiler._NO_COUNTERS)
+
+
+def test_profile_command_is_scoped_to_the_snippets_kernels():
+    names = profiler.kernel_names(ROOT / "kernels" / "add2.cu")
+    assert "add2_kernel" in names and "launch_add2" not in names  # host launchers are not kernels

@@ -1,4 +1,4 @@
-"""The ``jitlab`` command: ``build``, ``inspect``, ``run`` (``demo``), ``clean``. A thin layer over the library's functions."""
+"""The ``jitlab`` command: ``build``, ``inspect``, ``check``, ``sanitize``, ``profile``, ``export``, ``run`` (``demo``), ``clean``. A thin layer over the library's functions."""
 
 from __future__ import annotations
 
@@ -80,6 +80,74 @@ def _inspect(args) -> int:
     return 0
 
 
+def _snippet_options(args) -> dict:
+    opts = {"variant": args.variant}
+    if args.debug:
+        opts["debug"] = True
+    if args.define:
+        opts["defines"] = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.define)
+    return opts
+
+
+def _check(args) -> int:
+    import jitlab
+
+    status = 0
+    for path in args.paths:
+        try:
+            out = jitlab.check(path, isolate=not args.in_process, timeout=args.timeout,
+                               sizes=args.size or None, **_snippet_options(args))
+        except JitlabError as e:
+            print(f"{path}: {e}", file=sys.stderr)
+            status = 1
+            continue
+        print(f"{path}: {out}")
+        if out.output.strip() and (args.show_output or not out.passed):
+            print("--- what the kernel printed ---\n" + out.output.rstrip())
+        status |= not out.passed
+    return status
+
+
+def _sanitize(args) -> int:
+    import jitlab
+
+    try:
+        report = jitlab.sanitize(args.path, tool=args.tool, sizes=args.size or None, **_snippet_options(args))
+    except JitlabError as e:
+        print(f"{args.path}: {e}", file=sys.stderr)
+        return 1
+    print(report)
+    return 0 if report.clean else 1
+
+
+def _profile(args) -> int:
+    import jitlab
+
+    try:
+        prof = jitlab.profile(args.path, variant=args.variant, size=args.size, kernel=args.kernel)
+    except JitlabError as e:
+        print(f"{args.path}: {e}", file=sys.stderr)
+        return 1
+    print(prof)
+    return 0 if prof.available else 1
+
+
+def _export(args) -> int:
+    from . import export
+
+    try:
+        out = export.export(args.path, args.out or f"{export.module_name(args.path, args.name)}_package",
+                            name=args.name, force=args.force)
+        name = export.module_name(args.path, args.name)
+    except JitlabError as e:
+        print(f"{args.path}: {e}", file=sys.stderr)
+        return 1
+    print(f"{args.path}: exported as the package `{name}` -> {out}")
+    print(f"  build and install:  pip install --no-build-isolation {out}")
+    print(f"  then:               python -c \"import {name}; help({name})\"")
+    return 0
+
+
 def _clean(args) -> int:
     import jitlab
     from .config import cache_dir
@@ -119,6 +187,35 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--ptx", action="store_true", help="print the PTX with the source lines interleaved")
     i.add_argument("--sass", action="store_true", help="print the SASS (needs cuobjdump: pip install nvidia-cuda-cuobjdump)")
     i.set_defaults(func=_inspect)
+    k = sub.add_parser("check", help="build and check snippets against their NAME.ref.py in a worker process "
+                                     "(crashes and hangs end the worker, not jitlab)")
+    k.add_argument("paths", nargs="+", help="kernel files or folders with a NAME.ref.py beside them")
+    k.add_argument("--timeout", type=float, default=60.0, help="seconds before a hung kernel is stopped (default 60)")
+    k.add_argument("--in-process", action="store_true", help="run in this process instead of a worker")
+    k.add_argument("--show-output", action="store_true", help="print what the kernel printed even when it passes")
+    k.set_defaults(func=_check)
+    s = sub.add_parser("sanitize", help="check a snippet under compute-sanitizer; findings at your file:line")
+    s.add_argument("path", help="a kernel file or folder with a NAME.ref.py beside it")
+    s.add_argument("--tool", default="memcheck", choices=["memcheck", "racecheck", "initcheck", "synccheck"])
+    s.set_defaults(func=_sanitize)
+    for sp in (k, s):
+        sp.add_argument("--variant", help="one version only: original, or a name in the ref's VARIANTS")
+        sp.add_argument("--size", type=int, action="append", help="size to check (repeatable; default: the ref's SIZES)")
+        sp.add_argument("--debug", action="store_true", help="debug build: -G, asserts on")
+        sp.add_argument("-D", "--define", action="append", help="preprocessor macro, NAME or NAME=VALUE")
+    pr = sub.add_parser("profile", help="Nsight Compute figures for a snippet's kernels: duration, DRAM %% of peak, "
+                                        "occupancy, top stall reasons")
+    pr.add_argument("path", help="a kernel file or folder with a NAME.ref.py beside it")
+    pr.add_argument("--variant", help="the version to run (default: original)")
+    pr.add_argument("--size", type=int, help="input size (default: the ref's BENCH_SIZES, at most 2^24)")
+    pr.add_argument("--kernel", help="only this kernel")
+    pr.set_defaults(func=_profile)
+    e = sub.add_parser("export", help="write a snippet as an installable package (setup.py, the seeds' way)")
+    e.add_argument("path", help="a .cu/.cpp file or a folder")
+    e.add_argument("--out", help="the package folder (default: ./NAME_package)")
+    e.add_argument("--name", help="the Python package name (default: the snippet's name)")
+    e.add_argument("--force", action="store_true", help="overwrite the package's files in a non-empty --out")
+    e.set_defaults(func=_export)
     c = sub.add_parser("clean", help="delete cached builds")
     c.add_argument("--older-than-days", type=float, default=None)
     c.set_defaults(func=_clean)

@@ -156,7 +156,7 @@ def _require_something_to_call(files: list[SourceFile]) -> None:
 def _kernel_plan(files: list[SourceFile], stem: str) -> Plan:
     cu = [f for f in files if f.language == "cuda"]
     cpp = [f for f in files if f.language == "cpp"]
-    exported, skipped, cuda_shims, cpp_shims = [], [], [], []
+    exported, skipped = [], []
     for f in files:
         for fn in f.functions:
             if fn.template:
@@ -164,19 +164,17 @@ def _kernel_plan(files: list[SourceFile], stem: str) -> Plan:
                 continue
             ctypes_map.check_mappable(fn)
             exported.append(fn)
-            shims = cuda_shims if f.language == "cuda" else cpp_shims
-            shims.append(launch_shim(fn) if fn.kind == "global" else call_shim(fn, cuda=f.language == "cuda"))
     _check_unique(exported)
     cuda_sources, cpp_sources = [], []
     if cu:
         cuda_sources = (
-            ["#include <cuda_runtime.h>\n#include <exception>\n"]
+            ["#include <cuda_runtime.h>\n#include <cassert>\n#include <exception>\n"]
             + [with_line_directive(f) for f in cu]
-            + [f'#line 1 "{GENERATED}.cu"\n' + _runtime_helpers(cuda=True) + "\n".join(cuda_shims)]
+            + [f'#line 1 "{GENERATED}.cu"\n' + shim_unit(functions_of(exported, cu), cuda=True)]
         )
     cpp_sources = ["#include <exception>\n"] + [with_line_directive(f) for f in cpp]
     if cpp:
-        cpp_sources.append(f'#line 1 "{GENERATED}.cpp"\n' + _runtime_helpers(cuda=False, prefix="jitlab_cpp_") + "\n".join(cpp_shims))
+        cpp_sources.append(f'#line 1 "{GENERATED}.cpp"\n' + shim_unit(functions_of(exported, cpp), cuda=False))
     return Plan(
         stem=stem,
         kind="kernel",
@@ -216,13 +214,13 @@ def _torch_plan(files: list[SourceFile], stem: str) -> Plan:
     cuda_sources = []
     if cu:
         needs_torch = any(f.uses_torch for f in cu)
-        cuda_sources = [(TORCH_CUDA_HEADERS + CHECK_MACROS) if needs_torch else "#include <cuda_runtime.h>\n"]
-        cuda_sources += [with_line_directive(f, _rename_module(f)) for f in cu]
+        cuda_sources = [(TORCH_CUDA_HEADERS + CHECK_MACROS) if needs_torch else "#include <cuda_runtime.h>\n#include <cassert>\n"]
+        cuda_sources += [with_line_directive(f, rename_module(f)) for f in cu]
     cpp_sources = [TORCH_CPP_HEADERS + CHECK_MACROS]
-    cpp_sources += [with_line_directive(f, _rename_module(f)) for f in cpp]
+    cpp_sources += [with_line_directive(f, rename_module(f)) for f in cpp]
     declared = [fn for fn in exported if fn.path not in {str(f.path) for f in cpp}]
     if declared:
-        cpp_sources.append(f'#line 1 "{GENERATED}.cpp"\n' + "".join(f"{fn.signature()};\n" for fn in declared))
+        cpp_sources.append(f'#line 1 "{GENERATED}.cpp"\n' + declarations(declared))
     return Plan(
         stem=stem,
         kind="torch",
@@ -237,6 +235,36 @@ def _torch_plan(files: list[SourceFile], stem: str) -> Plan:
         has_printf=any(f.has_printf for f in files),
         printing=printing_functions(files),
     )
+
+
+def declarations(fns: list[Function]) -> str:
+    """C++ declarations of ``fns``, one per line, for a unit that calls them without defining them."""
+    return "".join(f"{fn.signature()};\n" for fn in fns)
+
+
+def functions_of(fns: list[Function], files: list[SourceFile]) -> list[Function]:
+    """The functions among ``fns`` that ``files`` define, in order."""
+    paths = {str(f.path) for f in files}
+    return [fn for fn in fns if fn.path in paths]
+
+
+def preludes(plan: Plan) -> tuple[str, str]:
+    """What the plan puts before the user's C++ and CUDA code (headers, CHECK_* macros): ``(cpp, cuda)``.
+
+    The first entry of each source list; ``""`` for a unit the plan does not have.
+    """
+    return (plan.cpp_sources[0] if plan.cpp_sources else ""), (plan.cuda_sources[0] if plan.cuda_sources else "")
+
+
+def shim_unit(fns: list[Function], cuda: bool) -> str:
+    """The code generated after the user's code in a kernel-only unit: error helpers, then one shim per function.
+
+    Args:
+        fns: The unit's exported kernels and host functions.
+        cuda: A CUDA unit (kernels launch, host calls report CUDA errors) or a C++ one.
+    """
+    shims = [launch_shim(fn) if fn.kind == "global" else call_shim(fn, cuda=cuda) for fn in fns]
+    return _runtime_helpers(cuda=cuda, prefix="jitlab_" if cuda else "jitlab_cpp_") + "\n".join(shims)
 
 
 def _not_bindable(fn: Function) -> str:
@@ -256,7 +284,7 @@ def _not_bindable(fn: Function) -> str:
     return ""
 
 
-def _rename_module(f: SourceFile) -> str:
+def rename_module(f: SourceFile) -> str:
     """The file's text with its ``PYBIND11_MODULE(name, m)`` renamed to the build's module name.
 
     Seeds write ``PYBIND11_MODULE(example_kernels, m)``; the import name must carry the build key,
@@ -326,13 +354,28 @@ def _shim_params(fn: Function) -> tuple[list[str], list[str]]:
     return decls, args
 
 
-def launch_shim(fn: Function) -> str:
-    """``extern "C"`` launcher for one kernel: grid, block, shared memory, stream, then its arguments."""
-    decls, args = _shim_params(fn)
+def launch_prototype(fn: Function) -> str:
+    """The ``extern "C"`` signature (no semicolon) of a kernel's launch shim: what another unit declares to call it."""
+    decls, _ = _shim_params(fn)
     head = ["unsigned gx", "unsigned gy", "unsigned gz", "unsigned bx", "unsigned by", "unsigned bz",
             "unsigned smem", "void* stream"]
+    return f'extern "C" int jitlab_launch_{fn.name}({", ".join(head + decls)})'
+
+
+def call_prototype(fn: Function) -> str:
+    """The ``extern "C"`` signature (no semicolon) of a host function's call shim; a result comes back through ``ret``."""
+    decls, _ = _shim_params(fn)
+    returns = fn.returns.strip()
+    if returns != "void":
+        decls = [f"{returns}* ret"] + decls
+    return f'extern "C" int jitlab_call_{fn.name}({", ".join(decls)})'
+
+
+def launch_shim(fn: Function) -> str:
+    """``extern "C"`` launcher for one kernel: grid, block, shared memory, stream, then its arguments."""
+    _, args = _shim_params(fn)
     return (
-        f'extern "C" int jitlab_launch_{fn.name}({", ".join(head + decls)}) {{\n'
+        f"{launch_prototype(fn)} {{\n"
         f"  {fn.qualname}<<<dim3(gx, gy, gz), dim3(bx, by, bz), smem, (cudaStream_t)stream>>>({', '.join(args)});\n"
         f"  return (int)cudaGetLastError();\n"
         f"}}\n"
@@ -350,15 +393,12 @@ def call_shim(fn: Function, cuda: bool) -> str:
 
     Returns 0 on success, -1 for a C++ exception (message kept for Python), or a CUDA error code.
     """
-    decls, args = _shim_params(fn)
-    returns = fn.returns.strip()
-    if returns != "void":
-        decls = [f"{returns}* ret"] + decls
+    _, args = _shim_params(fn)
     call = f"{fn.qualname}({', '.join(args)})"
-    body = f"*ret = {call};" if returns != "void" else f"{call};"
+    body = f"*ret = {call};" if fn.returns.strip() != "void" else f"{call};"
     after = "return (int)cudaGetLastError();" if cuda else "return 0;"
     return (
-        f'extern "C" int jitlab_call_{fn.name}({", ".join(decls)}) {{\n'
+        f"{call_prototype(fn)} {{\n"
         f"  try {{ {body} }}\n"
         f"  catch (const std::exception& e) {{ jitlab_remember(e.what()); return -1; }}\n"
         f'  catch (...) {{ jitlab_remember("unknown C++ exception"); return -1; }}\n'

@@ -58,12 +58,16 @@ def save(path: str | Path, text: str) -> Path:
         d.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256(old.encode("utf-8", "surrogateescape")).hexdigest()[:8]
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        _atomic_write(d / f"{stamp}-{digest}{path.suffix}", old)
-    _atomic_write(path, text)
+        atomic_write(d / f"{stamp}-{digest}{path.suffix}", old)
+    atomic_write(path, text)
     return path
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` all at once: a temporary file in the same folder, then ``os.replace``.
+
+    A reader sees the old file or the new one, never half of it. The file gets ``mkstemp``'s mode (0600).
+    """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:

@@ -1,0 +1,710 @@
+"""``jitlab export``: a snippet as an installable Python package, built the seeds' way (``setup.py``).
+
+Seeds 000 and 002 build their kernels as a setuptools package with torch's ``CUDAExtension`` and
+``BuildExtension``; ``export()`` writes that package for any snippet, so a kernel grown in the
+playground can be installed where jitlab is not::
+
+    <out>/setup.py           CUDAExtension (a snippet with .cu files) or CppExtension, BuildExtension
+    <out>/pyproject.toml     setuptools backend; build with `pip install --no-build-isolation .`
+    <out>/README.md          how to build, install and call it
+    <out>/<name>/__init__.py imports torch, then the compiled extension ``<name>._C``
+    <out>/csrc/...           the snippet's files and local headers, unchanged
+    <out>/csrc/jitlab_*      the generated units, the same ones ``jitlab.load`` compiles:
+        jitlab_cuda.cu       the snippet's .cu files (#included) after jitlab's prelude; kernel-only
+                             snippets add one ``extern "C"`` launcher per kernel (codegen's shims)
+        jitlab_cpp.cpp       kernel-only C++ files and their call shims
+        jitlab_module.cpp    the Python module: for torch-style snippets the .cpp files, declarations
+                             and ``PYBIND11_MODULE`` with ``m.def`` per host function (what load_inline's
+                             ``functions=`` makes); for kernel-only ones a torch binding per kernel
+                             (tensors in, dtype/device/contiguity checked, torch's current stream)
+
+A snippet with its own ``PYBIND11_MODULE(example_kernels, m)`` keeps it: the extension is then named
+``<name>.example_kernels``, so not even the module name in the user's file changes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import keyword
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from . import builder, codegen, ctypes_map
+from .errors import SnippetError
+from .launch import _py_name
+from .parse import Function, Param, SourceFile, parse_file
+from .snippets import atomic_write
+
+CUDA_UNIT = "jitlab_cuda.cu"
+CPP_UNIT = "jitlab_cpp.cpp"
+MODULE_UNIT = "jitlab_module.cpp"
+
+# Tensor dtype → c10::ScalarType enumerator, for the dtype check of a pointer parameter.
+SCALAR_TYPES = {
+    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+    torch.bool: "Bool", torch.int8: "Char", torch.uint8: "Byte", torch.int16: "Short", torch.uint16: "UInt16",
+    torch.int32: "Int", torch.uint32: "UInt32", torch.int64: "Long", torch.uint64: "UInt64",
+}
+# ctypes integer → the fixed-width C++ type its range check uses.
+INT_TYPES = {
+    ctypes.c_int8: "int8_t", ctypes.c_uint8: "uint8_t", ctypes.c_int16: "int16_t", ctypes.c_uint16: "uint16_t",
+    ctypes.c_int32: "int32_t", ctypes.c_uint32: "uint32_t", ctypes.c_int64: "int64_t", ctypes.c_uint64: "uint64_t",
+}
+
+
+@dataclass
+class Package:
+    """What ``export()`` writes, before it writes it.
+
+    Attributes:
+        name: The Python package name (``import name``).
+        extension: The compiled module inside it (``_C``, or the snippet's own PYBIND11_MODULE name).
+        plan: codegen's plan of the snippet.
+        root: The folder ``csrc/`` mirrors (the snippet's files and headers keep their layout under it).
+        files: Relative path → contents, every file of the package.
+        units: The sources setup.py compiles (relative paths).
+        include_dirs: Folders searched for the snippet's local headers (relative paths).
+        nvcc_flags: Extra nvcc flags.
+        names: The Python functions, when known.
+    """
+
+    name: str
+    extension: str
+    plan: codegen.Plan
+    root: Path
+    files: dict[str, str] = field(default_factory=dict)
+    units: list[str] = field(default_factory=list)
+    include_dirs: list[str] = field(default_factory=list)
+    nvcc_flags: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+
+
+def export(path, out_dir, name: str | None = None, *, force: bool = False) -> Path:
+    """Write ``path``'s snippet as a Python package with a ``setup.py`` into ``out_dir``.
+
+    Build it with ``pip install --no-build-isolation <out_dir>`` (or ``python setup.py build_ext
+    --inplace`` inside it); then ``import name`` works without jitlab.
+
+    Args:
+        path: A ``.cu``/``.cpp`` file, a folder of them, or a list (as for ``jitlab.load``).
+        out_dir: The package folder; created if missing.
+        name: The Python package name; default: the snippet's name.
+        force: Overwrite the package's files in a non-empty ``out_dir`` (other files there are kept).
+
+    Returns:
+        The package folder, absolute.
+
+    Raises:
+        SnippetError: The snippet cannot be read or mapped, the name is not a module name, or
+            ``out_dir`` is not empty (without ``force``) or holds the snippet itself.
+    """
+    sources = builder.collect_sources(path)
+    name = module_name(path, name)
+    files = [parse_file(p) for p in sources]
+    plan = codegen.plan(files, name)
+    headers = [Path(h) for h in builder.local_headers(files, plan.include_dirs)]
+    out = Path(out_dir).expanduser().resolve()
+    check_out_dir(out, sources + headers, force)
+    pkg = package(plan, name, headers)
+    write(out, pkg.files)
+    return out
+
+
+def module_name(path, name: str | None = None) -> str:
+    """The package name: ``name``, or the snippet's name; checked to be importable.
+
+    Raises:
+        SnippetError: Naming the fix (``--name``) with a name that would work.
+    """
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    chosen = name if name is not None else codegen.stem_of([Path(p) for p in paths])
+    what = "--name / name=" if name is not None else "the snippet's name; pass --name / name="
+    if not (chosen.isascii() and chosen.isidentifier()) or keyword.iskeyword(chosen):
+        fix = re.sub(r"\W", "_", chosen.encode("ascii", "replace").decode()) or "kernels"
+        fix = f"k{fix}" if fix[0].isdigit() else fix + ("_" if keyword.iskeyword(fix) else "")
+        raise SnippetError(f"{chosen!r} ({what}) is not a Python module name: use letters, digits and _ "
+                           f"(not first), e.g. --name {fix}")
+    if chosen in sys.stdlib_module_names or chosen in ("torch", "jitlab"):
+        raise SnippetError(f"{chosen!r} would hide the `{chosen}` module when imported; choose another name "
+                           f"with --name / name=, e.g. --name {chosen}_kernels")
+    return chosen
+
+
+def check_out_dir(out: Path, inputs: list[Path], force: bool) -> None:
+    """Refuse a package folder that is a file, holds the snippet, or has files in it (unless ``force``).
+
+    Raises:
+        SnippetError: Naming ``--force`` or another folder.
+    """
+    if out.exists() and not out.is_dir():
+        raise SnippetError(f"{out}: exists and is not a folder; choose another --out")
+    inside = [p for p in inputs if p.resolve().is_relative_to(out)]
+    if inside:
+        raise SnippetError(f"{out} holds the snippet itself ({inside[0]}); export to a folder outside it, "
+                           f"e.g. --out {out / (inside[0].stem + '_package')}")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise SnippetError(f"{out} is not empty; pass --force (force=True) to overwrite the package's files "
+                           f"there, or choose another --out")
+
+
+def write(out: Path, files: dict[str, str]) -> None:
+    """Write each file atomically (readers never see half a file), readable by everyone (0644)."""
+    for rel, text in files.items():
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(target, text)
+        os.chmod(target, 0o644)
+
+
+# ---- the package's contents ---------------------------------------------------------------------
+def package(plan: codegen.Plan, name: str, headers: list[Path]) -> Package:
+    """Every file of the package for ``plan``: sources, generated units, setup.py, README, __init__."""
+    user = [f.path for f in plan.files] + headers
+    root = Path(os.path.commonpath([p.parent for p in user]))
+    own = next((f.pybind_module[0] for f in plan.files if f.pybind_module), None)
+    extension = own if own and own != "TORCH_EXTENSION_NAME" else "_C"
+    pkg = Package(name=name, extension=extension, plan=plan, root=root)
+    for p in user:
+        pkg.files[f"csrc/{_rel(pkg, p)}"] = _read_as_is(p)
+    pkg.include_dirs = sorted({_csrc_dir(pkg, Path(d)) for d in plan.include_dirs})
+    if plan.kind == "kernel":
+        _kernel_units(pkg)
+    else:
+        _torch_units(pkg)
+    pkg.files["setup.py"] = setup_py(pkg)
+    pkg.files["pyproject.toml"] = PYPROJECT
+    pkg.files[f"{name}/__init__.py"] = init_py(pkg)
+    pkg.files["README.md"] = readme(pkg)
+    return pkg
+
+
+def _read_as_is(path: Path) -> str:
+    """A file's text exactly (line endings and undecodable bytes kept), so its copy is byte for byte the same."""
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+        return f.read()
+
+
+def _rel(pkg: Package, p: Path) -> str:
+    """A user file's path under ``csrc/`` (posix)."""
+    return Path(p).relative_to(pkg.root).as_posix()
+
+
+def _csrc_dir(pkg: Package, d: Path) -> str:
+    rel = d.relative_to(pkg.root).as_posix()
+    return "csrc" if rel == "." else f"csrc/{rel}"
+
+
+def _includes(pkg: Package, files: list[SourceFile]) -> str:
+    return "".join(f'#include "{_rel(pkg, f.path)}"\n' for f in files)
+
+
+def _by_language(plan: codegen.Plan) -> tuple[list[SourceFile], list[SourceFile]]:
+    return [f for f in plan.files if f.language == "cuda"], [f for f in plan.files if f.language == "cpp"]
+
+
+def _torch_units(pkg: Package) -> None:
+    """Torch-style: jitlab's own two units, the user's files #included where load_inline gets their text."""
+    plan = pkg.plan
+    cu, cpp = _by_language(plan)
+    cpp_prelude, cuda_prelude = codegen.preludes(plan)
+    if cu:
+        pkg.files[f"csrc/{CUDA_UNIT}"] = (
+            f"// {pkg.name}'s CUDA unit, generated by `jitlab export`: the snippet's .cu files after what\n"
+            f"// jitlab.load puts before them (torch headers and the CHECK_* macros, when they use torch).\n"
+            + cuda_prelude + _includes(pkg, cu))
+        pkg.units.append(f"csrc/{CUDA_UNIT}")
+    if plan.functions is None and not cpp:
+        pkg.names = sorted({py for f in plan.files for py in f.pybind_defs})
+        return  # the .cu file binds itself
+    body = cpp_prelude + _includes(pkg, cpp)
+    if plan.functions is not None:
+        body += "\n" + codegen.declarations(codegen.functions_of(plan.exported, cu)) + pybind_module(plan.exported)
+        pkg.names = [fn.name for fn in plan.exported]
+    else:
+        pkg.names = sorted({py for f in plan.files for py in f.pybind_defs})
+    pkg.files[f"csrc/{MODULE_UNIT}"] = (
+        f"// {pkg.name}'s C++ unit, generated by `jitlab export` (jitlab.load's main.cpp): torch headers and\n"
+        f"// the CHECK_* macros, the snippet's .cpp files, then the Python module.\n" + body)
+    pkg.units.append(f"csrc/{MODULE_UNIT}")
+
+
+def pybind_module(fns: list[Function]) -> str:
+    """``PYBIND11_MODULE`` with one ``m.def`` per function, as load_inline's ``functions=`` writes it.
+
+    Each function goes through ``torch::wrap_pybind_function`` (torch's errors become Python errors);
+    its docstring is its C++ signature.
+    """
+    defs = "".join(f'  m.def("{fn.name}", torch::wrap_pybind_function({fn.name}), {_c_str(_signature(fn))});\n'
+                   for fn in fns)
+    return "\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n" + defs + "}\n"
+
+
+def _kernel_units(pkg: Package) -> None:
+    """Kernel-only: the user's code and codegen's shims (no torch), plus a torch binding per function."""
+    plan = pkg.plan
+    cu, cpp = _by_language(plan)
+    cpp_prelude, cuda_prelude = codegen.preludes(plan)
+    head = ("// {what}, generated by `jitlab export`: the snippet's {ext} files (unchanged, #included), then one\n"
+            "// extern \"C\" {shim} per {per} (the shims jitlab.load calls through ctypes); no torch header.\n")
+    if cu:
+        pkg.files[f"csrc/{CUDA_UNIT}"] = (
+            head.format(what=f"{pkg.name}'s CUDA unit", ext=".cu", shim="launcher", per="kernel and host function")
+            + cuda_prelude + _includes(pkg, cu) + "\n"
+            + codegen.shim_unit(codegen.functions_of(plan.exported, cu), cuda=True))
+        pkg.units.append(f"csrc/{CUDA_UNIT}")
+        _, nvcc = builder._flags(plan, [], builder.Options())
+        pkg.nvcc_flags = [f for f in nvcc if f.startswith("-U__CUDA_NO_")]  # CUDA's half/bfloat16 operators back
+    if cpp:
+        pkg.files[f"csrc/{CPP_UNIT}"] = (
+            head.format(what=f"{pkg.name}'s C++ unit", ext=".cpp", shim="wrapper", per="function")
+            + cpp_prelude + _includes(pkg, cpp) + "\n"
+            + codegen.shim_unit(codegen.functions_of(plan.exported, cpp), cuda=False))
+        pkg.units.append(f"csrc/{CPP_UNIT}")
+    pkg.files[f"csrc/{MODULE_UNIT}"] = kernel_module(pkg)
+    pkg.units.append(f"csrc/{MODULE_UNIT}")
+    pkg.names = [fn.name for fn in plan.exported]
+
+
+# ---- kernel-only bindings: tensors in, checked, raw pointers to the shims -------------------------
+def kernel_module(pkg: Package) -> str:
+    """The C++ module of a kernel-only snippet: one checked torch wrapper per shim, and PYBIND11_MODULE."""
+    plan = pkg.plan
+    cu, _ = _by_language(plan)
+    cuda_fns = {fn.name for fn in codegen.functions_of(plan.exported, cu)}
+    protos = [(codegen.launch_prototype(fn) if fn.kind == "global" else codegen.call_prototype(fn)) + ";"
+              for fn in plan.exported]
+    if cu:
+        protos = ['extern "C" const char* jitlab_error_name(int e);', 'extern "C" const char* jitlab_error_string(int e);',
+                  'extern "C" const char* jitlab_last_exception();'] + protos
+    if len(cuda_fns) < len(plan.exported):
+        protos.insert(0, 'extern "C" const char* jitlab_cpp_last_exception();')
+    wrappers = [_wrapper(pkg, fn, "cuda" if fn.name in cuda_fns else "cpu") for fn in plan.exported]
+    defs = "".join(_def(pkg, fn, "cuda" if fn.name in cuda_fns else "cpu") for fn in plan.exported)
+    return (KERNEL_MODULE_HEAD.format(name=pkg.name)
+            + "\n".join(protos) + "\n\nnamespace {\n\n" + _dtype_names() + KERNEL_HELPERS
+            + (CUDA_HELPERS if cu else CPP_HELPERS) + "\n".join(wrappers) + "\n}  // namespace\n\n"
+            + f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n  m.doc() = {_c_str(_module_doc(pkg))};\n" + defs + "}\n")
+
+
+KERNEL_MODULE_HEAD = """\
+// {name}'s Python module, generated by `jitlab export` from the snippet's signatures: for every kernel
+// and host function a wrapper that takes tensors for pointer parameters (dtype, device and contiguity
+// checked, as jitlab.load's wrappers do) and Python numbers for scalars, then calls the extern "C"
+// shim in jitlab_cuda.cu / jitlab_cpp.cpp. Kernels take grid=, block=, shared_mem=0, stream=None and
+// launch on torch's current stream of the tensors' device.
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/utils/pybind.h>
+
+namespace py = pybind11;
+
+"""
+
+KERNEL_HELPERS = """
+// A pointer parameter's tensor: the dtype of its C type, on the snippet's device, contiguous, and an
+// output (non-const pointer) not a leaf that requires grad.
+[[maybe_unused]] void check_tensor(const at::Tensor& t, const char* fn, int i, const char* name, const char* ctype,
+                  bool any_dtype, c10::ScalarType dtype, c10::DeviceType device, bool output) {
+  TORCH_CHECK_TYPE(t.defined(), fn, "(): argument ", i, " `", name, "` (", ctype, ") takes a tensor, got None");
+  TORCH_CHECK_TYPE(any_dtype || t.scalar_type() == dtype, fn, "(): argument ", i, " `", name, "` (", ctype,
+                   ") takes a ", dtype_name(dtype), " tensor, got ", dtype_name(t.scalar_type()),
+                   "; convert with `.to(torch.", dtype_name(dtype), ")`");
+  if (device == c10::DeviceType::CUDA) {
+    TORCH_CHECK_VALUE(t.device().type() == device, fn, "(): argument ", i, " `", name, "` (", ctype,
+                      ") takes a CUDA tensor, got one on ", t.device(), "; move it with `.cuda()`");
+  } else {
+    TORCH_CHECK_VALUE(t.device().type() == device, fn, "(): argument ", i, " `", name, "` (", ctype,
+                      ") takes a CPU tensor (this is C++ code), got one on ", t.device(), "; use `.cpu()`");
+  }
+  TORCH_CHECK_VALUE(t.is_contiguous(), fn, "(): argument ", i, " `", name, "` (", ctype,
+                    ") takes a contiguous tensor, got a view with strides ", t.strides(),
+                    "; pass `.contiguous()` (and copy results back if it is an output)");
+  TORCH_CHECK_VALUE(!(output && t.requires_grad() && t.is_leaf()), fn, "(): argument ", i, " `", name, "` (",
+                    ctype, ") is written (non-const pointer) but requires grad; pass `.detach()`");
+}
+
+// Every tensor of one call on one device.
+[[maybe_unused]] void check_same_device(const at::Tensor& t, const c10::Device& device, const char* fn, int i,
+                                        const char* name) {
+  TORCH_CHECK_VALUE(t.device() == device, fn, "(): argument ", i, " `", name, "` is on ", t.device(),
+                    " but earlier tensors are on ", device, ": put every tensor on one device");
+}
+
+// An integer scalar that must fit its C type (no silent truncation).
+template <typename T>
+[[maybe_unused]] T checked_int(int64_t v, const char* fn, int i, const char* name, const char* ctype) {
+  TORCH_CHECK_VALUE(v >= (int64_t)std::numeric_limits<T>::min() && v <= (int64_t)std::numeric_limits<T>::max(),
+                    fn, "(): argument ", i, " `", name, "` (", ctype, ") must be in [",
+                    (int64_t)std::numeric_limits<T>::min(), ", ", (int64_t)std::numeric_limits<T>::max(),
+                    "], got ", v, "; use a wider C type (int64_t) in the snippet");
+  return (T)v;
+}
+
+"""
+
+CPP_HELPERS = """
+// A host function's failure: a C++ exception it threw.
+[[maybe_unused]] void host_failed(int err, const char* fn, const char* (*last_exception)()) {
+  TORCH_CHECK(false, fn, "() raised a C++ exception: ", last_exception());
+}
+
+"""
+
+CUDA_HELPERS = """
+// grid= / block=: a positive int or a tuple of 1 to 3 positive ints (torch.Size included).
+struct Dims { unsigned x = 1, y = 1, z = 1; };
+
+[[maybe_unused]] Dims dims(const py::object& v, const char* fn, const char* what) {
+  TORCH_CHECK_VALUE(!v.is_none(), fn, "() is a kernel: pass the launch configuration, e.g. `", fn,
+                    "(..., grid=(n + 255) // 256, block=256)`");
+  std::vector<py::handle> items;
+  if (py::isinstance<py::tuple>(v) || py::isinstance<py::list>(v)) {
+    for (py::handle h : v) items.push_back(h);
+  } else {
+    items.push_back(v);
+  }
+  bool ok = !items.empty() && items.size() <= 3;
+  unsigned d[3] = {1, 1, 1};
+  for (size_t k = 0; ok && k < items.size(); ++k) {
+    ok = py::isinstance<py::int_>(items[k]) && !py::isinstance<py::bool_>(items[k]);
+    const int64_t n = ok ? items[k].cast<int64_t>() : 0;
+    ok = ok && n > 0 && n <= (int64_t)std::numeric_limits<unsigned>::max();
+    d[k] = (unsigned)n;
+  }
+  TORCH_CHECK_VALUE(ok, fn, "(): ", what, "=", std::string(py::repr(v)),
+                    ": give a positive int or a tuple of 1 to 3 positive ints");
+  return Dims{d[0], d[1], d[2]};
+}
+
+// shared_mem=: bytes of dynamic shared memory per block.
+[[maybe_unused]] unsigned shared_mem_of(int64_t v, const char* fn) {
+  TORCH_CHECK_VALUE(v >= 0 && v <= (int64_t)std::numeric_limits<unsigned>::max(), fn, "(): shared_mem=", v,
+                    ": give the bytes of dynamic shared memory per block, 0 or more");
+  return (unsigned)v;
+}
+
+// stream=None: torch's current stream on the device; else a torch.cuda.Stream or a raw cudaStream_t.
+[[maybe_unused]] void* stream_of(const py::object& stream, const c10::Device& device) {
+  if (stream.is_none()) return c10::impl::VirtualGuardImpl(device.type()).getStream(device).native_handle();
+  if (py::hasattr(stream, "cuda_stream")) return reinterpret_cast<void*>(stream.attr("cuda_stream").cast<uintptr_t>());
+  return reinterpret_cast<void*>(stream.cast<uintptr_t>());
+}
+
+// The current CUDA device, for a kernel without tensor arguments.
+[[maybe_unused]] c10::Device current_cuda_device() {
+  return c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice();
+}
+
+// A host function's failure: a C++ exception it threw (-1), or a CUDA error it left behind.
+[[maybe_unused]] void host_failed(int err, const char* fn, const char* (*last_exception)()) {
+  TORCH_CHECK(err != -1, fn, "() raised a C++ exception: ", last_exception());
+  TORCH_CHECK(false, fn, "() left a CUDA error: ", jitlab_error_name(err), ": ", jitlab_error_string(err));
+}
+
+[[maybe_unused]] void launch_failed(int err, const char* fn, const Dims& g, const Dims& b, unsigned smem) {
+  const std::string name = jitlab_error_name(err);
+  std::string hint;
+  if (name == "cudaErrorInvalidConfiguration" || name == "cudaErrorInvalidValue") {
+    hint = "; check the launch configuration: a block has at most 1024 threads (x*y*z), grid.y and grid.z at "
+           "most 65535, shared_mem at most the GPU's limit";
+  } else if (name == "cudaErrorIllegalAddress" || name == "cudaErrorLaunchFailure" || name == "cudaErrorAssert") {
+    hint = "; this error is sticky: the CUDA context is unusable until the process restarts";
+  }
+  TORCH_CHECK(false, fn, "<<<grid=(", g.x, ", ", g.y, ", ", g.z, "), block=(", b.x, ", ", b.y, ", ", b.z,
+              "), shared_mem=", smem, ">>> failed: ", name, ": ", jitlab_error_string(err), hint);
+}
+
+"""
+
+
+def _dtype_names() -> str:
+    """C++ ``dtype_name(ScalarType)``: torch's Python name of a dtype (``float32``), generated from SCALAR_TYPES."""
+    cases = "".join(f'    case c10::ScalarType::{st}: return "{str(dt).removeprefix("torch.")}";\n'
+                    for dt, st in SCALAR_TYPES.items())
+    return ("// torch's Python name of a dtype, for error messages.\n"
+            "[[maybe_unused]] const char* dtype_name(c10::ScalarType s) {\n  switch (s) {\n" + cases
+            + "    default: return c10::toString(s);\n  }\n}\n")
+
+
+def _param_types(p: Param) -> tuple[str, str]:
+    """A scalar parameter's C++ type in the wrapper (what pybind converts a Python number to) and its kind."""
+    ctype, kind = ctypes_map.scalar_kind(p)
+    if kind == "int":
+        return ("uint64_t" if ctype is ctypes.c_uint64 else "int64_t"), kind
+    if kind == "bool":
+        return "bool", kind
+    return "double", kind
+
+
+def _wrapper(pkg: Package, fn: Function, device: str) -> str:
+    """One wrapper: check every argument, then call the shim and turn its error code into an exception."""
+    kernel = fn.kind == "global"
+    params, checks, passed, tensors = [], [], [], []
+    dev_type = "c10::DeviceType::CUDA" if device == "cuda" else "c10::DeviceType::CPU"
+    for i, p in enumerate(fn.params):
+        a, name, ctype = f"a{i}", _py_name(p, i), _c_str(p.ctype)
+        if p.pointer:
+            dt = ctypes_map.pointer_dtype(p)
+            params.append(f"const at::Tensor& {a}")
+            scalar_type = SCALAR_TYPES[dt] if dt else "Byte"  # void*: any dtype, this one unused
+            checks.append(f'  check_tensor({a}, fn, {i + 1}, "{name}", {ctype}, {str(dt is None).lower()}, '
+                          f'c10::ScalarType::{scalar_type}, {dev_type}, {str(not p.const).lower()});\n')
+            if device == "cuda" and tensors:
+                checks.append(f'  check_same_device({a}, device, fn, {i + 1}, "{name}");\n')
+            elif device == "cuda":
+                checks.append(f"  const c10::Device device = {a}.device();\n")
+            tensors.append(a)
+            passed.append(f"{a}.data_ptr()")
+            continue
+        cxx, kind = _param_types(p)
+        params.append(f"{cxx} {a}")
+        checked = INT_TYPES.get(ctypes_map.scalar_kind(p)[0])
+        if kind == "int" and checked not in ("int64_t", "uint64_t"):  # a narrower int: range-checked
+            passed.append(f'checked_int<{checked}>({a}, fn, {i + 1}, "{name}", {ctype})')
+        elif kind == "half":
+            passed.append(f"c10::Half(static_cast<float>({a})).x")
+        elif kind == "bfloat16":
+            passed.append(f"c10::BFloat16(static_cast<float>({a})).x")
+        else:
+            passed.append(a)
+    head = f"// {_signature(fn)}  [{_rel(pkg, Path(fn.path))}:{fn.line}]\n"
+    if kernel:
+        return head + _kernel_wrapper(fn, params, checks, passed, tensors)
+    return head + _host_wrapper(fn, device, params, checks, passed, tensors)
+
+
+def _kernel_wrapper(fn: Function, params, checks, passed, tensors) -> str:
+    params = params + ["const py::object& grid", "const py::object& block", "int64_t shared_mem", "const py::object& stream"]
+    lines = [f"void {fn.name}_py({', '.join(params)}) {{\n", f'  const char* fn = "{fn.name}";\n', *checks]
+    if not tensors:
+        lines.append("  const c10::Device device = current_cuda_device();\n")
+    lines += [
+        '  const Dims g = dims(grid, fn, "grid"), b = dims(block, fn, "block");\n',
+        "  const unsigned smem = shared_mem_of(shared_mem, fn);\n",
+        "  const c10::DeviceGuard guard(device);\n",
+        f"  const int err = jitlab_launch_{fn.name}(g.x, g.y, g.z, b.x, b.y, b.z, smem, stream_of(stream, device)"
+        + "".join(f", {a}" for a in passed) + ");\n",
+        "  if (err) launch_failed(err, fn, g, b, smem);\n",
+        "}\n",
+    ]
+    return "".join(lines)
+
+
+def _host_wrapper(fn: Function, device: str, params, checks, passed, tensors) -> str:
+    returns = fn.returns.strip()
+    ret_type = "void"
+    if returns != "void":
+        ret_type = _param_types(Param(name="ret", text=returns, base=returns))[0]
+    lines = [f"{ret_type} {fn.name}_py({', '.join(params)}) {{\n", f'  const char* fn = "{fn.name}";\n', *checks]
+    if device == "cuda" and tensors:
+        lines.append("  const c10::DeviceGuard guard(device);\n")
+    args = list(passed)
+    if returns != "void":
+        lines.append(f"  {returns} ret{{}};\n")
+        args.insert(0, "&ret")
+    exception = "jitlab_last_exception" if device == "cuda" else "jitlab_cpp_last_exception"
+    lines.append(f"  const int err = jitlab_call_{fn.name}({', '.join(args)});\n")
+    lines.append(f"  if (err) host_failed(err, fn, {exception});\n")
+    if returns != "void":
+        lines.append(f"  return ({ret_type})ret;\n")
+    lines.append("}\n")
+    return "".join(lines)
+
+
+def _def(pkg: Package, fn: Function, device: str) -> str:
+    """The ``m.def`` of one wrapper: Python argument names, keyword-only launch configuration, docstring."""
+    args = [f'py::arg("{_py_name(p, i)}")' for i, p in enumerate(fn.params)]
+    if fn.kind == "global":
+        args += ["py::kw_only()", 'py::arg("grid") = py::none()', 'py::arg("block") = py::none()',
+                 'py::arg("shared_mem") = 0', 'py::arg("stream") = py::none()']
+    return (f'  m.def("{fn.name}", torch::wrap_pybind_function({fn.name}_py), {_c_str(describe(pkg, fn, device))},\n'
+            f"        {', '.join(args)});\n")
+
+
+def describe(pkg: Package, fn: Function, device: str) -> str:
+    """What each argument must be, then the C signature and where it is (jitlab's ``help(k.f)`` text)."""
+    parts = []
+    for i, p in enumerate(fn.params):
+        if p.pointer:
+            dt = ctypes_map.pointer_dtype(p)
+            parts.append(f"{_py_name(p, i)}: Tensor[{str(dt).removeprefix('torch.') if dt else 'any'}, {device}, "
+                         f"{'in' if p.const else 'out'}]")
+        else:
+            parts.append(f"{_py_name(p, i)}: {ctypes_map.scalar_kind(p)[1]}")
+    if fn.kind == "global":
+        parts.append("*, grid, block, shared_mem=0, stream=None")
+    ret = "" if fn.returns.strip() == "void" else f" -> {fn.returns.strip()}"
+    return f"{fn.name}({', '.join(parts)}){ret}\n\n{_signature(fn)}  [{_rel(pkg, Path(fn.path))}:{fn.line}]"
+
+
+def _signature(fn: Function) -> str:
+    """The C++ signature on one line (parameter lists written over several lines are joined)."""
+    return " ".join(fn.signature().split())
+
+
+def _sources(pkg: Package) -> str:
+    return ", ".join(_rel(pkg, f.path) for f in pkg.plan.files)
+
+
+def _module_doc(pkg: Package) -> str:
+    return f"{pkg.name}: {_sources(pkg)}, exported by `jitlab export`"
+
+
+def _c_str(text: str) -> str:
+    """A C++ string literal of ``text``."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+# ---- setup.py, pyproject.toml, __init__.py, README.md --------------------------------------------
+PYPROJECT = """\
+# setup.py imports torch, and the extension must be compiled against the torch it will run with:
+# build in this environment with `pip install --no-build-isolation .` (pip's default isolated build
+# starts from an environment without torch).
+[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+"""
+
+
+def setup_py(pkg: Package) -> str:
+    """setup.py: seeds 000/002's package build (CUDAExtension or CppExtension with BuildExtension)."""
+    cuda = pkg.plan.cuda
+    ext_class = "CUDAExtension" if cuda else "CppExtension"
+    sources = ", ".join(f'"{u}"' for u in pkg.units)
+    includes = ", ".join(f'os.path.join(HERE, "{d}")' for d in pkg.include_dirs)
+    extra = ""
+    if pkg.nvcc_flags:
+        extra = f'            extra_compile_args={{"cxx": [], "nvcc": [{", ".join(repr(f) for f in pkg.nvcc_flags)}]}},\n'
+    arch = "\n# TORCH_CUDA_ARCH_LIST=\"9.0\" picks the GPU architectures (default: this machine's GPUs)." if cuda else ""
+    return f'''\
+# {pkg.name}: {_sources(pkg)} ({_kind(pkg.plan)} snippet) as a package, made by `jitlab export`.
+#
+#   pip install --no-build-isolation .      # build against this environment's torch, and install
+#   python setup.py build_ext --inplace     # or build here only; then `import {pkg.name}` in this folder
+#
+# csrc/ holds the snippet's files unchanged; setup.py compiles the generated jitlab_* units that
+# #include them (the units jitlab.load compiles).{arch}
+import os
+
+from setuptools import setup
+
+try:
+    from torch.utils.cpp_extension import BuildExtension, {ext_class}
+except ImportError as e:  # pip's isolated build environment has no torch
+    raise SystemExit("{pkg.name}: building needs torch; install torch, then run `pip install --no-build-isolation .` "
+                     "so that pip builds with it") from e
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+setup(
+    name="{pkg.name}",
+    version="0.0.1",
+    description="{pkg.name}, exported from a jitlab snippet",
+    packages=["{pkg.name}"],
+    ext_modules=[
+        {ext_class}(
+            "{pkg.name}.{pkg.extension}",
+            sources=[{sources}],
+            include_dirs=[{includes}],
+{extra}        ),
+    ],
+    cmdclass={{"build_ext": BuildExtension}},
+)
+'''
+
+
+def init_py(pkg: Package) -> str:
+    """The package's ``__init__.py``: torch first (the extension links against its libraries), then the extension."""
+    names = f"\n__all__ = {pkg.names!r}\n" if pkg.names else ""
+    return (f'"""{_module_doc(pkg)}.\n\n{_usage(pkg)}\n"""\n\n'
+            "import torch  # noqa: F401  (first: the compiled extension links against torch's libraries)\n\n"
+            f"from .{pkg.extension} import *  # noqa: F401,F403\n{names}")
+
+
+def _usage(pkg: Package) -> str:
+    """Example calls, one per function."""
+    lines = [f"import torch, {pkg.name}"]
+    cu, _ = _by_language(pkg.plan)
+    cuda_fns = {fn.name for fn in codegen.functions_of(pkg.plan.exported, cu)}
+    if pkg.plan.kind == "kernel":
+        where = "CUDA tensors" if cuda_fns else "CPU tensors"
+        lines.append(f"# {where} for pointer parameters (help() says which dtype), Python numbers for scalars")
+        for fn in pkg.plan.exported:
+            args = [_py_name(p, i) for i, p in enumerate(fn.params)]
+            if fn.kind == "global":
+                args += ["grid=...", "block=256"]
+            lines.append(f"{pkg.name}.{fn.name}({', '.join(args)})")
+    else:
+        for fn in pkg.plan.exported:
+            lines.append(f"{pkg.name}.{fn.name}({', '.join(p.name for p in fn.params)})")
+        if not pkg.plan.exported:
+            lines += [f"{pkg.name}.{n}(...)" for n in pkg.names]
+    return "\n".join("    " + line for line in lines)
+
+
+def _kind(plan: codegen.Plan) -> str:
+    return "kernel-only" if plan.kind == "kernel" else "torch-style"
+
+
+def readme(pkg: Package) -> str:
+    """README.md: what the package is, how to build and install it, how to call it, and its files."""
+    plan = pkg.plan
+    sources = ", ".join(f"`{_rel(pkg, f.path)}`" for f in plan.files)
+    kind = ("a kernel-only snippet: tensors go in for pointer parameters, numbers for scalars"
+            if plan.kind == "kernel" else "a torch-style snippet: host functions taking torch::Tensor")
+    units = "\n".join(f"  - `{u}`" for u in pkg.units)
+    skipped = ""
+    if plan.kind == "kernel" and plan.skipped:
+        skipped = "\n## Not exported\n\n" + "".join(f"- `{n}`: {why}\n" for n, why in plan.skipped)
+    cuda = ("\nNeeds nvcc of the CUDA major version torch was built with. `TORCH_CUDA_ARCH_LIST=\"9.0\"` picks\n"
+            "the GPU architectures (default: the GPUs of the building machine).\n" if plan.cuda else "")
+    ext_class = "CUDAExtension" if plan.cuda else "CppExtension"
+    kernels = ("; kernels take `grid=`, `block=`, `shared_mem=0`, `stream=None`\nand launch on torch's current stream"
+               if any(fn.kind == "global" for fn in plan.exported) else "")
+    return f"""\
+# {pkg.name}
+
+{sources} as an installable package, made by `jitlab export` from {kind}.
+It builds the way seeds 000 and 002 build theirs: `setup.py` with torch's `{ext_class}` and
+`BuildExtension`. jitlab is not needed to build or use it; torch is.
+
+## Build and install
+
+```bash
+pip install --no-build-isolation .
+```
+
+`--no-build-isolation` builds against the torch installed in this environment: setup.py imports
+torch, and an extension must be compiled against the torch it runs with (pip's default isolated
+build starts without torch). Without installing: `python setup.py build_ext --inplace` here, then
+import from this folder.
+{cuda}
+## Use
+
+```python
+{chr(10).join(line[4:] for line in _usage(pkg).splitlines())}
+```
+
+`help({pkg.name}.<function>)` shows what each argument must be{kernels}.
+{skipped}
+## Files
+
+- `csrc/`: the snippet's files and local headers, as they were
+- `{pkg.name}/__init__.py`: imports torch first (the extension links against it), then `{pkg.name}.{pkg.extension}`
+- generated units that setup.py compiles (the same units `jitlab.load` compiles; they `#include` the files above):
+{units}
+"""

@@ -1,0 +1,490 @@
+"""`jitlab export`: a snippet as an installable package (setup.py, the seeds' way), built and imported without jitlab.
+
+Fast tests check what is written; `slow` ones really build the C++ packages (torch headers, tens of
+seconds each) and compile the CUDA ones up to the link (this machine's torch has no CUDA libraries);
+the `gpu` test builds the CUDA packages, imports them and checks them against torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from jitlab import builder, toolchain
+from jitlab.errors import SnippetError
+from jitlab.export import export, module_name
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = ROOT / "kernels"
+SHIPPED = sorted(p for p in KERNELS.iterdir() if p.suffix in (".cu", ".cpp") or (p.is_dir() and p.name[0] not in "._"))
+
+
+def files_of(out: Path) -> set[str]:
+    return {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+
+
+def build_env() -> dict:
+    """The build's environment: this venv's tools (ninja) first, two jobs, no jitlab on the path."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["MAX_JOBS"] = "2"
+    return env
+
+
+def run_without_jitlab(code: str, cwd: Path, path: Path | None = None, **env_vars: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter where ``import jitlab`` fails, with ``path`` on sys.path."""
+    env = {**build_env(), **env_vars}
+    if path is not None:
+        env["PYTHONPATH"] = str(path)
+    prelude = "import sys; sys.modules['jitlab'] = None\n"
+    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def pip_install(pkg: Path, target: Path) -> None:
+    """The README's command, into a folder: ``pip install --no-build-isolation``."""
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-index", "--no-deps",
+                        "--target", str(target), str(pkg)], env=build_env(), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+
+
+# ---- what is written ----------------------------------------------------------------------------
+def test_torch_style_cpp_package_layout(tmp_path):
+    """A torch-style C++ snippet: setup.py, pyproject, README, the package's __init__, the copy and one generated unit."""
+    out = export(KERNELS / "square_matrix_cpu.cpp", tmp_path / "pkg")
+    assert out == (tmp_path / "pkg").resolve()
+    assert files_of(out) == {"setup.py", "pyproject.toml", "README.md", "square_matrix_cpu/__init__.py",
+                             "csrc/square_matrix_cpu.cpp", "csrc/jitlab_module.cpp"}
+
+
+def test_torch_style_module_unit_binds_every_host_function(tmp_path):
+    """jitlab_module.cpp: torch headers, the user's .cpp #included, PYBIND11_MODULE with m.def through wrap_pybind_function."""
+    out = export(KERNELS / "square_matrix_cpu.cpp", tmp_path / "pkg")
+    unit = (out / "csrc" / "jitlab_module.cpp").read_text()
+    assert unit.index("#include <torch/extension.h>") < unit.index('#include "square_matrix_cpu.cpp"')
+    assert "#define CHECK_INPUT" in unit  # the CHECK_* macros jitlab predefines
+    assert "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {" in unit
+    assert 'm.def("square_matrix_cpu", torch::wrap_pybind_function(square_matrix_cpu), ' in unit
+
+
+def test_cuda_functions_are_declared_for_the_module_unit(tmp_path):
+    """square_matrix.cu: its host functions are declared in the C++ unit; the CUDA unit gets torch's headers first."""
+    out = export(KERNELS / "square_matrix.cu", tmp_path / "pkg")
+    unit = (out / "csrc" / "jitlab_module.cpp").read_text()
+    for name in ("square_matrix", "square_matrix1", "square_matrix2"):
+        assert f"torch::Tensor {name}(torch::Tensor matrix);" in unit and f'm.def("{name}", ' in unit
+    cuda = (out / "csrc" / "jitlab_cuda.cu").read_text()
+    assert cuda.index("#include <torch/types.h>") < cuda.index('#include "square_matrix.cu"')
+
+
+@pytest.mark.parametrize("snippet", SHIPPED, ids=lambda p: p.name)
+def test_every_shipped_kernel_exports_with_its_files_unchanged(tmp_path, snippet):
+    """Each kernel in kernels/ exports; csrc/ holds its sources and local headers byte for byte; setup.py parses."""
+    out = export(snippet, tmp_path / "pkg")
+    sources = builder.collect_sources(snippet)
+    for src in sources:
+        assert (out / "csrc" / src.name).read_bytes() == src.read_bytes()
+    for header in (snippet.glob("*.h") if snippet.is_dir() else []):
+        assert (out / "csrc" / header.name).read_bytes() == header.read_bytes()
+    setup = (out / "setup.py").read_text()
+    ast.parse(setup)
+    cuda = any(s.suffix == ".cu" for s in sources)
+    assert ("CUDAExtension(" in setup) == cuda and ("CppExtension(" in setup) == (not cuda)
+    assert "cmdclass={\"build_ext\": BuildExtension}" in setup
+
+
+def test_setup_py_without_torch_names_no_build_isolation(tmp_path):
+    """pip's isolated build has no torch: setup.py then exits with the command that works."""
+    out = export(KERNELS / "add2_cpu.cpp", tmp_path / "pkg")
+    code = "import sys, runpy; sys.modules['torch'] = None; sys.argv = ['setup.py', '--name']; runpy.run_path('setup.py', run_name='__main__')"
+    r = subprocess.run([sys.executable, "-c", code], cwd=out, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "pip install --no-build-isolation ." in r.stderr
+
+
+def test_pyproject_and_readme_say_how_to_build(tmp_path):
+    """pyproject.toml declares the setuptools backend; README gives the build command and a call per function."""
+    out = export(KERNELS / "add2_cpu.cpp", tmp_path / "pkg")
+    assert 'build-backend = "setuptools.build_meta"' in (out / "pyproject.toml").read_text()
+    readme = (out / "README.md").read_text()
+    assert "pip install --no-build-isolation ." in readme and "python setup.py build_ext --inplace" in readme
+    assert "add2_cpu.add2_cpu(c, a, b, n)" in readme
+
+
+def test_own_pybind_module_keeps_its_name(tmp_path):
+    """vector_add's PYBIND11_MODULE(example_kernels, m) is untouched: the extension is vector_add.example_kernels."""
+    out = export(KERNELS / "vector_add", tmp_path / "pkg")
+    binding = KERNELS / "vector_add" / "vector_add_binding.cpp"
+    assert (out / "csrc" / binding.name).read_text() == binding.read_text()
+    assert '"vector_add.example_kernels"' in (out / "setup.py").read_text()
+    assert "from .example_kernels import *" in (out / "vector_add" / "__init__.py").read_text()
+    assert "PYBIND11_MODULE" not in (out / "csrc" / "jitlab_module.cpp").read_text()
+
+
+def test_cuda_snippet_binding_itself_needs_no_module_unit(tmp_path):
+    """custom_operation.cu binds itself with TORCH_EXTENSION_NAME: setup.py compiles its CUDA unit alone, as `_C`."""
+    out = export(KERNELS / "custom_operation.cu", tmp_path / "pkg")
+    setup = (out / "setup.py").read_text()
+    assert 'sources=["csrc/jitlab_cuda.cu"]' in setup and '"custom_operation._C"' in setup
+    assert not (out / "csrc" / "jitlab_module.cpp").exists()
+    assert "'custom_operation1'" in (out / "custom_operation" / "__init__.py").read_text()
+
+
+def test_kernel_only_cuda_package(tmp_path):
+    """add2.cu: the CUDA unit is the user's file plus codegen's launchers (no torch); the module wraps each kernel."""
+    out = export(KERNELS / "add2.cu", tmp_path / "pkg")
+    cuda = (out / "csrc" / "jitlab_cuda.cu").read_text()
+    assert '#include "add2.cu"' in cuda and "#include <torch" not in cuda
+    assert 'extern "C" int jitlab_launch_add2_kernel(' in cuda and 'extern "C" int jitlab_call_launch_add2(' in cuda
+    module = (out / "csrc" / "jitlab_module.cpp").read_text()
+    assert "#include <torch/extension.h>" not in module  # light headers: seconds, not tens of seconds
+    assert 'm.def("add2_kernel", torch::wrap_pybind_function(add2_kernel_py)' in module
+    assert 'py::kw_only(), py::arg("grid") = py::none(), py::arg("block") = py::none()' in module
+    assert "c10::ScalarType::Float, c10::DeviceType::CUDA, true);" in module  # c: float*, an output
+    assert "checked_int<int32_t>(a3, fn, 4, \"n\", \"int\")" in module
+    assert "-U__CUDA_NO_HALF_OPERATORS__" in (out / "setup.py").read_text()  # as jitlab builds kernel-only units
+
+
+def test_half_scalar_crosses_as_its_bits(tmp_path):
+    """scale_half.cu's __half scalar is a Python float in the wrapper, converted with c10::Half."""
+    module = (export(KERNELS / "scale_half.cu", tmp_path / "pkg") / "csrc" / "jitlab_module.cpp").read_text()
+    assert "c10::Half(static_cast<float>(a2)).x" in module
+
+
+def test_local_headers_keep_their_layout(tmp_path, write):
+    """A header included as ../common/ops.h is copied so that the same include finds it."""
+    write("common/ops.h", "inline float twice(float v) { return 2 * v; }\n")
+    src = write("kernels/dbl.cpp", '#include "../common/ops.h"\nvoid dbl(float* y, const float* x, int n) '
+                                   "{ for (int i = 0; i < n; ++i) y[i] = twice(x[i]); }\n")
+    out = export(src, tmp_path / "pkg")
+    assert {"csrc/common/ops.h", "csrc/kernels/dbl.cpp"} <= files_of(out)
+    assert '#include "kernels/dbl.cpp"' in (out / "csrc" / "jitlab_cpp.cpp").read_text()
+    assert 'os.path.join(HERE, "csrc/kernels")' in (out / "setup.py").read_text()
+
+
+def test_copies_keep_line_endings(tmp_path):
+    """A file saved with CRLF line endings is copied byte for byte."""
+    src = tmp_path / "crlf" / "k.cpp"
+    src.parent.mkdir()
+    src.write_bytes(b"// Windows\r\nvoid f(float* y) { y[0] = 1; }\r\n")
+    out = export(src, tmp_path / "pkg")
+    assert (out / "csrc" / "k.cpp").read_bytes() == src.read_bytes()
+
+
+def test_template_kernel_is_listed_as_not_exported(tmp_path, write):
+    """A template kernel cannot be bound: the README says so, the other kernel is exported."""
+    src = write("t.cu", "template <int N> __global__ void k(float* y) { y[0] = N; }\n"
+                        "__global__ void one(float* y) { k<1><<<1, 1>>>(y); }\n")
+    out = export(src, tmp_path / "pkg")
+    assert "`k`: template" in (out / "README.md").read_text()
+    assert 'm.def("one", ' in (out / "csrc" / "jitlab_module.cpp").read_text()
+
+
+# ---- names and folders --------------------------------------------------------------------------
+def test_name_defaults_to_the_snippet_and_can_be_chosen(tmp_path):
+    """The package is named after the snippet unless name= says otherwise."""
+    assert module_name(KERNELS / "add2_cpu.cpp") == "add2_cpu"
+    out = export(KERNELS / "add2_cpu.cpp", tmp_path / "pkg", name="fast_add")
+    assert (out / "fast_add" / "__init__.py").is_file() and '"fast_add._C"' in (out / "setup.py").read_text()
+
+
+@pytest.mark.parametrize("bad, fix", [("add-2", "--name add_2"), ("2fast", "--name k2fast"), ("class", "--name class_"),
+                                      ("math", "--name math_kernels")])
+def test_bad_names_are_refused_with_a_fix(tmp_path, bad, fix):
+    """Names that are not importable (or would hide another module) are refused, naming --name and a name that works."""
+    with pytest.raises(SnippetError, match="--name") as ei:
+        export(KERNELS / "add2_cpu.cpp", tmp_path / "pkg", name=bad)
+    assert fix in str(ei.value)
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_snippet_name_that_is_not_an_identifier(tmp_path, write):
+    """A file named add-two.cpp needs --name: the error says so."""
+    src = write("add-two.cpp", "void f(float* y) { y[0] = 1; }\n")
+    with pytest.raises(SnippetError, match=r"'add-two' \(the snippet's name; pass --name / name=\).*--name add_two"):
+        export(src, tmp_path / "pkg")
+
+
+def test_non_empty_folder_needs_force(tmp_path):
+    """An existing non-empty folder is refused (naming --force); force=True rewrites the package's files and keeps the rest."""
+    out = tmp_path / "pkg"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(SnippetError, match="--force"):
+        export(KERNELS / "add2_cpu.cpp", out)
+    assert files_of(out) == {"notes.txt"}
+    export(KERNELS / "add2_cpu.cpp", out, force=True)
+    (out / "setup.py").write_text("stale")
+    export(KERNELS / "add2_cpu.cpp", out, force=True)
+    assert "CppExtension" in (out / "setup.py").read_text() and (out / "notes.txt").read_text() == "mine"
+
+
+def test_empty_existing_folder_is_fine(tmp_path):
+    """An empty folder needs no --force."""
+    (tmp_path / "pkg").mkdir()
+    assert (export(KERNELS / "add2_cpu.cpp", tmp_path / "pkg") / "setup.py").is_file()
+
+
+def test_folder_holding_the_snippet_is_refused(tmp_path, kernel_copy):
+    """Exporting into the snippet's own folder could overwrite it: refused, even with force."""
+    src = kernel_copy("add2_cpu.cpp")
+    with pytest.raises(SnippetError, match="holds the snippet itself"):
+        export(src, src.parent, force=True)
+    assert src.read_text() == (KERNELS / "add2_cpu.cpp").read_text()
+
+
+def test_files_are_readable_by_everyone_and_leave_no_temporaries(tmp_path):
+    """Atomic writes (temporary file + rename) leave no .tmp behind; files are 0644, not mkstemp's 0600."""
+    out = export(KERNELS / "add2_cpu.cpp", tmp_path / "pkg")
+    assert not [p for p in out.rglob("*.tmp")]
+    assert all((p.stat().st_mode & 0o777) == 0o644 for p in out.rglob("*") if p.is_file())
+
+
+# ---- the command ------------------------------------------------------------------------------
+def jl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "jitlab", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_export_prints_the_folder_and_two_commands(tmp_path):
+    """`jitlab export PATH` writes ./NAME_package and prints it with the install and import commands."""
+    r = jl("export", KERNELS / "add2_cpu.cpp", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "add2_cpu_package"
+    assert (out / "setup.py").is_file()
+    assert str(out) in r.stdout
+    assert f"pip install --no-build-isolation {out}" in r.stdout
+    assert 'python -c "import add2_cpu; help(add2_cpu)"' in r.stdout
+
+
+def test_cli_export_options_and_refusal(tmp_path):
+    """--out and --name are used; a second export into the same folder exits 1 naming --force; --force succeeds."""
+    args = ["export", KERNELS / "square_matrix_cpu.cpp", "--out", tmp_path / "o", "--name", "sq"]
+    assert jl(*args, cwd=tmp_path).returncode == 0
+    assert (tmp_path / "o" / "sq" / "__init__.py").is_file()
+    again = jl(*args, cwd=tmp_path)
+    assert again.returncode == 1 and "--force" in again.stderr
+    assert jl(*args, "--force", cwd=tmp_path).returncode == 0
+
+
+def test_cli_bad_name_exits_1(tmp_path):
+    """A bad --name exits 1 with the fix on stderr and writes nothing."""
+    r = jl("export", KERNELS / "add2_cpu.cpp", "--name", "my-kernels", cwd=tmp_path)
+    assert r.returncode == 1 and "--name my_kernels" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---- really building them -------------------------------------------------------------------------
+@pytest.mark.slow
+def test_torch_style_cpp_package_builds_installs_and_imports(tmp_path):
+    """square_matrix_cpu.cpp and seed 004's hello (no #include at all) as one package: pip install, import, call."""
+    snippet = tmp_path / "cpp_ops"
+    snippet.mkdir()
+    for name in ("square_matrix_cpu.cpp", "hello_cpp.cpp"):
+        shutil.copy(KERNELS / name, snippet)
+    out = export(snippet, tmp_path / "pkg")
+    pip_install(out, tmp_path / "site")
+    r = run_without_jitlab("""
+        import torch, cpp_ops
+        x = torch.randn(3, 5)
+        torch.testing.assert_close(cpp_ops.square_matrix_cpu(x), x * x)
+        print(cpp_ops.hello())
+        try:
+            cpp_ops.square_matrix_cpu(torch.ones(3))
+        except RuntimeError as e:
+            print("error:", str(e).splitlines()[0])
+        print(sorted(cpp_ops.__all__))
+    """, cwd=tmp_path, path=tmp_path / "site")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines() == ["Hello World!", "error: matrix must be 2-D, got 1-D",
+                                     "['hello', 'square_matrix_cpu']"]
+
+
+EXTRA_CPP = """
+#include <stdexcept>
+double total(const double* x, int n) { double s = 0; for (int i = 0; i < n; ++i) s += x[i]; return s; }
+void check_positive(int n) { if (n < 0) throw std::invalid_argument("n must be >= 0"); }
+int count_true(const bool* b, unsigned char n) { int c = 0; for (int i = 0; i < n; ++i) c += b[i]; return c; }
+"""
+
+
+@pytest.mark.slow
+def test_kernel_only_cpp_package_builds_in_place_and_checks_arguments(tmp_path):
+    """add2_cpu.cpp and a file of host functions (no torch) via `setup.py build_ext --inplace`: checked like jitlab's wrappers."""
+    snippet = tmp_path / "cpu_kernels"
+    snippet.mkdir()
+    shutil.copy(KERNELS / "add2_cpu.cpp", snippet)
+    (snippet / "extra.cpp").write_text(EXTRA_CPP)
+    out = export(snippet, tmp_path / "pkg")
+    b = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=out, env=build_env(),
+                       capture_output=True, text=True, timeout=900)
+    assert b.returncode == 0, b.stdout[-3000:] + b.stderr[-3000:]
+    r = run_without_jitlab("""
+        import torch, cpu_kernels as k
+        a, b, c = torch.arange(5.0), torch.full((5,), 0.5), torch.empty(5)
+        k.add2_cpu(c, a, b, 5)
+        print(c.tolist())
+        k.add2_cpu(c=c, a=b, b=b, n=5)
+        print(c.tolist())
+        print(k.total(torch.arange(4, dtype=torch.float64), 4), k.count_true(torch.tensor([True, False, True]), 3))
+        bad = [lambda: k.add2_cpu(c, a.double(), b, 5),
+               lambda: k.add2_cpu(c, torch.zeros(10)[::2], b, 5),
+               lambda: k.add2_cpu(torch.zeros(5, device="meta"), a, b, 5),
+               lambda: k.add2_cpu(torch.zeros(5, requires_grad=True), a, b, 5),
+               lambda: k.add2_cpu(c, a, b, 2.5),
+               lambda: k.count_true(torch.ones(3, dtype=torch.bool), 300),
+               lambda: k.check_positive(-1)]
+        for f in bad:
+            try:
+                f()
+            except (TypeError, ValueError, RuntimeError) as e:
+                print(type(e).__name__, str(e).splitlines()[0])
+        k.check_positive(1)
+        print(k.add2_cpu.__doc__.splitlines()[2])
+    """, cwd=out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert lines[:3] == ["[0.5, 1.5, 2.5, 3.5, 4.5]", "[1.0, 1.0, 1.0, 1.0, 1.0]", "6.0 2"]
+    assert lines[3] == ("TypeError add2_cpu(): argument 2 `a` (const float*) takes a float32 tensor, got float64; "
+                        "convert with `.to(torch.float32)`")
+    assert lines[4].startswith("ValueError add2_cpu(): argument 2 `a` (const float*) takes a contiguous tensor")
+    assert lines[5].startswith("ValueError add2_cpu(): argument 1 `c` (float*) takes a CPU tensor")
+    assert lines[6].startswith("ValueError add2_cpu(): argument 1 `c` (float*) is written (non-const pointer) but requires grad")
+    assert lines[7].startswith("TypeError add2_cpu(): incompatible function arguments")  # pybind: no float for int64_t
+    assert lines[8] == "ValueError count_true(): argument 2 `n` (unsigned char) must be in [0, 255], got 300; use a wider C type (int64_t) in the snippet"
+    assert lines[9] == "RuntimeError check_positive() raised a C++ exception: n must be >= 0"
+    assert lines[10] == "add2_cpu(c: Tensor[float32, cpu, out], a: Tensor[float32, cpu, in], b: Tensor[float32, cpu, in], n: int)"
+
+
+CUDA_LIBS_MISSING = ("cannot find -lc10_cuda", "cannot find -ltorch_cuda")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(toolchain.nvcc_path() is None, reason="needs nvcc")
+@pytest.mark.parametrize("snippet", ["add2.cu", "square_matrix.cu"])
+def test_cuda_package_compiles_with_its_own_setup_py(tmp_path, snippet):
+    """Without a GPU: the package's setup.py compiles every unit with BuildExtension's own nvcc and c++ commands.
+
+    A CPU build of torch has no CUDA home and no CUDA libraries, so the run points torch at nvcc's
+    folder and an arch; with a CPU torch only the link against c10_cuda/torch_cuda can then fail.
+    """
+    out = export(KERNELS / snippet, tmp_path / "pkg")
+    cuda_home = find_cuda_home()
+    code = (f"import sys, runpy, torch.utils.cpp_extension as ce; ce.CUDA_HOME = ce.CUDA_HOME or {cuda_home!r}; "
+            "sys.argv = ['setup.py', 'build_ext', '--inplace']; runpy.run_path('setup.py', run_name='__main__')")
+    env = {**build_env(), "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST", "9.0")}
+    r = subprocess.run([sys.executable, "-c", code], cwd=out, env=env, capture_output=True, text=True, timeout=900)
+    log = r.stdout + r.stderr
+    objects = sorted(p.name for p in (out / "build").rglob("*.o"))
+    assert objects == ["jitlab_cuda.o", "jitlab_module.o"], log[-4000:]
+    if torch.version.cuda is None:
+        assert r.returncode != 0 and any(m in log for m in CUDA_LIBS_MISSING), log[-4000:]
+        if snippet == "add2.cu":
+            check_kernel_module_without_gpu(out, Path(cuda_home))
+    else:
+        assert r.returncode == 0, log[-4000:]
+
+
+def find_cuda_home() -> str:
+    """The CUDA toolkit of the nvcc jitlab uses: $CUDA_HOME, else the folder above nvcc that has the headers."""
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")):
+        if home:
+            return home
+    candidates = [Path(toolchain.nvcc_path()).resolve().parent.parent, Path(toolchain.DEFAULT_CUDA_HOME)]
+    return str(next((c for c in candidates if (c / "include" / "cuda_runtime.h").is_file()), candidates[-1]))
+
+
+def check_kernel_module_without_gpu(out: Path, cuda_home: Path) -> None:
+    """A kernel-only module needs cudart, not torch's CUDA libraries: linked so, it imports here and checks devices."""
+    lib = Path(torch.__file__).parent / "lib"
+    cudart = cuda_home / "lib64"
+    objects = sorted(str(p) for p in (out / "build").rglob("*.o"))
+    so = out / "add2" / "_C.so"
+    link = subprocess.run(["g++", "-shared", *objects, f"-L{lib}", f"-L{cudart}", "-lc10", "-ltorch", "-ltorch_cpu",
+                           "-ltorch_python", "-lcudart", "-o", str(so)], capture_output=True, text=True)
+    assert link.returncode == 0, link.stderr
+    r = run_without_jitlab("""
+        import torch, add2
+        c, a = torch.empty(4), torch.ones(4)
+        for f in (lambda: add2.add2_kernel(c, a, a, 4, grid=1, block=4), lambda: add2.launch_add2(c, a, a, 4)):
+            try:
+                f()
+            except ValueError as e:
+                print(str(e).splitlines()[0])
+        print(add2.add2_kernel.__doc__.splitlines()[2])
+    """, cwd=out, LD_LIBRARY_PATH=f"{cudart}{os.pathsep}{os.environ.get('LD_LIBRARY_PATH', '')}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines() == [
+        "add2_kernel(): argument 1 `c` (float*) takes a CUDA tensor, got one on cpu; move it with `.cuda()`",
+        "launch_add2(): argument 1 `c` (float*) takes a CUDA tensor, got one on cpu; move it with `.cuda()`",
+        ("add2_kernel(c: Tensor[float32, cuda, out], a: Tensor[float32, cuda, in], b: Tensor[float32, cuda, in], "
+         "n: int, *, grid, block, shared_mem=0, stream=None)"),
+    ]
+
+
+# ---- on a GPU ------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_cuda_packages_build_install_and_match_torch(tmp_path):
+    """square_matrix.cu (torch-style) and add2.cu (kernel-only) exported, pip-installed, imported without jitlab, checked."""
+    site = tmp_path / "site"
+    for snippet in ("square_matrix.cu", "add2.cu"):
+        pip_install(export(KERNELS / snippet, tmp_path / snippet.replace(".", "_")), site)
+    r = run_without_jitlab("""
+        import sys, torch, square_matrix, add2
+        say = lambda *words: print(">", *words, file=sys.stderr)  # stdout also gets square_matrix's printf
+        x = torch.randn(129, 257, device="cuda")
+        for f in (square_matrix.square_matrix, square_matrix.square_matrix1, square_matrix.square_matrix2):
+            torch.testing.assert_close(f(x), x * x)
+        n = 1_000_003
+        a, b = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        launches = {
+            "add2_kernel": dict(grid=(n + 1023) // 1024, block=1024),
+            "add2_kernel1": dict(grid=sms * 8, block=256),
+            "add2_kernel2": dict(grid=sms * 4, block=256),
+            "add2_kernel3": dict(grid=(n + 4095) // 4096, block=256),
+        }
+        for name, cfg in launches.items():
+            c = torch.full_like(a, float("nan"))
+            getattr(add2, name)(c, a, b, n, **cfg)
+            torch.testing.assert_close(c, a + b)
+        c = torch.full_like(a, float("nan"))
+        add2.launch_add2(c, a, b, n)
+        torch.testing.assert_close(c, a + b)
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):  # a side stream as torch's current one, then passed as stream=
+            c = torch.full_like(a, float("nan"))
+            add2.add2_kernel1(c, a, b, n, grid=sms, block=256)
+        s.synchronize()
+        torch.testing.assert_close(c, a + b)
+        c = torch.full_like(a, float("nan"))
+        torch.cuda.synchronize()
+        add2.add2_kernel3(c, a, b, n, grid=(n + 4095) // 4096, block=256, stream=s)
+        s.synchronize()
+        torch.testing.assert_close(c, a + b)
+        for bad in (lambda: add2.add2_kernel(c, a.double(), b, n, grid=1, block=256),
+                    lambda: add2.add2_kernel(c, a.cpu(), b, n, grid=1, block=256),
+                    lambda: add2.add2_kernel(c, a, b, n),
+                    lambda: add2.add2_kernel(c, a, b, n, grid=1, block=4096)):
+            try:
+                bad()
+                say("no error")
+            except (TypeError, ValueError, RuntimeError) as e:
+                say(type(e).__name__, str(e).splitlines()[0])
+        say("ok")
+    """, cwd=tmp_path, path=site)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = [line[2:] for line in r.stderr.splitlines() if line.startswith("> ")]
+    assert lines[-1] == "ok"
+    assert lines[-5].startswith("TypeError add2_kernel(): argument 2 `a` (const float*) takes a float32 tensor")
+    assert lines[-4].startswith("ValueError add2_kernel(): argument 2 `a` (const float*) takes a CUDA tensor")
+    assert lines[-3].startswith("ValueError add2_kernel() is a kernel: pass the launch configuration")
+    assert lines[-2].startswith("RuntimeError add2_kernel<<<grid=(1, 1, 1), block=(4096, 1, 1), shared_mem=0>>> failed")

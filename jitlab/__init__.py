@@ -29,20 +29,21 @@ from .errors import (
 
 __version__ = "0.1.0"
 __all__ = [
-    "load", "build", "clean", "check", "bench", "ab", "Build", "Options", "Module",
+    "load", "build", "clean", "check", "bench", "ab", "sanitize", "profile", "playground", "Build", "Options", "Module",
     "JitlabError", "CompileError", "SnippetError", "ToolchainError", "LaunchError", "ArgumentError",
 ]
 
 
-def _options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only) -> Options:
+def _options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug=False) -> Options:
     if isinstance(arch, str):
         arch = [a for a in arch.split(",") if a.strip()]
     return Options(mode=mode, arch=list(arch) if arch else None, defines=dict(defines or {}),
                    cflags=list(cflags or ()), cuda_cflags=list(cuda_cflags or ()),
-                   ldflags=list(ldflags or ()), compile_only=compile_only)
+                   ldflags=list(ldflags or ()), compile_only=compile_only, debug=debug)
 
 
-def load(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None, ldflags=None):
+def load(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None, ldflags=None,
+         debug: bool = False):
     """Build a snippet (or find it in the cache) and return its functions.
 
     Args:
@@ -54,6 +55,8 @@ def load(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, 
         cflags: Extra host compiler flags.
         cuda_cflags: Extra nvcc flags.
         ldflags: Extra linker flags.
+        debug: Build for debugging: ``-G`` device code, ``-g -O0`` host code, asserts on. Pair it
+            with ``jitlab.check(path, isolate=True)``, whose worker also sets ``CUDA_LAUNCH_BLOCKING``.
 
     Returns:
         A module whose attributes are the snippet's kernels and host functions. Kernels take
@@ -68,11 +71,11 @@ def load(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, 
     from .loader import load_or_rebuild
 
     paths = [path, *more] if more else path
-    return load_or_rebuild(paths, _options(mode, arch, defines, cflags, cuda_cflags, ldflags, False))
+    return load_or_rebuild(paths, _options(mode, arch, defines, cflags, cuda_cflags, ldflags, False, debug))
 
 
 def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None,
-          ldflags=None, compile_only: bool = False) -> Build:
+          ldflags=None, compile_only: bool = False, debug: bool = False) -> Build:
     """Build a snippet without loading it; ``compile_only=True`` needs only nvcc (no GPU).
 
     Returns:
@@ -81,7 +84,7 @@ def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None,
     from .builder import build as _build
 
     paths = [path, *more] if more else path
-    return _build(paths, _options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only))
+    return _build(paths, _options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug))
 
 
 def clean(older_than_days: float | None = None) -> int:
@@ -104,10 +107,26 @@ def __getattr__(name):
         from .benchmark import bench
 
         return bench
+    if name == "sanitize":
+        from .sanitizer import sanitize
+
+        return sanitize
+    if name == "profile":
+        from .profiler import profile
+
+        return profile
     if name == "ab":
         from .timing import ab
 
         return ab
+    if name == "exercises":  # a submodule: `from . import` would ask this __getattr__ again
+        import importlib
+
+        return importlib.import_module(".exercises", __name__)
+    if name == "playground":
+        from .panel import playground
+
+        return playground
     raise AttributeError(f"module 'jitlab' has no attribute {name!r}")
 
 

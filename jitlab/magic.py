@@ -25,6 +25,8 @@ HELP = """\
   --dir DIR             folder for the snippet (default: kernels)
   --check               check it against kernels/NAME.ref.py after building
   --bench               check and time it against kernels/NAME.ref.py
+  --exercise            a lesson's exercise: save to kernels/exercises/NAME.cu and check it
+                        (PASS, or FAIL with the reasons and a hint; see jitlab.exercises)
 """
 
 
@@ -41,10 +43,13 @@ def parse_line(line: str) -> argparse.Namespace:
     p.add_argument("--arch")
     p.add_argument("--compile-only", action="store_true")
     p.add_argument("--flag", action="append", default=[])
-    p.add_argument("--dir", default="kernels")
+    p.add_argument("--dir")
     p.add_argument("--check", action="store_true")
     p.add_argument("--bench", action="store_true")
+    p.add_argument("--exercise", action="store_true")
     args = p.parse_args(shlex.split(line))
+    if not args.exercise:
+        args.dir = args.dir or "kernels"
     snippets.check_name(args.name)
     if args.compile_only and not args.arch:
         raise ValueError("--compile-only needs --arch, e.g. --arch sm_75,sm_90")
@@ -79,6 +84,8 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
     except (ValueError, JitlabError) as e:
         print(f"jitlab: {e}\n\n{HELP}")
         return None
+    if args.exercise:
+        return run_exercise(args, cell, namespace, ext)
     path = snippets.save(Path(args.dir) / f"{args.name}{ext}", cell)
     defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.define)
     flags = {"cuda_cflags": args.flag} if ext == ".cu" else {"cflags": args.flag}
@@ -108,6 +115,30 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
         rows = runner.run_kernel(kernels[0], "cuda" if ext == ".cu" else "cpu", time_it=args.bench)
         runner.print_table(rows)
     return m
+
+
+def run_exercise(args, cell: str, namespace: dict, ext: str = ".cu"):
+    """``--exercise``: save the cell over the exercise's file, then :func:`jitlab.exercises.check` it."""
+    from . import exercises
+
+    try:
+        ex = exercises.get(args.name)
+    except JitlabError as e:
+        print(f"jitlab: {e}")
+        return None
+    path = snippets.save(Path(args.dir or ex.path.parent) / f"{args.name}{ext}", cell)
+    result = exercises.check(args.name, path=path)
+    if isinstance(result.error, CompileError):
+        result.error_text = cell_errors(result.error, path, cell)
+    if result.module is not None:
+        namespace[args.name] = result.module
+    try:
+        from IPython.display import display
+    except ImportError:
+        print(result)
+    else:
+        display(result)
+    return result
 
 
 def load_ipython_extension(ipython) -> None:

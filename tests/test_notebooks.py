@@ -1,0 +1,293 @@
+"""The lesson notebooks and their exercises.
+
+CPU (CI): every notebook is clean nbformat with the Colab cell first, its CPU part runs top to
+bottom with nbclient, every exercise has its cell, and every exercise's starting code and solution
+compile. GPU (marker ``gpu``): every notebook runs whole, every solution passes its check and every
+starting code fails it, as intended.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+import jitlab
+from jitlab import exercises, notebooks, runner, snippets
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = ROOT / "kernels"
+EXERCISES = KERNELS / "exercises"
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+LESSONS = ["00_setup_and_hello", "01_vector_add", "02_2d_indexing", "03_reduction", "04_torch_bindings"]
+ALL = list(exercises.all_exercises().values())
+TORCH_STYLE = {"vadd_checks"}  # compiles torch headers: tens of seconds on 2 cores
+# What only a GPU can run; such cells must carry the `gpu` tag.
+NEEDS_GPU = re.compile(r'jitlab\.load\((?![^)]*\.cpp)|device="cuda"|torch\.cuda\.|\.cuda\(\)|^%%cuda (?!.*--(exercise|compile-only))', re.M)
+
+
+@pytest.fixture(autouse=True)
+def session_cache(shared_cache, monkeypatch):
+    """One build cache for this module's tests (and the notebook kernels they start), unless set."""
+    import os
+
+    if not os.environ.get("JITLAB_CACHE_DIR"):
+        monkeypatch.setenv("JITLAB_CACHE_DIR", str(shared_cache))
+
+
+def _nb(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def _ids(items):
+    return [getattr(i, "stem", getattr(i, "name", str(i))) for i in items]
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and "__pycache__" not in p.parts}
+
+
+# ---- the notebooks as files -------------------------------------------------------------------
+def test_the_five_lessons_are_there():
+    """notebooks/ holds lessons 00-04."""
+    names = {p.stem for p in NOTEBOOKS}
+    assert set(LESSONS) <= names, sorted(set(LESSONS) - names)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_is_valid_and_committed_without_outputs(path):
+    """Valid nbformat, no outputs and no execution counts."""
+    nb = _nb(path)
+    nbformat.validate(nb)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            assert cell.outputs == [], f"cell {i} has outputs"
+            assert cell.execution_count is None, f"cell {i} has an execution count"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_first_cell_is_the_colab_bootstrap(path):
+    """The first cell detects Colab, names the repository once, and finds kernels/ from notebooks/."""
+    first = _nb(path).cells[0]
+    assert first.cell_type == "code" and not notebooks.is_gpu_cell(first)
+    src = first.source
+    assert '"google.colab" in sys.modules' in src
+    assert src.count("JITLAB_REPO = ") == 1 and 'JITLAB_REPO = "https://github.com/jitlab-dev/jitlab"' in src
+    assert "github.com" not in src.replace('"https://github.com/jitlab-dev/jitlab"', "")
+    assert 'os.chdir("..")' in src and "print_environment()" in src
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_cells_that_need_a_gpu_are_tagged(path):
+    """A cell that loads a CUDA kernel or touches torch.cuda carries the `gpu` tag."""
+    untagged = [c.source.splitlines()[0] for c in _nb(path).cells
+                if c.cell_type == "code" and NEEDS_GPU.search(c.source) and not notebooks.is_gpu_cell(c)]
+    assert not untagged, untagged
+
+
+# ---- exercises ----------------------------------------------------------------------------------
+def test_there_are_at_least_ten_exercises_across_the_lessons():
+    """At least 10 exercises, every lesson has one, and each names a lesson that exists."""
+    assert len(ALL) >= 10
+    assert {e.lesson for e in ALL} == set(LESSONS)
+
+
+@pytest.mark.parametrize("ex", ALL, ids=_ids(ALL))
+def test_exercise_is_complete(ex):
+    """Title, hint, sizes and the .ref.py functions; a solution that differs from the start."""
+    ref = runner.load_reference(ex.ref)
+    assert ex.title and ex.hint and list(ref.SIZES)
+    assert all(callable(getattr(ref, f)) for f in ("inputs", "reference", "run"))
+    assert ex.path.is_file() and ex.solution.is_file()
+    assert "TODO" in ex.path.read_text()
+    assert ex.solution.read_text() != ex.path.read_text()
+
+
+@pytest.mark.parametrize("ex", ALL, ids=_ids(ALL))
+def test_exercise_cell_holds_the_starting_code(ex):
+    """The lesson has a `%%cuda NAME --exercise` cell (not GPU-only) whose body is the starting code."""
+    cells = [c for c in _nb(ROOT / "notebooks" / f"{ex.lesson}.ipynb").cells
+             if c.cell_type == "code" and c.source.startswith(f"%%cuda {ex.name} --exercise\n")]
+    assert len(cells) == 1
+    assert not notebooks.is_gpu_cell(cells[0])
+    assert cells[0].source.split("\n", 1)[1] + "\n" == ex.path.read_text()
+
+
+def test_exercises_stay_out_of_the_demo():
+    """`jitlab run` (kernels/*.ref.py) finds none of the exercises."""
+    found = runner.find_kernels(KERNELS)
+    assert not {k.name for k in found} & {e.name for e in ALL}
+    assert not any(EXERCISES in k.ref.parents for k in found)
+
+
+def test_list_shows_lesson_and_title():
+    """exercises.list() prints one row per exercise, in lesson order."""
+    text = str(exercises.list())
+    assert all(e.name in text and e.title in text for e in ALL)
+    assert [e.lesson for e in exercises.list()] == sorted(e.lesson for e in ALL)
+    assert [e.name for e in exercises.list("03_reduction")] == [e.name for e in ALL if e.lesson == "03_reduction"]
+
+
+def test_jitlab_exercises_is_a_lazy_attribute():
+    """`jitlab.exercises` works after a plain `import jitlab`."""
+    assert jitlab.exercises is exercises
+
+
+def test_unknown_exercise_names_the_closest():
+    """A misspelled name raises SnippetError with the nearest names."""
+    with pytest.raises(jitlab.SnippetError, match="did you mean vadd_bounds"):
+        exercises.check("vadd_bound")
+
+
+def test_solution_prints_the_solution_file(capsys):
+    """exercises.solution(NAME) prints solutions/NAME.cu."""
+    exercises.solution("vadd_bounds")
+    assert (EXERCISES / "solutions" / "vadd_bounds.cu").read_text() in capsys.readouterr().out
+
+
+def _compile_cases():
+    out = []
+    for ex in ALL:
+        marks = [pytest.mark.slow] if ex.name in TORCH_STYLE else []
+        out += [pytest.param(ex.path, id=f"{ex.name}-start", marks=marks),
+                pytest.param(ex.solution, id=f"{ex.name}-solution", marks=marks)]
+    return out
+
+
+@pytest.mark.parametrize("path", _compile_cases())
+def test_exercise_compiles_for_the_t4(path):
+    """Starting code and solution compile for sm_75 (compile-only: no GPU needed)."""
+    b = jitlab.build(path, compile_only=True, arch=["sm_75"])
+    assert b.resources
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
+def test_check_without_a_gpu_says_so_and_compiles():
+    """Without a GPU, check() says it needs one, compiles for sm_75 instead, and does not raise."""
+    r = exercises.check("vadd_bounds")
+    assert r.status == "needs a GPU" and not r
+    assert "no CUDA GPU" in str(r) and "it compiles" in str(r) and "sm_75" in str(r)
+
+
+def test_compile_error_shows_the_compiler_message(tmp_path):
+    """A broken version is a COMPILE ERROR result with the file, line and message."""
+    bad = tmp_path / "vadd_bounds.cu"
+    bad.write_text("__global__ void vadd_bounds(float* c, int n) {\n    c[0] = undefined_name;\n}\n")
+    r = exercises.compile("vadd_bounds", bad)
+    assert r.status == "compile error" and not r
+    assert f"{bad}:2" in str(r) and "undefined_name" in str(r)
+    if not torch.cuda.is_available():
+        assert exercises.check("vadd_bounds", bad).status == "compile error"
+
+
+# ---- the %%cuda --exercise cell -----------------------------------------------------------------
+@pytest.fixture
+def ip(tmp_path, monkeypatch):
+    """An IPython shell with jitlab loaded, working in a copy of kernels/exercises."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shutil.copytree(EXERCISES, tmp_path / "kernels" / "exercises")
+    monkeypatch.chdir(tmp_path)
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "jitlab")
+    yield shell
+    InteractiveShell.clear_instance()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
+def test_exercise_cell_saves_and_checks(ip, tmp_path, capsys):
+    """The cell is saved over kernels/exercises/NAME.cu (old text kept in .history) and checked."""
+    target = tmp_path / "kernels" / "exercises" / "vadd_index.cu"
+    start = target.read_text()
+    ip.run_cell_magic("cuda", "vadd_index --exercise", start.rstrip("\n"))
+    assert "NEEDS A GPU" in capsys.readouterr().out
+    assert target.read_text() == start and not (target.parent / ".history").exists()
+    fixed = start.replace("blockIdx.x * gridDim.x", "blockIdx.x * blockDim.x")
+    ip.run_cell_magic("cuda", "vadd_index --exercise", fixed)
+    assert target.read_text() == fixed
+    assert [p.read_text() for p in snippets.history(target)] == [start]
+
+
+def test_exercise_cell_compile_error_uses_cell_lines(ip, capsys):
+    """A compile error in an exercise cell is shown with the cell's line numbers."""
+    ip.run_cell_magic("cuda", "vadd_bounds --exercise",
+                      "__global__ void vadd_bounds(float* c, int n) {\n    c[0] = undefined_name;\n}")
+    out = capsys.readouterr().out
+    assert "COMPILE ERROR" in out and "cell line 3: error:" in out and "undefined_name" in out
+
+
+def test_exercise_cell_with_an_unknown_name_saves_nothing(ip, tmp_path, capsys):
+    """`%%cuda nope --exercise` says which exercises exist and writes no file."""
+    ip.run_cell_magic("cuda", "nope --exercise", "__global__ void nope() {}")
+    assert "no exercise 'nope'" in capsys.readouterr().out
+    assert not (tmp_path / "kernels" / "exercises" / "nope.cu").exists()
+
+
+# ---- running notebooks --------------------------------------------------------------------------
+def test_run_notebook_leaves_gpu_cells_out_and_names_the_failing_cell(tmp_path):
+    """Without a GPU the gpu-tagged cells are dropped; a failing cell is reported with its id and error."""
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook(cells=[new_code_cell("import jitlab, os; here = os.getcwd()", id="first"),
+                             new_code_cell("raise RuntimeError('needs a GPU')", id="gpu-only",
+                                           metadata={"tags": ["gpu"]}),
+                             new_code_cell("assert here.endswith('notebooks')", id="third")])
+    (tmp_path / "notebooks").mkdir()
+    path = tmp_path / "notebooks" / "t.ipynb"
+    nbformat.write(nb, path)
+    run = notebooks.run_notebook(path, tmp_path / "work", gpu=False, kernels=EXERCISES)
+    assert (run.ran, run.skipped) == (2, 1)
+    nb.cells.append(new_code_cell("1 / 0", id="boom"))
+    nbformat.write(nb, path)
+    with pytest.raises(notebooks.NotebookError, match=r"cell 2 \(id boom\) failed with ZeroDivisionError"):
+        notebooks.run_notebook(path, tmp_path / "work2", gpu=False, kernels=EXERCISES)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU test runs these notebooks whole")
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_cpu_part_runs_top_to_bottom(path, tmp_path):
+    """The cells not tagged gpu run in order with nbclient, in a copy: kernels/ is left as it was."""
+    before = _digest(KERNELS)
+    run = notebooks.run_notebook(path, tmp_path / "work", gpu=False)
+    assert run.ran > 1
+    assert _digest(KERNELS) == before
+    outputs = "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
+                      for c in run.notebook.cells if c.cell_type == "code" for o in c.outputs)
+    for ex in ALL:
+        if ex.lesson == path.stem:
+            assert f"NEEDS A GPU · {ex.name}" in outputs
+
+
+# ---- on a GPU -------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_runs_top_to_bottom_on_a_gpu(path, tmp_path):
+    """Every cell, gpu-tagged ones included, runs without an error (exercise cells print FAIL, not raise)."""
+    before = _digest(KERNELS)
+    run = notebooks.run_notebook(path, tmp_path / "work", gpu=True)
+    assert run.skipped == 0
+    assert _digest(KERNELS) == before
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ex", ALL, ids=_ids(ALL))
+def test_solution_passes(ex):
+    """The reference solution passes the exercise's check."""
+    r = exercises.check(ex.name, path=ex.solution)
+    assert r.status == "pass", str(r)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ex", ALL, ids=_ids(ALL))
+def test_starting_code_fails(ex):
+    """The starting code compiles and runs but fails the check, with the hint shown."""
+    r = exercises.check(ex.name)
+    assert r.status == "fail", str(r)
+    assert "Hint:" in str(r)

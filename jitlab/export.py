@@ -315,32 +315,41 @@ namespace py = pybind11;
 """
 
 KERNEL_HELPERS = """
+// Numbers reach messages through std::to_string, never an ostream: with torch 2.11 wheels and
+// Ubuntu's GCC 13, streaming an integer from an extension segfaults (two libstdc++ locale tables);
+// to_string needs no locale. Measured on the lent H100; see docs/design.md.
+[[maybe_unused]] std::string strides_of(const at::Tensor& t) {
+  std::string out = "(";
+  for (int64_t d = 0; d < t.dim(); ++d) out += (d ? ", " : "") + std::to_string(t.stride(d));
+  return out + (t.dim() == 1 ? ",)" : ")");
+}
+
 // A pointer parameter's tensor: the dtype of its C type, on the snippet's device, contiguous, and an
 // output (non-const pointer) not a leaf that requires grad.
 [[maybe_unused]] void check_tensor(const at::Tensor& t, const char* fn, int i, const char* name, const char* ctype,
                   bool any_dtype, c10::ScalarType dtype, c10::DeviceType device, bool output) {
-  TORCH_CHECK_TYPE(t.defined(), fn, "(): argument ", i, " `", name, "` (", ctype, ") takes a tensor, got None");
-  TORCH_CHECK_TYPE(any_dtype || t.scalar_type() == dtype, fn, "(): argument ", i, " `", name, "` (", ctype,
+  TORCH_CHECK_TYPE(t.defined(), fn, "(): argument ", std::to_string(i), " `", name, "` (", ctype, ") takes a tensor, got None");
+  TORCH_CHECK_TYPE(any_dtype || t.scalar_type() == dtype, fn, "(): argument ", std::to_string(i), " `", name, "` (", ctype,
                    ") takes a ", dtype_name(dtype), " tensor, got ", dtype_name(t.scalar_type()),
                    "; convert with `.to(torch.", dtype_name(dtype), ")`");
   if (device == c10::DeviceType::CUDA) {
-    TORCH_CHECK_VALUE(t.device().type() == device, fn, "(): argument ", i, " `", name, "` (", ctype,
+    TORCH_CHECK_VALUE(t.device().type() == device, fn, "(): argument ", std::to_string(i), " `", name, "` (", ctype,
                       ") takes a CUDA tensor, got one on ", t.device(), "; move it with `.cuda()`");
   } else {
-    TORCH_CHECK_VALUE(t.device().type() == device, fn, "(): argument ", i, " `", name, "` (", ctype,
+    TORCH_CHECK_VALUE(t.device().type() == device, fn, "(): argument ", std::to_string(i), " `", name, "` (", ctype,
                       ") takes a CPU tensor (this is C++ code), got one on ", t.device(), "; use `.cpu()`");
   }
-  TORCH_CHECK_VALUE(t.is_contiguous(), fn, "(): argument ", i, " `", name, "` (", ctype,
-                    ") takes a contiguous tensor, got a view with strides ", t.strides(),
+  TORCH_CHECK_VALUE(t.is_contiguous(), fn, "(): argument ", std::to_string(i), " `", name, "` (", ctype,
+                    ") takes a contiguous tensor, got a view with strides ", strides_of(t),
                     "; pass `.contiguous()` (and copy results back if it is an output)");
-  TORCH_CHECK_VALUE(!(output && t.requires_grad() && t.is_leaf()), fn, "(): argument ", i, " `", name, "` (",
+  TORCH_CHECK_VALUE(!(output && t.requires_grad() && t.is_leaf()), fn, "(): argument ", std::to_string(i), " `", name, "` (",
                     ctype, ") is written (non-const pointer) but requires grad; pass `.detach()`");
 }
 
 // Every tensor of one call on one device.
 [[maybe_unused]] void check_same_device(const at::Tensor& t, const c10::Device& device, const char* fn, int i,
                                         const char* name) {
-  TORCH_CHECK_VALUE(t.device() == device, fn, "(): argument ", i, " `", name, "` is on ", t.device(),
+  TORCH_CHECK_VALUE(t.device() == device, fn, "(): argument ", std::to_string(i), " `", name, "` is on ", t.device(),
                     " but earlier tensors are on ", device, ": put every tensor on one device");
 }
 
@@ -348,9 +357,9 @@ KERNEL_HELPERS = """
 template <typename T>
 [[maybe_unused]] T checked_int(int64_t v, const char* fn, int i, const char* name, const char* ctype) {
   TORCH_CHECK_VALUE(v >= (int64_t)std::numeric_limits<T>::min() && v <= (int64_t)std::numeric_limits<T>::max(),
-                    fn, "(): argument ", i, " `", name, "` (", ctype, ") must be in [",
-                    (int64_t)std::numeric_limits<T>::min(), ", ", (int64_t)std::numeric_limits<T>::max(),
-                    "], got ", v, "; use a wider C type (int64_t) in the snippet");
+                    fn, "(): argument ", std::to_string(i), " `", name, "` (", ctype, ") must be in [",
+                    std::to_string((int64_t)std::numeric_limits<T>::min()), ", ",
+                    std::to_string((int64_t)std::numeric_limits<T>::max()), "], got ", std::to_string(v), "; use a wider C type (int64_t) in the snippet");
   return (T)v;
 }
 
@@ -392,7 +401,7 @@ struct Dims { unsigned x = 1, y = 1, z = 1; };
 
 // shared_mem=: bytes of dynamic shared memory per block.
 [[maybe_unused]] unsigned shared_mem_of(int64_t v, const char* fn) {
-  TORCH_CHECK_VALUE(v >= 0 && v <= (int64_t)std::numeric_limits<unsigned>::max(), fn, "(): shared_mem=", v,
+  TORCH_CHECK_VALUE(v >= 0 && v <= (int64_t)std::numeric_limits<unsigned>::max(), fn, "(): shared_mem=", std::to_string(v),
                     ": give the bytes of dynamic shared memory per block, 0 or more");
   return (unsigned)v;
 }
@@ -424,8 +433,9 @@ struct Dims { unsigned x = 1, y = 1, z = 1; };
   } else if (name == "cudaErrorIllegalAddress" || name == "cudaErrorLaunchFailure" || name == "cudaErrorAssert") {
     hint = "; this error is sticky: the CUDA context is unusable until the process restarts";
   }
-  TORCH_CHECK(false, fn, "<<<grid=(", g.x, ", ", g.y, ", ", g.z, "), block=(", b.x, ", ", b.y, ", ", b.z,
-              "), shared_mem=", smem, ">>> failed: ", name, ": ", jitlab_error_string(err), hint);
+  auto n = [](unsigned v) { return std::to_string(v); };
+  TORCH_CHECK(false, fn, "<<<grid=(", n(g.x), ", ", n(g.y), ", ", n(g.z), "), block=(", n(b.x), ", ", n(b.y), ", ",
+              n(b.z), "), shared_mem=", n(smem), ">>> failed: ", name, ": ", jitlab_error_string(err), hint);
 }
 
 """

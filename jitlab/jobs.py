@@ -122,6 +122,9 @@ class Outcome:
             lines += [str(v) for v in self.verdicts]
         return "\n".join(lines)
 
+    def _repr_pretty_(self, p, cycle) -> None:  # IPython's text display: the summary, not the dataclass
+        p.text(str(self))
+
     def _repr_html_(self) -> str:
         import html
 

@@ -108,8 +108,10 @@ class Report:
         head = f"{self.tool}: {'clean' if not n else f'{n} finding' + ('s' if n != 1 else '')}"
         lines = [f"{head} ({self.summary or 'no summary'}, {self.seconds:.1f} s)"]
         lines += [str(f) for f in self.findings]
-        if self.outcome is None:
-            lines.append("the check did not finish under the tool (see .output)")
+        if self.outcome is None and self.findings:
+            lines.append("the process ended at the fault, as it should: a CUDA error stops it (all output: .output)")
+        elif self.outcome is None:
+            lines.append("the check did not finish under the tool (all output: .output)")
         elif not self.outcome.passed:
             lines.append(f"the check itself: FAIL [{self.outcome.category}] {self.outcome.message.splitlines()[0] if self.outcome.message else ''}")
         return "\n".join(lines)
@@ -118,6 +120,9 @@ class Report:
         import html
 
         return f"<pre>{html.escape(str(self))}</pre>"
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        p.text(str(self))
 
 
 def parse(text: str, tool: str = "memcheck", sources=()) -> tuple[list[Finding], str]:

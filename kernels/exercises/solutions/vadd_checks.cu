@@ -17,10 +17,8 @@ torch::Tensor vadd_checks(torch::Tensor a, torch::Tensor b) {
     TORCH_CHECK(a.is_contiguous() && b.is_contiguous(), "vadd_checks: a and b must be contiguous");
     TORCH_CHECK(a.scalar_type() == torch::kFloat32 && b.scalar_type() == torch::kFloat32,
                 "vadd_checks: a and b must be float32, got ", a.scalar_type(), " and ", b.scalar_type());
-    TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "vadd_checks: a and b must be one-dimensional, got ", a.dim(),
-                "-D and ", b.dim(), "-D");
-    TORCH_CHECK(a.numel() == b.numel(), "vadd_checks: a and b differ in length (", a.numel(), " vs ",
-                b.numel(), ")");
+    TORCH_CHECK(a.dim() == 1 && b.dim() == 1, "vadd_checks: a and b must be one-dimensional");
+    TORCH_CHECK(a.numel() == b.numel(), "vadd_checks: a and b must have the same number of elements");
     auto c = torch::empty_like(a);
     const int64_t n = a.numel();
     if (n == 0) {

@@ -41,15 +41,27 @@ def forward_c_output(sync: bool = False):
         finally:
             _flush_c()
         return
+    import io
+
     import wurlitzer
 
-    with wurlitzer.pipes(stdout=sys.stdout, stderr=sys.stderr):
-        try:
-            yield
-            if sync:
-                _sync()
-        finally:
-            _flush_c()
+    # Captured into buffers and written out here, in the caller's thread: ipykernel 7 routes a
+    # write to the cell that made it by thread-local context, so text written from wurlitzer's
+    # reader thread would miss the cell (seen with nbclient: the printf reached the terminal).
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with wurlitzer.pipes(stdout=out, stderr=err):
+            try:
+                yield
+                if sync:
+                    _sync()
+            finally:
+                _flush_c()
+    finally:
+        if out.getvalue():
+            sys.stdout.write(out.getvalue())
+        if err.getvalue():
+            sys.stderr.write(err.getvalue())
 
 
 def _sync() -> None:

@@ -230,6 +230,24 @@ def test_exercise_cell_with_an_unknown_name_saves_nothing(ip, tmp_path, capsys):
 
 
 # ---- running notebooks --------------------------------------------------------------------------
+def test_c_printf_reaches_the_notebook_cell(tmp_path, monkeypatch):
+    """printf from a snippet lands in the cell's output, not the kernel's terminal (ipykernel 7 routes
+    writes to cells by thread context; CUDA's device printf takes the same path)."""
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")  # ipykernel watches fd 1 only outside pytest: as for users
+
+    snippet = tmp_path / "hi.cpp"
+    snippet.write_text('#include <cstdio>\nvoid hi(int n) { for (int i = 0; i < n; ++i) printf("hi %d\\n", i); }\n')
+    nb = new_notebook(cells=[new_code_cell(f"import jitlab\njitlab.load({str(snippet)!r}).hi(3)\nprint('after')")])
+    (tmp_path / "notebooks").mkdir()
+    path = tmp_path / "notebooks" / "printf.ipynb"
+    nbformat.write(nb, path)
+    run = notebooks.run_notebook(path, tmp_path / "work", gpu=False, kernels=EXERCISES)
+    text = "".join(o.get("text", "") for o in run.notebook.cells[0].outputs)
+    assert text == "hi 0\nhi 1\nhi 2\nafter\n"
+
+
 def test_run_notebook_leaves_gpu_cells_out_and_names_the_failing_cell(tmp_path):
     """Without a GPU the gpu-tagged cells are dropped; a failing cell is reported with its id and error."""
     from nbformat.v4 import new_code_cell, new_notebook

@@ -108,28 +108,29 @@ def _check(args) -> int:
     return status
 
 
+def _report(path, make, ok) -> int:
+    """Print what ``make()`` returns (exit 0 if ``ok(it)``), or the error naming the fix (exit 1)."""
+    try:
+        result = make()
+    except JitlabError as e:
+        print(e if str(e).startswith(str(path)) else f"{path}: {e}", file=sys.stderr)
+        return 1
+    print(result)
+    return 0 if ok(result) else 1
+
+
 def _sanitize(args) -> int:
     import jitlab
 
-    try:
-        report = jitlab.sanitize(args.path, tool=args.tool, sizes=args.size or None, **_snippet_options(args))
-    except JitlabError as e:
-        print(f"{args.path}: {e}", file=sys.stderr)
-        return 1
-    print(report)
-    return 0 if report.clean else 1
+    return _report(args.path, lambda: jitlab.sanitize(args.path, tool=args.tool, sizes=args.size or None,
+                                                      **_snippet_options(args)), lambda r: r.clean)
 
 
 def _profile(args) -> int:
     import jitlab
 
-    try:
-        prof = jitlab.profile(args.path, variant=args.variant, size=args.size, kernel=args.kernel)
-    except JitlabError as e:
-        print(f"{args.path}: {e}", file=sys.stderr)
-        return 1
-    print(prof)
-    return 0 if prof.available else 1
+    return _report(args.path, lambda: jitlab.profile(args.path, variant=args.variant, size=args.size,
+                                                     kernel=args.kernel), lambda p: p.available)
 
 
 def _export(args) -> int:

@@ -161,8 +161,10 @@ def assert_location(output: str) -> str:
 def reference_for(path: str | Path, ref: str | Path | None = None) -> Path:
     """The ``.ref.py`` of a snippet, or a :class:`~jitlab.errors.SnippetError` naming the file expected."""
     from . import runner
+    from .builder import collect_sources
     from .errors import SnippetError
 
+    collect_sources(path)  # a missing or misspelled snippet says so (with a did-you-mean) first
     if ref is not None:
         if not Path(ref).is_file():
             raise SnippetError(f"{ref}: no such reference file")

@@ -34,12 +34,8 @@ def forward_c_output(sync: bool = False):
     """
     if _is_real_fd(sys.stdout, 1) and _is_real_fd(sys.stderr, 2):
         sys.stdout.flush()
-        try:
+        with _synced_and_flushed(sync):
             yield
-            if sync:
-                _sync()
-        finally:
-            _flush_c()
         return
     import io
 
@@ -50,18 +46,24 @@ def forward_c_output(sync: bool = False):
     # reader thread would miss the cell (seen with nbclient: the printf reached the terminal).
     out, err = io.StringIO(), io.StringIO()
     try:
-        with wurlitzer.pipes(stdout=out, stderr=err):
-            try:
-                yield
-                if sync:
-                    _sync()
-            finally:
-                _flush_c()
+        with wurlitzer.pipes(stdout=out, stderr=err), _synced_and_flushed(sync):
+            yield
     finally:
         if out.getvalue():
             sys.stdout.write(out.getvalue())
         if err.getvalue():
             sys.stderr.write(err.getvalue())
+
+
+@contextlib.contextmanager
+def _synced_and_flushed(sync: bool):
+    """The body, then a CUDA synchronize (device printf) and a flush of C's stdio buffers."""
+    try:
+        yield
+        if sync:
+            _sync()
+    finally:
+        _flush_c()
 
 
 def _sync() -> None:

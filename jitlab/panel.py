@@ -20,7 +20,6 @@ import functools
 import hashlib
 import html
 import io
-import sys
 import threading
 import time
 import traceback

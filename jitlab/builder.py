@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import cache, codegen, config, diagnostics, output, toolchain
+from .compiler import objects
 from .errors import SnippetError, ToolchainError
 from .parse import SourceFile, language_of, parse_file
 
@@ -156,6 +157,7 @@ def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
         "cpp": plan.cpp_sources,
         "cuda": plan.cuda_sources,
         "functions": plan.functions,
+        "units": [(u.name, u.compiler, u.text, u.torch, u.module, sorted(u.templates)) for u in plan.units],
         "include_dirs": plan.include_dirs,
         "headers": local_headers(files, plan.include_dirs),
         "flags": [sorted((k, str(v)) for k, v in opts.defines.items()), opts.cflags, opts.cuda_cflags, opts.ldflags],
@@ -201,7 +203,9 @@ def build(paths, opts: Options | None = None) -> Build:
         if manifest is not None:
             return Build(name, folder, plan, manifest, True, time.perf_counter() - t0, archs)
         cache.reset_dir(folder)
-        if opts.compile_only:
+        if plan.units:
+            manifest = _build_objects(plan, name, folder, archs, opts)
+        elif opts.compile_only:
             manifest = _compile_only(plan, name, folder, archs, opts)
         else:
             manifest = _load_inline(plan, name, folder, archs, opts)
@@ -353,13 +357,77 @@ def nvcc_command(plan: codegen.Plan, name: str, archs: list[str], opts: Options,
     """
     from torch.utils import cpp_extension
 
-    _, cuda_cflags = _flags(plan, archs, opts)
     includes = [f"-I{d}" for d in plan.include_dirs]
-    if plan.kind == "torch":
-        includes += [f"-isystem={d}" for d in cpp_extension.include_paths("cpu") + [_python_include()]]
-    return [toolchain.nvcc_path(), *what, f"-DTORCH_EXTENSION_NAME={name}",
-            "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={toolchain.fingerprint(False)['abi']}",
-            *includes, *cpp_extension.COMMON_NVCC_FLAGS, "--compiler-options", "-fPIC", *cuda_cflags, "-std=c++20"]
+    if plan.device_needs_torch:
+        includes += _torch_includes("-isystem=")
+    return [toolchain.nvcc_path(), *what, f"-DTORCH_EXTENSION_NAME={name}", *includes, *_nvcc_flags(plan, archs, opts)]
+
+
+def _torch_defines() -> list[str]:
+    return ["-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={toolchain.fingerprint(False)['abi']}"]
+
+
+def _torch_includes(prefix: str) -> list[str]:
+    from torch.utils import cpp_extension
+
+    return [f"{prefix}{d}" for d in cpp_extension.include_paths("cpu") + [_python_include()]]
+
+
+def _nvcc_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> list[str]:
+    """nvcc flags without inputs, outputs or include folders: load_inline's, then the build's."""
+    from torch.utils import cpp_extension
+
+    _, cuda_cflags = _flags(plan, archs, opts)
+    return [*_torch_defines(), *cpp_extension.COMMON_NVCC_FLAGS, "--compiler-options", "-fPIC", *cuda_cflags,
+            "-std=c++20"]
+
+
+def object_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> objects.Flags:
+    """The flags of a torch-style build's units: the ones ``load_inline`` would use, split by compiler."""
+    import torch
+
+    cflags, _ = _flags(plan, archs, opts)
+    user = [f"-I{d}" for d in plan.include_dirs]
+    cuda_include = [f"-isystem{toolchain.cuda_home() / 'include'}"] if plan.cuda else []
+    debug = ["-g", "-O0", "-UNDEBUG"] if opts.debug else []
+    # The precompiled header is made with the base flags (a debug build gets its own); the user's
+    # defines and cflags come after. GCC checks that they leave the header valid and, if not, reads
+    # the headers themselves (slow, never wrong; -Winvalid-pch says so in the log).
+    cxx = [*_torch_includes("-isystem"), *cuda_include, *_torch_defines(), "-fPIC", "-std=c++20", *debug]
+    user_cflags = [f for f in cflags if f not in debug]
+    lib = Path(torch.__file__).parent / "lib"
+    ld = [f"-L{lib}", "-lc10", *(["-lc10_cuda"] if plan.cuda else []), "-ltorch_cpu",
+          *(["-ltorch_cuda"] if plan.cuda else []), "-ltorch", "-ltorch_python"]
+    if plan.cuda:
+        ld += [f"-L{toolchain.cuda_lib_dir()}", "-lcudart"]
+    nvcc = _nvcc_flags(plan, archs, opts) if plan.cuda else []
+    return objects.Flags(includes=tuple(user), cxx=tuple(cxx), cxx_user=tuple(user_cflags), nvcc=tuple(nvcc), nvcc_torch=tuple(_torch_includes("-isystem=")),
+                         ld=(*ld, *opts.ldflags), toolchain=tuple(sorted(toolchain.fingerprint(plan.cuda).items())))
+
+
+def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> dict:
+    """A torch-style build: each unit compiled once into the object cache, then linked (or, compile-only,
+    kept as one relocatable object)."""
+    for note in plan.notes:
+        print(f"jitlab: {note}", file=sys.stderr, flush=True)
+    flags = object_flags(plan, archs, opts)
+    if opts.compile_only and not plan.cuda:
+        raise SnippetError(f"{_what(plan, archs)}: compile_only applies to CUDA snippets; C++ snippets build and run here")
+    objs = objects.compile_all(plan.units, flags, plan.stem, _sources_by_path(plan))
+    log = "\n".join(o.log for o in objs)
+    (folder / "build.log").write_text(log)
+    if opts.compile_only:
+        artifact = objects.relocatable(objs, folder)
+    else:
+        try:
+            artifact = objects.link(objs, name, folder, flags)
+        except objects.UnitError as e:
+            raise diagnostics.compile_error(f"{_what(plan, archs)} (link)", e.log, _sources_by_path(plan)) from None
+    return {"artifact": artifact.name, "size": artifact.stat().st_size, "sha256": cache.file_sha256(artifact),
+            "resources": parse_resource_usage("\n".join(o.log for o in objs if o.unit.compiler == "nvcc")),
+            "compile_only": opts.compile_only, "notes": plan.notes,
+            "units": [{"name": o.unit.name, "compiler": o.unit.compiler, "cached": o.cached,
+                       "seconds": round(o.seconds, 3)} for o in objs]}
 
 
 def _python_include() -> str:

@@ -16,10 +16,13 @@ at the user's file and line, never at a generated one.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import ctypes_map
+from .compiler import split as split_mod
+from .compiler.objects import Unit
 from .errors import SnippetError
 from .parse import Function, SourceFile
 
@@ -59,6 +62,9 @@ class Plan:
         has_printf: Whether any file prints.
         printing: Python names of the functions that may print (directly or through what they call or
             launch): only these have their C-level output forwarded, so the others time cleanly.
+        units: Torch-style plans: the translation units, each compiled to its own cached object
+            (device units for nvcc without torch, host units for the host compiler).
+        notes: One line per file built as one unit instead of split, saying why.
     """
 
     stem: str
@@ -73,6 +79,22 @@ class Plan:
     files: list[SourceFile] = field(default_factory=list)
     has_printf: bool = False
     printing: set[str] = field(default_factory=set)
+    units: list[Unit] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def device_sources(self) -> list[str]:
+        """The texts nvcc compiles (the device units of a torch-style plan), for PTX and inspection."""
+        if self.units:
+            return [u.text for u in self.units if u.compiler == "nvcc"]
+        return self.cuda_sources
+
+    @property
+    def device_needs_torch(self) -> bool:
+        """Whether nvcc must see torch's headers (a torch-style file built as one unit)."""
+        if self.units:
+            return any(u.torch for u in self.units if u.compiler == "nvcc")
+        return self.kind == "torch" and any(f.uses_torch for f in self.files if f.language == "cuda")
 
 
 def printing_functions(files: list[SourceFile]) -> set[str]:
@@ -221,6 +243,7 @@ def _torch_plan(files: list[SourceFile], stem: str) -> Plan:
     declared = [fn for fn in exported if fn.path not in {str(f.path) for f in cpp}]
     if declared:
         cpp_sources.append(f'#line 1 "{GENERATED}.cpp"\n' + declarations(declared))
+    units, notes = torch_units(files, exported, binds_itself)
     return Plan(
         stem=stem,
         kind="torch",
@@ -234,7 +257,52 @@ def _torch_plan(files: list[SourceFile], stem: str) -> Plan:
         files=files,
         has_printf=any(f.has_printf for f in files),
         printing=printing_functions(files),
+        units=units,
+        notes=notes,
     )
+
+
+def torch_units(files: list[SourceFile], exported: list[Function], binds_itself: bool) -> tuple[list[Unit], list[str]]:
+    """The translation units of a torch-style snippet, and a note for each file not split.
+
+    A ``.cu`` file that uses torch is split (:func:`jitlab.compiler.split.split`) into a device unit
+    and a host unit; one that cannot be split correctly is one nvcc unit with torch's headers, as
+    ``load_inline`` builds it. A ``.cu`` without torch is one nvcc unit; a ``.cpp`` is a host unit.
+    Without the snippet's own ``PYBIND11_MODULE``, a generated binding unit defines the module.
+    """
+    units, notes = [], []
+    dirs = _include_dirs(files)
+    for f in files:
+        stem = f.path.stem
+        text = rename_module(f)
+        owns_module = bool(f.pybind_module)
+        if f.language == "cpp":
+            units.append(Unit(f"{stem}.cpp", "cxx", CHECK_MACROS + with_line_directive(f, text), torch=True,
+                              module=owns_module))
+            continue
+        if not f.uses_torch:
+            units.append(Unit(f"{stem}.cu", "nvcc", "#include <cuda_runtime.h>\n#include <cassert>\n"
+                              + with_line_directive(f)))
+            continue
+        s = split_mod.split(dataclasses.replace(f, text=text), split_mod.header_texts(f, dirs))
+        if s.reason:
+            notes.append(f"{f.path.name} built as one translation unit: {s.reason}")
+            units.append(Unit(f"{stem}.cu", "nvcc", TORCH_CUDA_HEADERS + CHECK_MACROS + with_line_directive(f, text),
+                              torch=True, module=owns_module))
+            continue
+        units.append(Unit(f"{stem}.device.cu", "nvcc", s.device, templates=frozenset(s.templates)))
+        host = s.host.replace(f'#line 1 "{f.path}"', CHECK_MACROS + f'#line 1 "{f.path}"', 1)
+        units.append(Unit(f"{stem}.host.cpp", "cxx", host, torch=True, module=owns_module))
+    if not binds_itself:
+        units.append(Unit("bind.cpp", "cxx", binding_unit(exported), torch=True, module=True))
+    return units, notes
+
+
+def binding_unit(fns: list[Function]) -> str:
+    """The generated binding unit: declarations, then the module ``load_inline``'s ``functions=`` makes."""
+    defs = "".join(f'  m.def("{fn.name}", torch::wrap_pybind_function({fn.name}), "{fn.name}");\n' for fn in fns)
+    return (f'#line 1 "{GENERATED}.cpp"\n' + declarations(fns)
+            + f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{defs}}}\n")
 
 
 def declarations(fns: list[Function]) -> str:

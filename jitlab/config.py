@@ -35,6 +35,16 @@ def cache_dir() -> Path:
     return Path.cwd() / "build_cache"
 
 
+def pch_dir() -> Path:
+    """Where precompiled torch headers live: ``$JITLAB_PCH_DIR``, else ``pch/`` in the build cache.
+
+    One header is ~0.8 GB and takes a minute to make on 2 cores, so processes that use separate
+    build caches (a test suite with a fresh cache per test) can share one folder of them.
+    """
+    env = getenv("JITLAB_PCH_DIR")
+    return Path(env).expanduser().resolve() if env else cache_dir() / "pch"
+
+
 def verbose() -> bool:
     """``JITLAB_VERBOSE=1`` prints each build's compiler output (commands, warnings, resource usage)."""
     return getenv("JITLAB_VERBOSE") not in ("", "0")

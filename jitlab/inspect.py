@@ -167,7 +167,7 @@ def ptx(path, kernel: str | None = None, arch: str = "sm_90", mode: str = "auto"
     name = cache.module_name(plan.stem, cache.build_key(parts))
     with tempfile.TemporaryDirectory(prefix="jitlab-ptx-") as tmp:
         src, out = Path(tmp) / "cuda.cu", Path(tmp) / "cuda.ptx"
-        src.write_text("\n".join(plan.cuda_sources))
+        src.write_text("\n".join(plan.device_sources))
         cmd = builder.nvcc_command(plan, name, archs, opts, ["-ptx", str(src), "-o", str(out)])
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

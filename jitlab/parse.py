@@ -122,6 +122,11 @@ def _parser() -> ts.Parser:
     return ts.Parser(ts.Language(tree_sitter_cuda.language()))
 
 
+def syntax_tree(src: bytes) -> ts.Tree:
+    """The tree-sitter-cuda syntax tree of a source text (for passes that rewrite it, like the splitter)."""
+    return _parser().parse(src)
+
+
 def language_of(path: Path) -> str:
     """Classify a file by extension: ``cuda``, ``cpp`` or ``header``.
 

@@ -49,6 +49,28 @@ def nvcc_path() -> str | None:
 
 
 @functools.cache
+def cuda_home() -> Path:
+    """The CUDA toolkit folder: ``$CUDA_HOME``/``$CUDA_PATH``, nvcc's grandparent if it holds the
+    headers (nvcc may be a wrapper script elsewhere on PATH), else ``/usr/local/cuda``."""
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        home = os.environ.get(env)
+        if home and (Path(home) / "include" / "cuda_runtime.h").is_file():
+            return Path(home)
+    nvcc = nvcc_path()
+    if nvcc:
+        for cand in (Path(nvcc).parent.parent, Path(nvcc).resolve().parent.parent):
+            if (cand / "include" / "cuda_runtime.h").is_file():
+                return cand
+    return Path(DEFAULT_CUDA_HOME)
+
+
+def cuda_lib_dir() -> Path:
+    """The toolkit's library folder (``lib64``, or ``lib``), where ``libcudart`` is."""
+    home = cuda_home()
+    return home / "lib64" if (home / "lib64").is_dir() or not (home / "lib").is_dir() else home / "lib"
+
+
+@functools.cache
 def nvcc_version() -> str | None:
     """nvcc's release, e.g. ``"13.0.88"``; ``None`` without nvcc."""
     nvcc = nvcc_path()

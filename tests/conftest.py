@@ -13,6 +13,16 @@ ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_pch(tmp_path_factory):
+    """One folder of precompiled torch headers for the whole session (a minute to make on 2 cores)."""
+    import os
+
+    if "JITLAB_PCH_DIR" not in os.environ:
+        os.environ["JITLAB_PCH_DIR"] = str(tmp_path_factory.mktemp("pch"))
+    return os.environ["JITLAB_PCH_DIR"]
+
+
 def pytest_collection_modifyitems(config, items):
     """GPU tests need a GPU: without one they are deselected, never counted as passed."""
     if torch.cuda.is_available():

@@ -1,0 +1,425 @@
+"""Objects: each translation unit compiled once into a cached object, a precompiled torch header, a link.
+
+A torch-style build is a few units (see :mod:`jitlab.compiler.split`): device units for nvcc, host
+units and a binding unit for the host compiler. Each unit's object is cached under a key over its
+text, flags and toolchain, so an edit recompiles only the unit it touched; the module is then linked
+from the objects (about a tenth of a second)::
+
+    build_cache/objects/square_matrix.device-3f9c0a1b2c4d5e6f/   unit text, .o, build.log, jitlab.json
+    build_cache/pch/torch-9d1e.../jitlab_torch.h(.gch)            the precompiled torch header ($JITLAB_PCH_DIR)
+
+The precompiled header (torch/extension.h, and on a CUDA build of torch its CUDA context headers) is
+made once per toolchain and flag set and used with ``-include``. Every cache entry is written the way
+:mod:`jitlab.cache` writes builds: under a lock, manifest last, a corrupt entry rebuilt.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import cache, config, diagnostics, toolchain
+from ..errors import ToolchainError
+
+GENERATED_CU = "jitlab-generated.cu"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One translation unit to compile.
+
+    Attributes:
+        name: Its file name, which says what it is (``square_matrix.device.cu``, ``bind.cpp``).
+        compiler: ``"nvcc"`` or ``"cxx"``.
+        text: The source, ``#line`` directives included.
+        torch: Needs torch's headers: a host unit gets the precompiled header, an nvcc unit (a file
+            built as one unit) torch's include folders.
+        templates: Kernel templates it defines whose instantiations the host units name.
+        module: Holds ``PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)``: the object whose init the module calls.
+    """
+
+    name: str
+    compiler: str
+    text: str
+    torch: bool = False
+    templates: frozenset[str] = frozenset()
+    module: bool = False
+
+
+@dataclass(frozen=True)
+class Flags:
+    """The command-line flags of one build (no inputs or outputs).
+
+    Attributes:
+        includes: The snippet's own include folders (``-I``), for every unit.
+        cxx: Host compiler flags for every host unit and the precompiled header.
+        cxx_user: The user's host flags and defines (after ``cxx``; not in the precompiled header).
+        nvcc: nvcc flags for device units.
+        nvcc_torch: What an nvcc unit that includes torch's headers adds (their include folders).
+        ld: Link flags (libraries, user ldflags).
+        toolchain: The toolchain fingerprint (part of every key).
+    """
+
+    includes: tuple[str, ...]
+    cxx: tuple[str, ...]
+    cxx_user: tuple[str, ...]
+    nvcc: tuple[str, ...]
+    nvcc_torch: tuple[str, ...]
+    ld: tuple[str, ...]
+    toolchain: tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Object:
+    """A compiled unit in the object cache.
+
+    Attributes:
+        unit: What was compiled.
+        path: The object file.
+        cached: ``True`` when the object came from the cache.
+        seconds: Compile time (0 for a cache hit).
+        log: The compiler's output (commands, warnings, resource usage).
+        extension: ``TORCH_EXTENSION_NAME`` it was compiled with (host units).
+        undefined: Symbols it uses but does not define (mangled), for instantiation and linking.
+    """
+
+    unit: Unit
+    path: Path
+    cached: bool
+    seconds: float
+    log: str
+    extension: str = ""
+    undefined: list[str] = field(default_factory=list)
+
+
+class UnitError(Exception):
+    """A unit failed to compile: its unit, log and (for messages) the one-line description."""
+
+    def __init__(self, unit: Unit, log: str):
+        super().__init__(unit.name)
+        self.unit, self.log = unit, log
+
+
+def objects_root() -> Path:
+    return config.cache_dir() / "objects"
+
+
+def compile_all(units: list[Unit], flags: Flags, stem: str, sources: dict[str, str]) -> list[Object]:
+    """Compile (or find) every unit's object, in parallel where they are independent.
+
+    Host units go first when a device unit has kernel templates, whose instantiations are read from
+    the host objects; the precompiled header is made while nvcc works.
+
+    Raises:
+        CompileError: The first unit that failed, at the user's file and line.
+    """
+    first = [u for u in units if not u.templates]
+    later = [u for u in units if u.templates]
+    done: dict[str, Object] = {}
+    workers = max(2, min(8, os.cpu_count() or 2))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        futures = {pool.submit(_compile, u, flags, stem, None): u for u in first if u.compiler == "nvcc"}
+        hosts = [u for u in first if u.compiler == "cxx"]
+        if hosts:
+            cuda = any(u.compiler == "nvcc" for u in units)
+            pch = precompiled_header(flags, cuda) if any(u.torch for u in hosts) else None
+            futures.update({pool.submit(_compile, u, flags, stem, pch): u for u in hosts})
+        _collect(futures, done, sources)
+        if later:
+            wanted = [s for o in done.values() if o.unit.compiler == "cxx" for s in o.undefined]
+            futures = {pool.submit(_compile, u, flags, stem, None, instantiations(u.templates, wanted)): u
+                       for u in later}
+            _collect(futures, done, sources)
+    return [done[u.name] for u in units]
+
+
+def _collect(futures: dict, done: dict[str, Object], sources: dict[str, str]) -> None:
+    failed: list[UnitError] = []
+    for fut in concurrent.futures.as_completed(futures):
+        try:
+            obj = fut.result()
+        except UnitError as e:
+            failed.append(e)
+            continue
+        done[obj.unit.name] = obj
+    if failed:
+        # Errors in the user's files first: a failure in generated code only matters if nothing else failed.
+        failed.sort(key=lambda e: not any(path in e.log for path in sources))
+        e = failed[0]
+        tool = "nvcc" if e.unit.compiler == "nvcc" else "c++"
+        raise diagnostics.compile_error(f"{', '.join(diagnostics._short(p) for p in sources)} ({e.unit.name}, {tool})",
+                                        e.log, sources) from None
+
+
+def _compile(unit: Unit, flags: Flags, stem: str, pch: Path | None, extra: str = "") -> Object:
+    """One unit → its cached object; compiles only on a miss."""
+    text = unit.text
+    if extra:
+        text = _with_instantiations(text, extra)
+    if unit.compiler == "nvcc":
+        cmd_flags = [*flags.includes, *flags.nvcc, *(flags.nvcc_torch if unit.torch or "c10::" in extra else ())]
+    else:
+        cmd_flags = [*flags.includes, *flags.cxx, *flags.cxx_user]
+    key = cache.build_key({"format": config.FORMAT_VERSION, "unit": unit.name, "text": text, "flags": cmd_flags,
+                           "pch": str(pch) if pch else "", "toolchain": flags.toolchain})
+    # The module name the unit's PYBIND11_MODULE gets: from its own key, never from the build's, so a
+    # kernel edit (a new build name) reuses the host objects.
+    extension = f"{_identifier(stem)}_{key[:12]}" if unit.torch else ""
+    name = f"{unit.name}-{key}"
+    root = objects_root()
+    folder = cache.entry_dir(name, root)
+    t0 = time.perf_counter()
+    manifest = _trusted(folder)
+    if manifest is None:
+        with cache.build_lock(name, root):
+            manifest = _trusted(folder)
+            if manifest is None:
+                cache.reset_dir(folder)
+                manifest = _run_compiler(unit, text, cmd_flags, folder, pch, extension)
+                cache.write_manifest(folder, manifest)
+                return _object(unit, folder, manifest, False, time.perf_counter() - t0)
+    return _object(unit, folder, manifest, True, 0.0)
+
+
+def _object(unit: Unit, folder: Path, manifest: dict, cached: bool, seconds: float) -> Object:
+    return Object(unit=unit, path=folder / manifest["artifact"], cached=cached, seconds=seconds,
+                  log=(folder / "build.log").read_text(errors="replace") if (folder / "build.log").is_file() else "",
+                  extension=manifest.get("extension", ""), undefined=manifest.get("undefined", []))
+
+
+def _trusted(folder: Path) -> dict | None:
+    manifest = cache.read_manifest(folder)
+    if manifest is None or cache.verify_artifact(folder, manifest):
+        return None
+    return manifest
+
+
+def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, pch: Path | None, extension: str) -> dict:
+    src = folder / unit.name
+    obj = folder / (unit.name + ".o")
+    src.write_text(f"#define TORCH_EXTENSION_NAME {extension}\n{text}" if extension else text)
+    if unit.compiler == "nvcc":
+        cmd = [_tool(toolchain.nvcc_path(), "nvcc"), "-c", str(src), "-o", str(obj), *cmd_flags]
+    else:
+        include = ["-include", str(pch), "-Winvalid-pch"] if pch and unit.torch else []
+        cmd = [_tool(toolchain.cxx_path(), "c++"), "-x", "c++", "-c", str(src), "-o", str(obj), *include, *cmd_flags]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
+    log = " ".join(cmd) + "\n" + proc.stdout + proc.stderr
+    (folder / "build.log").write_text(log)
+    if proc.returncode != 0:
+        raise UnitError(unit, log)
+    return {"artifact": obj.name, "size": obj.stat().st_size, "sha256": cache.file_sha256(obj),
+            "extension": extension, "undefined": undefined_symbols(obj) if unit.compiler == "cxx" else []}
+
+
+def _tool(path: str | None, name: str) -> str:
+    if not path:
+        raise ToolchainError(f"{name} not found: run `jitlab` on a machine with the CUDA toolkit and a C++ compiler")
+    return path
+
+
+def _identifier(stem: str) -> str:
+    safe = "".join(c if c.isalnum() else "_" for c in stem).strip("_") or "snippet"
+    return "k" + safe if safe[0].isdigit() else safe
+
+
+# ---- the precompiled torch header -----------------------------------------------------------------
+
+def pch_text(cuda: bool, cuda_torch: bool) -> str:
+    """What the precompiled header holds: torch/extension.h; for CUDA snippets the CUDA runtime, and
+    with a CUDA build of torch its context and guard headers (what torch-style CUDA code includes)."""
+    text = "#include <torch/extension.h>\n"
+    if cuda:
+        text += "#include <cuda_runtime.h>\n"
+    if cuda and cuda_torch:
+        text += "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n"
+    return text
+
+
+def precompiled_header(flags: Flags, cuda: bool) -> Path:
+    """The precompiled torch header for these host flags, made on first use (tens of seconds, once).
+
+    Returns:
+        The header to pass with ``-include``; its ``.gch`` lies beside it.
+    """
+    import torch
+
+    text = pch_text(cuda, torch.version.cuda is not None)
+    key = cache.build_key({"format": config.FORMAT_VERSION, "pch": text, "flags": list(flags.cxx),
+                           "toolchain": flags.toolchain})
+    name = f"torch-{key}"
+    root = config.pch_dir()
+    folder = cache.entry_dir(name, root)
+    header = folder / "jitlab_torch.h"
+    if _trusted(folder) is not None:
+        return header
+
+    def waiting():
+        print(f"jitlab: waiting for another process making the precompiled torch header {name} ...", flush=True)
+
+    with cache.build_lock(name, root, on_wait=waiting):
+        if _trusted(folder) is not None:
+            return header
+        cache.reset_dir(folder)
+        header.write_text(text)
+        print("jitlab: precompiling torch's headers for host code (once per toolchain, ~1 min on 2 cores) ...",
+              flush=True)
+        t0 = time.perf_counter()
+        gch = folder / "jitlab_torch.h.gch"
+        cmd = [_tool(toolchain.cxx_path(), "c++"), "-x", "c++-header", str(header), "-o", str(gch), *flags.cxx]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        (folder / "build.log").write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            raise ToolchainError(f"jitlab: precompiling torch's headers failed (log: {folder / 'build.log'}):\n"
+                                 f"{proc.stderr[-2000:]}")
+        cache.write_manifest(folder, {"artifact": gch.name, "size": gch.stat().st_size,
+                                      "sha256": cache.file_sha256(gch),
+                                      "seconds": round(time.perf_counter() - t0, 2)})
+    return header
+
+
+# ---- template instantiation and linking -----------------------------------------------------------
+
+def undefined_symbols(obj: Path) -> list[str]:
+    """The symbols an object uses but does not define (mangled)."""
+    proc = subprocess.run(["nm", "-u", "-P", str(obj)], capture_output=True, text=True)
+    return sorted({line.split()[0] for line in proc.stdout.splitlines() if line.strip()})
+
+
+def demangle(symbols: list[str]) -> list[str]:
+    """C++ names of mangled symbols (``c++filt``), in order; a name it cannot read is kept as is."""
+    if not symbols:
+        return []
+    filt = shutil.which("c++filt")
+    if not filt:
+        return list(symbols)
+    proc = subprocess.run([filt], input="\n".join(symbols) + "\n", capture_output=True, text=True)
+    out = proc.stdout.splitlines()
+    return out if len(out) == len(symbols) else list(symbols)
+
+
+def instantiations(templates: frozenset[str], undefined: list[str]) -> str:
+    """Explicit instantiations of the kernel templates that host objects name.
+
+    ``void scale<float, 4>(float const*, float*, int)`` (what a host unit's launch of
+    ``scale<scalar_t, 4>`` left undefined) becomes
+    ``template __global__ void scale<float, 4>(float const*, float*, int);``.
+    """
+    lines = []
+    for name in sorted(set(demangle(sorted(set(undefined))))):
+        head, _, rest = name.partition("<")
+        qual = head.removeprefix("void ").strip()
+        if not name.startswith("void ") or qual not in templates or "(anonymous namespace)" in name:
+            continue
+        depth, end = 1, None
+        for i, ch in enumerate(rest):
+            depth += {"<": 1, ">": -1}.get(ch, 0)
+            if depth == 0:
+                end = i
+                break
+        if end is None or not rest[end + 1:].startswith("("):
+            continue
+        lines.append(f"template __global__ void {qual}<{rest[:end]}>{rest[end + 1:]};")
+    return "\n".join(lines)
+
+
+def _with_instantiations(text: str, extra: str) -> str:
+    includes = "".join(f"#include <c10/util/{t}.h>\n" for t in sorted(set(re.findall(r"c10::(\w+)", extra))))
+    return f"{includes}{text}\n#line 1 \"{GENERATED_CU}\"\n{extra}\n"
+
+
+def link(objects: list[Object], name: str, folder: Path, flags: Flags) -> Path:
+    """Link the objects into ``folder/<name>.so``, importable as ``name``.
+
+    A small init object forwards ``PyInit_<name>`` to the binding object's module init, so the host
+    objects never depend on the build's name.
+
+    Returns:
+        The shared library.
+
+    Raises:
+        UnitError: The link failed (its log says why).
+    """
+    cxx = _tool(toolchain.cxx_path(), "c++")
+    inputs, log = linkable(objects, folder)
+    module = next((o for o in objects if o.unit.module), None)
+    if module is not None:
+        init = folder / "init.cpp"
+        init.write_text(f'extern "C" void* PyInit_{module.extension}();\n'
+                        f'extern "C" __attribute__((visibility("default"))) void* PyInit_{name}() '
+                        f'{{ return PyInit_{module.extension}(); }}\n')
+        subprocess.run([cxx, "-c", "-fPIC", str(init), "-o", str(folder / "init.o")], check=True)
+        inputs.append(folder / "init.o")
+    so = folder / f"{name}.so"
+    cmd = [cxx, "-shared", "-o", str(so), *map(str, inputs), *flags.ld]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    log.append(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+    (folder / "link.log").write_text("\n".join(log))
+    if proc.returncode != 0:
+        raise UnitError(Unit(name="link", compiler="cxx", text=""), "\n".join(log))
+    return so
+
+
+def relocatable(objects: list[Object], folder: Path) -> Path:
+    """All objects as one relocatable object (``ld -r``), symbols resolved between them as in a link:
+    what a compile-only build keeps and ``jitlab inspect`` reads."""
+    inputs, log = linkable(objects, folder)
+    out = folder / "objects.o"
+    proc = subprocess.run(["ld", "-r", "-o", str(out), *map(str, inputs)], capture_output=True, text=True)
+    (folder / "link.log").write_text("\n".join(log) + proc.stderr)
+    if proc.returncode != 0:
+        raise ToolchainError(f"jitlab: ld -r failed: {proc.stderr.strip()}")
+    return out
+
+
+def linkable(objects: list[Object], folder: Path) -> tuple[list[Path], list[str]]:
+    """The objects to link, with what host units need from device units made global.
+
+    nvcc keeps a kernel's host stub file-local when the kernel is a template instantiation, and a
+    device variable's host shadow file-local (``static``, so mangled as internal); a host unit refers
+    to them by name. Those symbols, and only those, are made global (and given the name the host
+    unit uses) in copies of the device objects.
+
+    Returns:
+        The object paths, and a log of what was changed.
+    """
+    wanted = sorted({s for o in objects if o.unit.compiler == "cxx" for s in o.undefined})
+    wanted_names = dict(zip(demangle(wanted), wanted))
+    inputs, log = [], []
+    for o in objects:
+        path = o.path
+        if o.unit.compiler == "nvcc":
+            path = folder / f"{o.unit.name}.o"
+            shutil.copyfile(o.path, path)
+            local = sorted(_local_symbols(path))
+            # The same symbol (a template's stub), or the same C++ name under internal-linkage
+            # mangling (a variable's shadow: `_ZL6c_bias` for the host unit's `c_bias`).
+            renames = {sym: wanted_names[name] for sym, name in zip(local, demangle(local))
+                       if sym not in wanted and name in wanted_names}
+            globals_ = sorted((set(local) & set(wanted)) | set(renames.values()))
+            if globals_:
+                cmd = ["objcopy", *(f"--redefine-sym={a}={b}" for a, b in renames.items()),
+                       *(f"--globalize-symbol={s}" for s in globals_), str(path)]
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                log.append(" ".join(cmd) + "\n" + proc.stderr)
+                if proc.returncode != 0:
+                    raise ToolchainError(f"jitlab: objcopy failed on {path}: {proc.stderr.strip()} "
+                                         "(it comes with binutils, which the host compiler needs too)")
+        inputs.append(path)
+    return inputs, log
+
+
+def _local_symbols(obj: Path) -> set[str]:
+    proc = subprocess.run(["nm", "-P", "--defined-only", str(obj)], capture_output=True, text=True)
+    out = set()
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[1] in ("t", "b", "d", "r"):
+            out.add(parts[0])
+    return out

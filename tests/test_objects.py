@@ -1,0 +1,133 @@
+"""Split torch-style builds, compile-only with the real nvcc and host compiler: each edit recompiles
+only its unit, template kernels are instantiated, host units resolve against device units, and errors
+from either unit point at the user's file and line. (A minute once per session for the precompiled
+torch header, then seconds per test.)"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import jitlab
+from jitlab import CompileError
+from jitlab.compiler import objects
+
+FEATURES = Path(__file__).parent / "fixtures" / "split" / "features.cu"
+ARCH = "sm_75"
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+                                 reason="needs nvcc")]
+
+
+@pytest.fixture
+def features(tmp_path, use_shared_cache) -> Path:
+    """A copy of the features snippet, built in the session's shared cache."""
+    dst = tmp_path / "features.cu"
+    shutil.copy(FEATURES, dst)
+    return dst
+
+
+def _build(path: Path) -> jitlab.Build:
+    return jitlab.build(path, compile_only=True, arch=ARCH)
+
+
+def _compiled(b: jitlab.Build) -> set[str]:
+    """The units this build ran a compiler for (the rest came from the object cache)."""
+    return {u["name"] for u in b.manifest["units"] if not u["cached"]}
+
+
+def _nm(path: Path, *flags: str) -> str:
+    return subprocess.run(["nm", "-C", *flags, str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def test_compile_only_builds_the_split_units(features):
+    """Compile-only goes through the split: a device unit for nvcc, a host unit and a binding unit for c++."""
+    b = _build(features)
+    assert [(u["name"], u["compiler"]) for u in b.manifest["units"]] == [
+        ("features.device.cu", "nvcc"), ("features.host.cpp", "cxx"), ("bind.cpp", "cxx")]
+    assert b.manifest["notes"] == []
+    assert {"affine_kernel", "square_kernel", "reverse_kernel"} <= set(b.resources)
+
+
+def test_nvcc_never_sees_torch(features):
+    """The device unit's nvcc command names no torch include folder."""
+    b = _build(features)
+    nvcc_lines = [line for line in b.log.splitlines() if "nvcc" in line.split(" ")[0]]
+    assert nvcc_lines and not any("torch/include" in line for line in nvcc_lines)
+
+
+def test_host_units_resolve_against_device_units(features):
+    """Kernels, template instantiations and device variables the host unit names are all defined."""
+    b = _build(features)
+    undefined = _nm(b.artifact, "-u")
+    for name in ("affine_kernel", "square_kernel", "reverse_kernel", "times_kernel", "c_bias", "d_calls"):
+        assert name not in undefined, name
+    defined = _nm(b.artifact, "--defined-only")
+    for inst in ("times_kernel<float, 4>(float const*, float*, int)",
+                 "times_kernel<float, 3>(float const*, float*, int)",  # AT_DISPATCH_FLOATING_TYPES
+                 "times_kernel<double, 3>(double const*, double*, int)"):
+        assert re.search(rf" T void {re.escape(inst)}", defined), inst
+
+
+def test_kernel_edit_recompiles_only_the_device_unit(features):
+    """A kernel-body edit runs nvcc once and no host compiler; reverting compiles nothing."""
+    original = features.read_text()
+    _build(features)
+    features.write_text(original.replace("y[i] = y[i] * y[i];", "y[i] = y[i] * y[i] + 0.0f;"))
+    assert _compiled(_build(features)) == {"features.device.cu"}
+    features.write_text(original)
+    assert _build(features).cached
+
+
+def test_host_edit_recompiles_only_the_host_unit(features):
+    """A host-function edit runs the host compiler once, on the host unit; nvcc does not run."""
+    _build(features)
+    features.write_text(features.read_text().replace('"x must be a float32 CUDA tensor"', '"x: float32, CUDA"'))
+    assert _compiled(_build(features)) == {"features.host.cpp"}
+
+
+def test_new_function_recompiles_host_and_binding(features):
+    """A new host function at the end adds a binding: host and binding units recompile, the device unit not."""
+    _build(features)
+    features.write_text(features.read_text() + "\ntorch::Tensor twice(torch::Tensor x) { return x * 2; }\n")
+    assert _compiled(_build(features)) == {"features.host.cpp", "bind.cpp"}
+
+
+def test_device_error_points_at_the_users_line(features):
+    """A kernel error is reported at the user's file and line, from nvcc."""
+    lines = features.read_text().splitlines()
+    k = next(i for i, s in enumerate(lines) if "y[i] = y[i] * y[i];" in s)
+    lines[k] = lines[k].replace("y[i] * y[i]", "y[i] * undefined_thing")
+    features.write_text("\n".join(lines) + "\n")
+    with pytest.raises(CompileError) as e:
+        _build(features)
+    d = e.value.diagnostics[0]
+    assert (Path(d.path).name, d.line) == ("features.cu", k + 1) and "undefined_thing" in d.message
+    assert "device.cu, nvcc" in e.value.summary
+
+
+def test_host_error_points_at_the_users_line(features):
+    """A host-function error is reported at the user's file and line, from the host compiler."""
+    lines = features.read_text().splitlines()
+    k = next(i for i, s in enumerate(lines) if "auto y = torch::empty_like(x);" in s)
+    lines[k] = lines[k].replace("torch::empty_like(x)", "torch::empty_like(missing_tensor)")
+    features.write_text("\n".join(lines) + "\n")
+    with pytest.raises(CompileError) as e:
+        _build(features)
+    d = e.value.diagnostics[0]
+    assert (Path(d.path).name, d.line) == ("features.cu", k + 1) and "missing_tensor" in d.message
+    assert "host.cpp, c++" in e.value.summary
+
+
+def test_precompiled_header_is_made_once(features, shared_pch):
+    """Every host unit of the session uses one precompiled header (valid: GCC would warn otherwise)."""
+    b = _build(features)
+    headers = list(Path(shared_pch).glob("torch-*/jitlab_torch.h.gch"))
+    assert len(headers) == 1
+    assert "-include" in b.log and "not used because" not in b.log
+    assert objects.pch_text(cuda=True, cuda_torch=False).startswith("#include <torch/extension.h>")

@@ -57,7 +57,45 @@ void scale_out(torch::Tensor y, torch::Tensor x) {  // no allocation: the fair l
 }
 """
 SQUARE_CU = (ROOT / "kernels" / "square_matrix.cu").read_text().replace(
-    "result[idx] = matrix[idx] * matrix[idx];", "result[idx] = {C}f * matrix[idx] * matrix[idx];")
+    "result[idx] = matrix[idx] * matrix[idx];", "result[idx] = {C}f * matrix[idx] * matrix[idx];").replace(
+    "dim3 threads_per_block(16, 16);", "dim3 threads_per_block(16, {H});")  # {H}: a host-only edit
+# Two kernels on torch's current stream through ATen/cuda/CUDAContext.h, and __constant__ memory.
+STREAM_CU = """
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+__global__ void scale_kernel(float* y, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = {C}f * x[i];
+}
+__global__ void square_kernel(float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = y[i] * y[i] / ({C}f * {C}f) * {C}f;
+}
+torch::Tensor scale(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    auto stream = at::cuda::getCurrentCUDAStream();
+    scale_kernel<<<(n + 255) / 256, 256, 0, stream>>>(y.data_ptr<float>(), x.data_ptr<float>(), n);
+    square_kernel<<<(n + 255) / 256, 256, 0, stream>>>(y.data_ptr<float>(), n);
+    return y / x;
+}
+"""
+CONSTANT_CU = """
+#include <torch/extension.h>
+__constant__ float c_scale[1];
+__global__ void scale_kernel(float* y, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = c_scale[0] * x[i] * {C}f;
+}
+torch::Tensor scale(torch::Tensor x) {
+    const float one = 1.0f;
+    cudaMemcpyToSymbol(c_scale, &one, sizeof(float));
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    scale_kernel<<<(n + 255) / 256, 256>>>(y.data_ptr<float>(), x.data_ptr<float>(), n);
+    return y;
+}
+"""
 KERNEL_CPP = """
 void scale(float* y, const float* x, int n) { for (int i = 0; i < n; ++i) y[i] = {C}f * x[i]; }
 """
@@ -72,8 +110,8 @@ torch::Tensor scale(torch::Tensor x) { auto y = torch::empty_like(x); auto* o = 
 """
 
 
-def src(template: str, c: int) -> str:
-    return template.replace("{C}", f"{c}.0")
+def src(template: str, c: int, h: int = 16) -> str:
+    return template.replace("{C}", f"{c}.0").replace("{H}", str(h))
 
 
 # ---- one step each way -------------------------------------------------------------------------
@@ -88,10 +126,10 @@ class Jitlab:
         self.cache = work / "cache"
         os.environ["JITLAB_CACHE_DIR"] = str(self.cache)
 
-    def step(self, c: int) -> float:
+    def step(self, c: int, h: int = 16) -> float:
         import jitlab
 
-        self.path.write_text(src(self.template, c))
+        self.path.write_text(src(self.template, c, h))
         t0 = time.perf_counter()
         m = self.module = jitlab.load(self.path)
         y = self.call(m)
@@ -106,7 +144,7 @@ class Jitlab:
             return m.square_matrix(X[self.device])
         x = X[self.device].flatten()
         y = torch.empty_like(x)
-        if self.kind == "torchcpp":
+        if self.kind in ("torchcpp", "torchcu"):
             return m.scale(x)
         if self.device == "cuda":
             m.scale(y, x, x.numel(), grid=(x.numel() + 255) // 256, block=256)
@@ -132,23 +170,23 @@ class Plain:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.name = f"plain_{kind}_{os.getpid()}"
 
-    def kwargs(self, c: int) -> dict:
+    def kwargs(self, c: int, h: int = 16) -> dict:
         fn = "square_matrix" if self.kind == "square" else "scale"
         decl = "torch::Tensor square_matrix(torch::Tensor matrix);" if self.kind == "square" else "torch::Tensor scale(torch::Tensor x);"
         fns = [fn]
-        if self.device == "cuda" and self.kind != "square":
+        if self.device == "cuda" and self.kind == "kernel":
             decl += "\nvoid scale_out(torch::Tensor y, torch::Tensor x);"
             fns.append("scale_out")
         if self.device == "cuda":
-            return dict(name=self.name, cpp_sources=decl, cuda_sources=src(self.template, c), functions=fns,
+            return dict(name=self.name, cpp_sources=decl, cuda_sources=src(self.template, c, h), functions=fns,
                         build_directory=str(self.dir), extra_cuda_cflags=["-O2"])
         return dict(name=self.name, cpp_sources=src(self.template, c), functions=[fn], build_directory=str(self.dir))
 
-    def step(self, c: int) -> float:
+    def step(self, c: int, h: int = 16) -> float:
         from torch.utils.cpp_extension import load_inline
 
         t0 = time.perf_counter()
-        m = self.module = load_inline(**self.kwargs(c))
+        m = self.module = load_inline(**self.kwargs(c, h))
         y = getattr(m, "square_matrix" if self.kind == "square" else "scale")(X[self.device] if self.kind == "square" else X[self.device].flatten())
         if self.device == "cuda":
             torch.cuda.synchronize()
@@ -200,6 +238,28 @@ def measure(jit, plain) -> tuple[dict, dict]:
     return j, p
 
 
+def measure_torch_style(jit, plain, work: Path) -> tuple[dict, dict]:
+    """The torch-style rows: making the precompiled header (jitlab only, once per toolchain), a cold
+    build with it made, a kernel-body edit, a host-function edit, revert, and a new process."""
+    os.environ["JITLAB_PCH_DIR"] = str(work / "pch")
+    j, p = {}, {}
+    j["pch+cold"] = jit.step(1)          # the precompiled header does not exist yet
+    jit.cache = work / "cache-2"         # a fresh object cache, the precompiled header kept
+    os.environ["JITLAB_CACHE_DIR"] = str(jit.cache)
+    j["cold"], p["cold"] = jit.step(4), plain.step(4)
+    je, pe = [], []
+    for c in (2, 3):
+        pe.append(plain.step(c))
+        je.append(jit.step(c))
+    j["edit"], p["edit"] = sum(je) / 2, sum(pe) / 2
+    if "{H}" in jit.template:
+        p["host edit"], j["host edit"] = plain.step(3, 8), jit.step(3, 8)
+    j["revert"], p["revert"] = jit.step(4), plain.step(4)
+    j["newproc"], p["newproc"] = jit.newproc(), plain.newproc()
+    p["pch+cold"] = p["cold"]
+    return j, p
+
+
 def launch_overhead(jit_module, pybind_module) -> dict:
     """Per-call CPU time of a tiny launch: jitlab kernel-only vs a pybind load_inline function vs a torch op."""
     x = torch.randn(1024, device="cuda")
@@ -231,11 +291,14 @@ def launch_overhead(jit_module, pybind_module) -> dict:
 
 
 def table(rows: list[tuple[str, dict, dict]]) -> str:
-    lines = [f"{'snippet':<28}{'step':<9}{'jitlab (s)':>12}{'load_inline (s)':>17}{'ratio':>9}"]
-    for name, j, p in rows:
-        for step in ("cold", "edit", "revert", "newproc"):
+    lines = [f"{'snippet':<30}{'step':<11}{'jitlab (s)':>12}{'load_inline (s)':>17}{'ratio':>9}"]
+    for name, j, p in rows:  # p is empty where plain load_inline was not run
+        for step in j:
+            if step not in p:
+                lines.append(f"{name:<30}{step:<11}{j[step]:>12.3f}{'-':>17}{'':>9}")
+                continue
             ratio = p[step] / j[step] if j[step] > 0 else float("inf")
-            lines.append(f"{name:<28}{step:<9}{j[step]:>12.3f}{p[step]:>17.3f}{ratio:>8.1f}x")
+            lines.append(f"{name:<30}{step:<11}{j[step]:>12.3f}{p[step]:>17.3f}{ratio:>8.1f}x")
     return "\n".join(lines)
 
 
@@ -262,8 +325,12 @@ def main() -> int:
         jk, pk = Jitlab(KERNEL_CU, ".cu", "kernel", "cuda", work), Plain(PLAIN_KERNEL_CU, "kernel", "cuda", work)
         rows.append(("kernel-only CUDA scale", *measure(jk, pk)))
         results["launch_overhead_us"] = launch_overhead(jk.module, pk.module)
-        rows.append(("seed 004 square_matrix", *measure(Jitlab(SQUARE_CU, ".cu", "square", "cuda", work),
-                                                         Plain(SQUARE_CU, "square", "cuda", work))))
+        rows.append(("seed 004 square_matrix", *measure_torch_style(
+            Jitlab(SQUARE_CU, ".cu", "square", "cuda", work), Plain(SQUARE_CU, "square", "cuda", work), work)))
+        for name, template in (("CUDAContext.h stream, 2 kernels", STREAM_CU), ("__constant__ memory", CONSTANT_CU)):
+            jit, plain = Jitlab(template, ".cu", "torchcu", "cuda", work), Plain(template, "torchcu", "cuda", work)
+            # jitlab only: plain load_inline needs a minute per build of these (the issue's "jitlab today").
+            rows.append((name, {"cold": jit.step(1), "edit": jit.step(2)}, {}))
     print(table(rows))
     if "launch_overhead_us" in results:
         lo = results["launch_overhead_us"]

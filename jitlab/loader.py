@@ -58,6 +58,8 @@ class Module:
             lines.append(f"  {getattr(f, '__doc__', None) or n}")
         for n, why in b.plan.skipped:
             lines.append(f"  ({n}: {why})")
+        for note in b.plan.notes:
+            lines.append(f"  ({note})")
         return "\n".join(lines) + ">"
 
 

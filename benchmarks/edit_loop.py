@@ -256,7 +256,6 @@ def measure_torch_style(jit, plain, work: Path) -> tuple[dict, dict]:
         p["host edit"], j["host edit"] = plain.step(3, 8), jit.step(3, 8)
     j["revert"], p["revert"] = jit.step(4), plain.step(4)
     j["newproc"], p["newproc"] = jit.newproc(), plain.newproc()
-    p["pch+cold"] = p["cold"]
     return j, p
 
 

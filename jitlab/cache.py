@@ -28,6 +28,8 @@ from pathlib import Path
 from . import config
 
 MANIFEST = "jitlab.json"
+#: Folders inside the cache that hold other caches (per-unit objects, precompiled headers), not builds.
+SUBCACHES = ("objects", "pch")
 
 
 def build_key(parts: dict) -> str:
@@ -130,17 +132,19 @@ def entries(root: Path | None = None) -> list[tuple[Path, dict | None]]:
     root = root or config.cache_dir()
     if not root.is_dir():
         return []
-    found = [(p, read_manifest(p)) for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    found = [(p, read_manifest(p)) for p in root.iterdir()
+             if p.is_dir() and not p.name.startswith(".") and p.name not in SUBCACHES]
     return sorted(found, key=lambda e: e[0].stat().st_mtime, reverse=True)
 
 
 def clean(root: Path | None = None, older_than_s: float | None = None) -> int:
     """Delete build folders (all, or those not used for ``older_than_s``); returns how many.
 
-    Folders being built by another process (lock held) are left alone.
+    The object and precompiled-header caches inside it are cleaned by the same rule. Folders being
+    built by another process (lock held) are left alone.
     """
     root = root or config.cache_dir()
-    removed = 0
+    removed = sum(clean(root / sub, older_than_s) for sub in SUBCACHES if (root / sub).is_dir())
     now = time.time()
     for folder, _ in entries(root):
         if older_than_s is not None and now - folder.stat().st_mtime < older_than_s:

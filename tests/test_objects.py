@@ -131,3 +131,14 @@ def test_precompiled_header_is_made_once(features, shared_pch):
     assert len(headers) == 1
     assert "-include" in b.log and "not used because" not in b.log
     assert objects.pch_text(cuda=True, cuda_torch=False).startswith("#include <torch/extension.h>")
+
+
+def test_cache_listing_and_clean_cover_the_object_cache(cache):
+    """The object and header caches are not listed as builds, and `clean` empties them too."""
+    from jitlab import cache as jcache
+
+    for sub in ("objects/a.cpp-1", "pch/torch-1", "build_1"):
+        (cache / sub).mkdir(parents=True)
+    assert [p.name for p, _ in jcache.entries(cache)] == ["build_1"]
+    assert jcache.clean(cache) == 3
+    assert not any((cache / "objects").iterdir()) and not any((cache / "pch").iterdir())

@@ -41,6 +41,15 @@ def _compiled(b: jitlab.Build) -> set[str]:
     return {u["name"] for u in b.manifest["units"] if not u["cached"]}
 
 
+def _break(path: Path, marker: str, old: str, new: str) -> int:
+    """Replace ``old`` by ``new`` on the first line holding ``marker``; returns that line's 0-based index."""
+    lines = path.read_text().splitlines()
+    k = next(i for i, s in enumerate(lines) if marker in s)
+    lines[k] = lines[k].replace(old, new)
+    path.write_text("\n".join(lines) + "\n")
+    return k
+
+
 def _nm(path: Path, *flags: str) -> str:
     return subprocess.run(["nm", "-C", *flags, str(path)], capture_output=True, text=True, check=True).stdout
 
@@ -100,10 +109,7 @@ def test_new_function_recompiles_host_and_binding(features):
 
 def test_device_error_points_at_the_users_line(features):
     """A kernel error is reported at the user's file and line, from nvcc."""
-    lines = features.read_text().splitlines()
-    k = next(i for i, s in enumerate(lines) if "y[i] = y[i] * y[i];" in s)
-    lines[k] = lines[k].replace("y[i] * y[i]", "y[i] * undefined_thing")
-    features.write_text("\n".join(lines) + "\n")
+    k = _break(features, "y[i] = y[i] * y[i];", "y[i] * y[i]", "y[i] * undefined_thing")
     with pytest.raises(CompileError) as e:
         _build(features)
     d = e.value.diagnostics[0]
@@ -113,10 +119,7 @@ def test_device_error_points_at_the_users_line(features):
 
 def test_host_error_points_at_the_users_line(features):
     """A host-function error is reported at the user's file and line, from the host compiler."""
-    lines = features.read_text().splitlines()
-    k = next(i for i, s in enumerate(lines) if "auto y = torch::empty_like(x);" in s)
-    lines[k] = lines[k].replace("torch::empty_like(x)", "torch::empty_like(missing_tensor)")
-    features.write_text("\n".join(lines) + "\n")
+    k = _break(features, "auto y = torch::empty_like(x);", "torch::empty_like(x)", "torch::empty_like(missing_tensor)")
     with pytest.raises(CompileError) as e:
         _build(features)
     d = e.value.diagnostics[0]

@@ -414,6 +414,11 @@ def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str]
     if opts.compile_only and not plan.cuda:
         raise SnippetError(f"{_what(plan, archs)}: compile_only applies to CUDA snippets; C++ snippets build and run here")
     objs = objects.compile_all(plan.units, flags, plan.stem, _sources_by_path(plan))
+    notes = [*plan.notes, *(f"{o.unit.name} compiled with all of torch/extension.h: it names something outside "
+                            f"jitlab's smaller precompiled header set ({o.unit.headers}), so its edits take longer"
+                            for o in objs if o.headers == "full" and o.unit.headers != "full")]
+    for note in notes[len(plan.notes):]:
+        print(f"jitlab: {note}", file=sys.stderr, flush=True)
     log = "\n".join(o.log for o in objs)
     (folder / "build.log").write_text(log)
     if opts.compile_only:
@@ -425,9 +430,9 @@ def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str]
             raise diagnostics.compile_error(f"{_what(plan, archs)} (link)", e.log, _sources_by_path(plan)) from None
     return {"artifact": artifact.name, "size": artifact.stat().st_size, "sha256": cache.file_sha256(artifact),
             "resources": parse_resource_usage("\n".join(o.log for o in objs if o.unit.compiler == "nvcc")),
-            "compile_only": opts.compile_only, "notes": plan.notes,
+            "compile_only": opts.compile_only, "notes": notes,
             "units": [{"name": o.unit.name, "compiler": o.unit.compiler, "cached": o.cached,
-                       "seconds": round(o.seconds, 3)} for o in objs]}
+                       "seconds": round(o.seconds, 3), "headers": o.headers} for o in objs]}
 
 
 def _python_include() -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import ctypes_map
 from .compiler import split as split_mod
-from .compiler.objects import Unit
+from .compiler.objects import Unit, includes_umbrella
 from .errors import SnippetError
 from .parse import Function, SourceFile
 
@@ -276,15 +276,18 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         stem = f.path.stem
         text = rename_module(f)
         owns_module = bool(f.pybind_module)
+        headers = split_mod.header_texts(f, dirs)
+        # The smallest precompiled torch header set for its host code (jitlab.compiler.objects.HEADERS).
+        umbrella = any(includes_umbrella(h) for h in headers.values())
         if f.language == "cpp":
             units.append(Unit(f"{stem}.cpp", "cxx", CHECK_MACROS + with_line_directive(f, text), torch=True,
-                              module=owns_module))
+                              module=owns_module, headers="full" if umbrella else "bind"))
             continue
         if not f.uses_torch:
             units.append(Unit(f"{stem}.cu", "nvcc", "#include <cuda_runtime.h>\n#include <cassert>\n"
                               + with_line_directive(f)))
             continue
-        s = split_mod.split(dataclasses.replace(f, text=text), split_mod.header_texts(f, dirs))
+        s = split_mod.split(dataclasses.replace(f, text=text), headers)
         if s.reason:
             notes.append(f"{f.path.name} built as one translation unit: {s.reason}")
             units.append(Unit(f"{stem}.cu", "nvcc", TORCH_CUDA_HEADERS + CHECK_MACROS + with_line_directive(f, text),
@@ -292,9 +295,10 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
             continue
         units.append(Unit(f"{stem}.device.cu", "nvcc", s.device, templates=frozenset(s.templates)))
         host = s.host.replace(f'#line 1 "{f.path}"', CHECK_MACROS + f'#line 1 "{f.path}"', 1)
-        units.append(Unit(f"{stem}.host.cpp", "cxx", host, torch=True, module=owns_module))
+        units.append(Unit(f"{stem}.host.cpp", "cxx", host, torch=True, module=owns_module,
+                          headers="full" if umbrella else "bind" if owns_module else "host"))
     if not binds_itself:
-        units.append(Unit("bind.cpp", "cxx", binding_unit(exported), torch=True, module=True))
+        units.append(Unit("bind.cpp", "cxx", binding_unit(exported), torch=True, module=True, headers="bind"))
     return units, notes
 
 

@@ -128,22 +128,53 @@ def test_host_error_points_at_the_users_line(features):
 
 
 def test_precompiled_header_is_made_once(features, shared_pch):
-    """Every host unit of the session uses one precompiled header (valid: GCC would warn otherwise)."""
+    """Every host unit of the session uses one precompiled header per set (valid: GCC would warn otherwise)."""
     _build(features)
     before = set(Path(shared_pch).glob("torch-*/jitlab_torch.h.gch"))
     features.write_text(features.read_text().replace('"launch failed"', '"a launch failed"'))
     b = _build(features)
     assert set(Path(shared_pch).glob("torch-*/jitlab_torch.h.gch")) == before and before
     assert "-include" in b.log and "not used because" not in b.log
-    assert objects.pch_text(cuda=True, cuda_torch=False).startswith("#include <torch/extension.h>")
 
 
-def test_cache_listing_and_clean_cover_the_object_cache(cache):
-    """The object and header caches are not listed as builds, and `clean` empties them too."""
-    from jitlab import cache as jcache
+def test_units_use_the_smallest_header_set(features):
+    """Host functions compile on torch/types.h, the binding on types.h and torch's pybind casters: the
+    umbrella include is blanked, so no unit parses torch/extension.h."""
+    b = _build(features)
+    assert {u["name"]: u["headers"] for u in b.manifest["units"]} == {
+        "features.device.cu": "", "features.host.cpp": "host", "bind.cpp": "bind"}
+    assert objects.pch_text("host", cuda=True, cuda_torch=False) == "#include <torch/types.h>\n#include <cuda_runtime.h>\n"
+    assert "torch/csrc/utils/pybind.h" in objects.pch_text("bind", cuda=True, cuda_torch=True)
+    assert objects.pch_text("full", cuda=False, cuda_torch=False) == "#include <torch/extension.h>\n"
+    host = next(Path(line.split(" -c ")[1].split()[0]) for line in b.log.splitlines() if "features.host.cpp -o" in line)
+    assert "#include <torch/extension.h>" in features.read_text() and "torch/extension.h" not in host.read_text()
+    assert re.search(r"-include \S*torch-host-\w+/jitlab_torch.h", b.log)
 
-    for sub in ("objects/a.cpp-1", "pch/torch-1", "build_1"):
-        (cache / sub).mkdir(parents=True)
-    assert [p.name for p, _ in jcache.entries(cache)] == ["build_1"]
-    assert jcache.clean(cache) == 3
-    assert not any((cache / "objects").iterdir()) and not any((cache / "pch").iterdir())
+
+def test_names_outside_the_small_set_build_on_full(tmp_path, use_shared_cache):
+    """Host code using torch::nn (not in torch/types.h) compiles on torch/extension.h, says so, and
+    its next edit goes straight there (one compile of the host unit, not two)."""
+    src = tmp_path / "nn_user.cu"
+    body = FEATURES.read_text().replace("return y;", "return torch::nn::functional::relu(y);", 1)
+    assert body != FEATURES.read_text()
+    src.write_text(body)
+    b = _build(src)
+    host = next(u for u in b.manifest["units"] if u["name"] == "nn_user.host.cpp")
+    assert host["headers"] == "full" and not host["cached"]
+    assert any("nn_user.host.cpp compiled with all of torch/extension.h" in n for n in b.manifest["notes"])
+    src.write_text(body.replace('"launch failed"', '"a launch failed"'))
+    b = _build(src)
+    assert _compiled(b) == {"nn_user.host.cpp"}
+    assert [u["headers"] for u in b.manifest["units"] if u["name"] == "nn_user.host.cpp"] == ["full"]
+    host_log = next(o for o in b.log.split("\n/") if "nn_user.host.cpp -o" in o)
+    assert "torch-full-" in host_log and "torch-host-" not in b.log
+
+
+def test_errors_on_the_small_set_are_not_retried(features, shared_pch):
+    """A host error no header could fix (a type error) is reported from the small set at once."""
+    k = _break(features, "const int n = x.numel();", "x.numel()", "x")
+    with pytest.raises(CompileError) as e:
+        _build(features)
+    d = e.value.diagnostics[0]
+    assert (Path(d.path).name, d.line) == ("features.cu", k + 1) and "cannot convert" in d.message
+    assert "torch-host-" in e.value.log and "torch-full-" not in e.value.log

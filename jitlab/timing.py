@@ -7,6 +7,8 @@ statistics come from ``time.perf_counter``.
 
 from __future__ import annotations
 
+import math
+
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -187,7 +189,9 @@ class ABVerdict:
 def ab(fn_a, fn_b, device: str = "cuda", rounds: int = 5, **kw) -> ABVerdict:
     """Compare two versions of a kernel, alternating rounds so drifting clocks hit both alike.
 
-    "same" means the medians differ by less than the larger interquartile range (the noise).
+    "same" means the medians differ by less than the larger interquartile range (the noise), both
+    on a log scale: relative spread, so a busy machine that stretches the slower version's samples
+    cannot hide a tenfold difference.
     """
     ta, tb = Timing(device=device), Timing(device=device)
     kw.setdefault("rep_s", 0.05)
@@ -196,7 +200,8 @@ def ab(fn_a, fn_b, device: str = "cuda", rounds: int = 5, **kw) -> ABVerdict:
         ta.samples += ra.samples
         tb.samples += rb.samples
         ta.cache = tb.cache = ra.cache
-    noise = max(ta.iqr, tb.iqr)
-    diff = ta.median - tb.median
+    la, lb = (Timing([math.log(x) for x in t.samples if x > 0]) for t in (ta, tb))
+    noise = max(la.iqr, lb.iqr)
+    diff = la.median - lb.median
     verdict = "same" if abs(diff) <= noise else ("faster" if diff > 0 else "slower")
     return ABVerdict(verdict, ta, tb)

@@ -308,6 +308,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpp", action="store_true", help="C++ snippets on CPU (no GPU needed)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--torch-style-only", action="store_true",
+                    help="GPU: only the torch-style rows (skip the kernel-only row and the launch overhead)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="jitlab-bench-"))
     X["cpu"] = torch.randn(64, 67)
@@ -321,9 +323,10 @@ def main() -> int:
     else:
         X["cuda"] = X["cpu"].cuda()
         print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
-        jk, pk = Jitlab(KERNEL_CU, ".cu", "kernel", "cuda", work), Plain(PLAIN_KERNEL_CU, "kernel", "cuda", work)
-        rows.append(("kernel-only CUDA scale", *measure(jk, pk)))
-        results["launch_overhead_us"] = launch_overhead(jk.module, pk.module)
+        if not args.torch_style_only:
+            jk, pk = Jitlab(KERNEL_CU, ".cu", "kernel", "cuda", work), Plain(PLAIN_KERNEL_CU, "kernel", "cuda", work)
+            rows.append(("kernel-only CUDA scale", *measure(jk, pk)))
+            results["launch_overhead_us"] = launch_overhead(jk.module, pk.module)
         rows.append(("seed 004 square_matrix", *measure_torch_style(
             Jitlab(SQUARE_CU, ".cu", "square", "cuda", work), Plain(SQUARE_CU, "square", "cuda", work), work)))
         for name, template in (("CUDAContext.h stream, 2 kernels", STREAM_CU), ("__constant__ memory", CONSTANT_CU)):

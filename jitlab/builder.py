@@ -393,7 +393,7 @@ def object_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> objects
     # The precompiled header is made with the base flags (a debug build gets its own); the user's
     # defines and cflags come after. GCC checks that they leave the header valid and, if not, reads
     # the headers themselves (slow, never wrong; -Winvalid-pch says so in the log).
-    cxx = [*_torch_includes("-isystem"), *cuda_include, *_torch_defines(), "-fPIC", "-std=c++20", *debug]
+    cxx = [*_torch_includes("-isystem"), *_torch_defines(), "-fPIC", "-std=c++20", *debug]
     user_cflags = [f for f in cflags if f not in debug]
     lib = Path(torch.__file__).parent / "lib"
     ld = [f"-L{lib}", "-lc10", *(["-lc10_cuda"] if plan.cuda else []), "-ltorch_cpu",
@@ -401,7 +401,8 @@ def object_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> objects
     if plan.cuda:
         ld += [f"-L{toolchain.cuda_lib_dir()}", "-lcudart"]
     nvcc = _nvcc_flags(plan, archs, opts) if plan.cuda else []
-    return objects.Flags(includes=tuple(user), cxx=tuple(cxx), cxx_user=tuple(user_cflags), nvcc=tuple(nvcc), nvcc_torch=tuple(_torch_includes("-isystem=")),
+    return objects.Flags(includes=tuple(user), cxx=tuple(cxx), cuda_include=tuple(cuda_include),
+                         cxx_user=tuple(user_cflags), nvcc=tuple(nvcc), nvcc_torch=tuple(_torch_includes("-isystem=")),
                          ld=(*ld, *opts.ldflags), toolchain=tuple(sorted(toolchain.fingerprint(plan.cuda).items())))
 
 

@@ -73,6 +73,7 @@ class Flags:
     Attributes:
         includes: The snippet's own include folders (``-I``), for every unit.
         cxx: Host compiler flags for every host unit and the precompiled header.
+        cuda_include: The CUDA toolkit's include folder (``-isystem``), for CUDA snippets' host units.
         cxx_user: The user's host flags and defines (after ``cxx``; not in the precompiled header).
         nvcc: nvcc flags for device units.
         nvcc_torch: What an nvcc unit that includes torch's headers adds (their include folders).
@@ -82,6 +83,7 @@ class Flags:
 
     includes: tuple[str, ...]
     cxx: tuple[str, ...]
+    cuda_include: tuple[str, ...]
     cxx_user: tuple[str, ...]
     nvcc: tuple[str, ...]
     nvcc_torch: tuple[str, ...]
@@ -222,7 +224,7 @@ def _compile(unit: Unit, flags: Flags, stem: str, pch: Path | None, extra: str =
     if unit.compiler == "nvcc":
         cmd_flags = [*flags.includes, *flags.nvcc, *(flags.nvcc_torch if unit.torch or "c10::" in extra else ())]
     else:
-        cmd_flags = [*flags.includes, *flags.cxx, *flags.cxx_user]
+        cmd_flags = [*flags.includes, *flags.cxx, *flags.cuda_include, *flags.cxx_user]
     key = cache.build_key({"format": config.FORMAT_VERSION, "unit": unit.name, "text": text, "flags": cmd_flags,
                            "pch": str(pch) if pch else "", "toolchain": flags.toolchain})
     # The module name the unit's PYBIND11_MODULE gets: from its own key, never from the build's, so a
@@ -322,8 +324,10 @@ def precompiled_header(flags: Flags, cuda: bool, headers: str = "full") -> Path:
     import torch
 
     text = pch_text(headers, cuda, torch.version.cuda is not None)
-    key = cache.build_key({"format": config.FORMAT_VERSION, "pch": text, "flags": list(flags.cxx),
-                           "toolchain": flags.toolchain})
+    # `bind` holds no CUDA header: one set for C++ and CUDA snippets (GCC does not check include folders).
+    cxx = [*flags.cxx, *(flags.cuda_include if cuda and headers != "bind" else ())]
+    tools = [t for t in flags.toolchain if headers != "bind" or t[0] not in ("nvcc", "torch_cuda")]
+    key = cache.build_key({"format": config.FORMAT_VERSION, "pch": text, "flags": cxx, "toolchain": tools})
     name = f"torch-{headers}-{key}"
     root = config.pch_dir()
     folder = cache.entry_dir(name, root)
@@ -332,7 +336,8 @@ def precompiled_header(flags: Flags, cuda: bool, headers: str = "full") -> Path:
         return header
 
     def waiting():
-        print(f"jitlab: waiting for another process making the precompiled torch header {name} ...", flush=True)
+        print(f"jitlab: waiting for the precompiled torch header {name}, which another build is making ...",
+              flush=True)
 
     with cache.build_lock(name, root, on_wait=waiting):
         if _trusted(folder) is not None:
@@ -343,7 +348,7 @@ def precompiled_header(flags: Flags, cuda: bool, headers: str = "full") -> Path:
               f"{'~1 min' if headers == 'full' else '~30 s'} on 2 cores) ...", flush=True)
         t0 = time.perf_counter()
         gch = folder / "jitlab_torch.h.gch"
-        cmd = [_tool(toolchain.cxx_path(), "c++"), "-x", "c++-header", str(header), "-o", str(gch), *flags.cxx]
+        cmd = [_tool(toolchain.cxx_path(), "c++"), "-x", "c++-header", str(header), "-o", str(gch), *cxx]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         (folder / "build.log").write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
         if proc.returncode != 0:

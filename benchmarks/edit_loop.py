@@ -10,10 +10,13 @@ For each snippet it measures, with a fresh cache:
 
 and prints a table with the ratio plain / jitlab. On a GPU machine it runs a kernel-only CUDA
 snippet and seed 004's torch-style ``square_matrix``, plus the per-call launch overhead; on a
-machine without a GPU (``--cpp``) it runs a kernel-only and a torch-style C++ snippet.
+machine without a GPU (``--cpp``) it runs a kernel-only and a torch-style C++ snippet, and
+(``--compile-only``) seed 004 compile-only for sm_90 (jitlab only: plain ``load_inline`` cannot
+compile without linking against a CUDA torch).
 
-    python benchmarks/edit_loop.py            # GPU
-    python benchmarks/edit_loop.py --cpp      # CPU only
+    python benchmarks/edit_loop.py                  # GPU
+    python benchmarks/edit_loop.py --cpp            # CPU only
+    python benchmarks/edit_loop.py --compile-only   # CPU only, torch-style CUDA compile-only
 """
 
 from __future__ import annotations
@@ -157,6 +160,32 @@ class Jitlab:
                 f"import jitlab; m = jitlab.load({str(self.path)!r}); assert m.build.cached, 'not cached'; "
                 f"print(time.perf_counter() - t0)")
         return _subprocess_time(code, {"JITLAB_CACHE_DIR": str(self.cache)})
+
+
+class CompileOnly(Jitlab):
+    """jitlab.build(compile_only=True) for sm_90: what a machine without a GPU (CI, this laptop) does."""
+
+    def step(self, c: int, h: int = 16) -> float:
+        import jitlab
+
+        self.path.write_text(src(self.template, c, h))
+        t0 = time.perf_counter()
+        jitlab.build(self.path, compile_only=True, arch="sm_90")
+        return time.perf_counter() - t0
+
+
+def measure_compile_only(jit, work: Path) -> dict:
+    """The torch-style steps compile-only: the precompiled headers and a cold build, a new snippet,
+    a kernel-body edit (mean of two), a host-function edit, revert."""
+    os.environ["JITLAB_PCH_DIR"] = str(work / "pch")
+    j = {"pch+cold": jit.step(1)}
+    jit.cache = work / "cache-co"
+    os.environ["JITLAB_CACHE_DIR"] = str(jit.cache)
+    j["cold"] = jit.step(4)
+    j["edit"] = (jit.step(2) + jit.step(3)) / 2
+    j["host edit"] = jit.step(3, 8)
+    j["revert"] = jit.step(4)
+    return j
 
 
 class Plain:
@@ -308,13 +337,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpp", action="store_true", help="C++ snippets on CPU (no GPU needed)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="seed 004 compile-only for sm_90, on a machine with nvcc and no GPU (jitlab only)")
     ap.add_argument("--torch-style-only", action="store_true",
                     help="GPU: only the torch-style rows (skip the kernel-only row and the launch overhead)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="jitlab-bench-"))
     X["cpu"] = torch.randn(64, 67)
     rows, results = [], {}
-    if args.cpp or not torch.cuda.is_available():
+    if args.compile_only:
+        print("seed 004 compile-only for sm_90 (no GPU used)")
+        rows.append(("seed 004 compile-only", measure_compile_only(CompileOnly(SQUARE_CU, ".cu", "square", "cpu", work),
+                                                                   work), {}))
+    elif args.cpp or not torch.cuda.is_available():
         print("C++ snippets on CPU (no GPU used)")
         rows.append(("kernel-only C++ scale", *measure(Jitlab(KERNEL_CPP, ".cpp", "kernel", "cpu", work),
                                                         Plain(PLAIN_CPP, "kernel", "cpu", work))))

@@ -34,16 +34,16 @@ __all__ = [
 ]
 
 
-def _options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug=False) -> Options:
+def _options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug=False, engine="auto") -> Options:
     if isinstance(arch, str):
         arch = [a for a in arch.split(",") if a.strip()]
     return Options(mode=mode, arch=list(arch) if arch else None, defines=dict(defines or {}),
                    cflags=list(cflags or ()), cuda_cflags=list(cuda_cflags or ()),
-                   ldflags=list(ldflags or ()), compile_only=compile_only, debug=debug)
+                   ldflags=list(ldflags or ()), compile_only=compile_only, debug=debug, engine=engine)
 
 
 def load(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None, ldflags=None,
-         debug: bool = False):
+         debug: bool = False, engine: str = "auto"):
     """Build a snippet (or find it in the cache) and return its functions.
 
     Args:
@@ -57,6 +57,8 @@ def load(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, 
         ldflags: Extra linker flags.
         debug: Build for debugging: ``-G`` device code, ``-g -O0`` host code, asserts on. Pair it
             with ``jitlab.check(path, isolate=True)``, whose worker also sets ``CUDA_LAUNCH_BLOCKING``.
+        engine: ``"auto"`` (NVRTC, in process, for a kernel-only ``.cu`` it compiles; nvcc otherwise,
+            with the reason in the build output), ``"nvrtc"`` or ``"nvcc"``.
 
     Returns:
         A module whose attributes are the snippet's kernels and host functions. Kernels take
@@ -71,12 +73,12 @@ def load(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, 
     from .loader import load_or_rebuild
 
     paths = [path, *more] if more else path
-    return load_or_rebuild(paths, _options(mode, arch, defines, cflags, cuda_cflags, ldflags, False, debug))
+    return load_or_rebuild(paths, _options(mode, arch, defines, cflags, cuda_cflags, ldflags, False, debug, engine))
 
 
 def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None,
-          ldflags=None, compile_only: bool = False, debug: bool = False) -> Build:
-    """Build a snippet without loading it; ``compile_only=True`` needs only nvcc (no GPU).
+          ldflags=None, compile_only: bool = False, debug: bool = False, engine: str = "auto") -> Build:
+    """Build a snippet without loading it; ``compile_only=True`` needs no GPU (nvcc, or NVRTC).
 
     Returns:
         The :class:`Build`: ``.cached``, ``.seconds``, ``.folder``, ``.resources`` (per kernel, per arch).
@@ -84,7 +86,7 @@ def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None,
     from .builder import build as _build
 
     paths = [path, *more] if more else path
-    return _build(paths, _options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug))
+    return _build(paths, _options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug, engine))
 
 
 def clean(older_than_days: float | None = None) -> int:

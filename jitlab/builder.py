@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import cache, codegen, config, diagnostics, output, toolchain
-from .compiler import objects
+from .compiler import nvrtc, objects
 from .errors import SnippetError, ToolchainError
 from .parse import SourceFile, language_of, parse_file
 
@@ -36,6 +36,7 @@ class Options:
         compile_only: Compile CUDA to an object without linking or loading (machines without a GPU).
         debug: A debug build: device code with ``-G`` (no optimization, full debug info), host code
             with ``-g -O0``, and ``assert`` on even if a flag defines ``NDEBUG``.
+        engine: ``"auto"``, ``"nvrtc"`` or ``"nvcc"`` (see :func:`choose_engine`).
     """
 
     mode: str = "auto"
@@ -46,6 +47,10 @@ class Options:
     ldflags: list[str] = field(default_factory=list)
     compile_only: bool = False
     debug: bool = False
+    engine: str = "auto"
+
+
+ENGINES = ("auto", "nvrtc", "nvcc")
 
 
 @dataclass
@@ -82,6 +87,16 @@ class Build:
     def resources(self) -> dict:
         """Per-kernel resource usage from ptxas: registers, shared/local/constant memory, spills."""
         return self.manifest.get("resources", {})
+
+    @property
+    def engine(self) -> str:
+        """``"nvrtc"`` or ``"nvcc"``: what compiled the CUDA code."""
+        return self.manifest.get("engine", "nvcc")
+
+    @property
+    def notes(self) -> list[str]:
+        """One line for each choice the build made that a user may want to know (engine, split, headers)."""
+        return list(self.manifest.get("notes", self.plan.notes))
 
     @property
     def log(self) -> str:
@@ -187,13 +202,61 @@ def build(paths, opts: Options | None = None) -> Build:
     opts = opts or Options()
     t0 = time.perf_counter()
     plan, archs, parts = prepare(paths, opts)
+    engine, why = choose_engine(plan, opts)
+    if engine == "nvrtc":
+        try:
+            return _build_keyed(plan, archs, {**parts, "engine": "nvrtc", "nvrtc": nvrtc.version()}, opts, "nvrtc",
+                                [], t0)
+        except nvrtc.NvrtcError as e:
+            # An error in the user's code is reported at once (nvcc would say the same, a second
+            # later); one that only NVRTC has (a header it lacks, host code) goes to nvcc instead.
+            if opts.engine == "nvrtc" or not nvrtc.only_nvrtc_fails(e.log, list(_sources_by_path(plan))):
+                raise diagnostics.compile_error(f"{_what(plan, archs, 'NVRTC')}", e.log, _sources_by_path(plan)) from None
+            why = f"NVRTC could not compile it ({_first_error(e.log)})"
+    notes = [f"built with nvcc: {why}"] if why else []
+    return _build_keyed(plan, archs, parts, opts, "nvcc", notes, t0)
+
+
+def choose_engine(plan: codegen.Plan, opts: Options) -> tuple[str, str]:
+    """Which compiler builds the plan's CUDA code, and (for nvcc, where NVRTC was a candidate) why.
+
+    ``auto`` takes NVRTC for a kernel-only ``.cu`` it can compile (:func:`nvrtc.unsuitable`) and nvcc
+    for everything else; ``nvrtc`` refuses what NVRTC cannot build, naming why and the fix.
+
+    Raises:
+        SnippetError: ``engine`` is unknown, or ``"nvrtc"`` for a snippet NVRTC cannot build.
+    """
+    if opts.engine not in ENGINES:
+        raise SnippetError(f"engine={opts.engine!r}: use one of {', '.join(map(repr, ENGINES))}")
+    if opts.engine == "nvcc" or not plan.cuda:
+        return "nvcc", ""
+    flags = [*opts.cflags, *opts.cuda_cflags, *opts.ldflags]
+    why = (nvrtc.unsuitable(plan) or (f"compiler flags given ({' '.join(flags)})" if flags else None)
+           or nvrtc.unavailable())
+    if why is None:
+        return "nvrtc", ""
+    if opts.engine == "nvrtc":
+        raise SnippetError(f"engine='nvrtc' cannot build {_what(plan, [], 'NVRTC').split(' (')[0]}: {why}; "
+                           f"use engine='auto' or 'nvcc'")
+    return "nvcc", why if plan.kind == "kernel" else ""
+
+
+def _first_error(log: str) -> str:
+    line = next((ln for ln in log.splitlines() if "error" in ln), log.strip().splitlines()[0] if log.strip() else "")
+    return line.strip()[:200]
+
+
+def _build_keyed(plan: codegen.Plan, archs: list[str], parts: dict, opts: Options, engine: str, notes: list[str],
+                 t0: float) -> Build:
+    """Find the build of this key in the cache, or make it under the key's lock."""
     key = cache.build_key(parts)
     name = cache.module_name(plan.stem, key)
     folder = cache.entry_dir(name)
     manifest = _trusted_manifest(folder, name)
     if manifest is not None:
         return Build(name, folder, plan, manifest, True, time.perf_counter() - t0, archs)
-    toolchain.check(plan.cuda, opts.compile_only)
+    if engine == "nvcc":
+        toolchain.check(plan.cuda, opts.compile_only)
 
     def waiting():
         print(f"jitlab: waiting for another process building {name} ...", file=sys.stderr)
@@ -202,19 +265,41 @@ def build(paths, opts: Options | None = None) -> Build:
         manifest = _trusted_manifest(folder, name, quiet=True)  # another process may have finished it
         if manifest is not None:
             return Build(name, folder, plan, manifest, True, time.perf_counter() - t0, archs)
+        for note in notes:
+            print(f"jitlab: {note}", file=sys.stderr, flush=True)
         cache.reset_dir(folder)
-        if plan.units:
+        if engine == "nvrtc":
+            manifest = _build_nvrtc(plan, folder, archs, opts)
+        elif plan.units:
             manifest = _build_objects(plan, name, folder, archs, opts)
         elif opts.compile_only:
             manifest = _compile_only(plan, name, folder, archs, opts)
         else:
             manifest = _load_inline(plan, name, folder, archs, opts)
-        manifest.update(seconds=round(time.perf_counter() - t0, 3), archs=archs, kind=plan.kind,
+        manifest.setdefault("notes", [])
+        manifest["notes"] = [*notes, *manifest["notes"]]
+        manifest.update(seconds=round(time.perf_counter() - t0, 3), archs=archs, kind=plan.kind, engine=engine,
                         sources=[str(f.path) for f in plan.files], built_at=time.time())
         cache.write_manifest(folder, manifest)
     if config.verbose():
         print((folder / "build.log").read_text(errors="replace"), file=sys.stderr)
     return Build(name, folder, plan, manifest, False, time.perf_counter() - t0, archs)
+
+
+def _build_nvrtc(plan: codegen.Plan, folder: Path, archs: list[str], opts: Options) -> dict:
+    """A kernel-only ``.cu`` compiled in process by NVRTC: one CUBIN per arch, the first one the artifact."""
+    cubins = nvrtc.compile_cubins(plan, archs, opts.defines, opts.debug)
+    files = {}
+    for c in cubins:
+        path = folder / f"{plan.stem}.{c.arch}.cubin"
+        path.write_bytes(c.code)
+        files[c.arch] = path.name
+    log = "\n".join(c.log for c in cubins)
+    (folder / "build.log").write_text(log)
+    first = folder / files[archs[0]]
+    return {"artifact": first.name, "size": first.stat().st_size, "sha256": cache.file_sha256(first),
+            "cubins": files, "kernels": cubins[0].names, "resources": parse_resource_usage(log),
+            "compile_only": opts.compile_only, "nvrtc": nvrtc.version()}
 
 
 def _trusted_manifest(folder: Path, name: str, quiet: bool = False) -> dict | None:
@@ -250,9 +335,9 @@ def _flags(plan: codegen.Plan, archs: list[str], opts: Options) -> tuple[list[st
     return cflags, cuda
 
 
-def _what(plan: codegen.Plan, archs: list[str]) -> str:
+def _what(plan: codegen.Plan, archs: list[str], compiler: str = "nvcc") -> str:
     names = ", ".join(diagnostics._short(str(f.path)) for f in plan.files)
-    tool = f"nvcc, {'/'.join(archs)}" if plan.cuda else "c++"
+    tool = f"{compiler}, {'/'.join(archs)}" if plan.cuda else "c++"
     return f"{names} ({tool})"
 
 

@@ -18,7 +18,8 @@ def _build(args) -> int:
         t0 = time.perf_counter()
         try:
             b = jitlab.build(path, mode=args.mode, arch=args.arch, defines=defines,
-                             cuda_cflags=args.nvcc_flag, cflags=args.cflag, compile_only=args.compile_only)
+                             cuda_cflags=args.nvcc_flag, cflags=args.cflag, compile_only=args.compile_only,
+                             engine=args.engine)
         except CompileError as e:
             print(e, file=sys.stderr)
             status = 1
@@ -28,7 +29,10 @@ def _build(args) -> int:
             status = 1
             continue
         what = "cache hit" if b.cached else f"built in {time.perf_counter() - t0:.2f} s"
-        print(f"{path}: {b.plan.kind}-style, {what} -> {b.folder}")
+        engine = f" ({b.engine})" if b.plan.cuda else ""
+        print(f"{path}: {b.plan.kind}-style{engine}, {what} -> {b.folder}")
+        for note in b.notes:
+            print(f"  {note}")
         for name, why in b.plan.skipped:
             print(f"  {name}: not callable ({why})")
         print_resources(b.resources)
@@ -175,6 +179,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--compile-only", action="store_true", help="compile CUDA without a GPU (needs --arch)")
     b.add_argument("--arch", help="comma-separated archs, e.g. sm_75,sm_90 (default: this GPU)")
     b.add_argument("--mode", default="auto", choices=["auto", "kernel", "torch"])
+    b.add_argument("--engine", default="auto", choices=["auto", "nvrtc", "nvcc"],
+                   help="CUDA compiler: NVRTC in process for kernel-only .cu files it compiles (auto), or nvcc")
     b.add_argument("-D", "--define", action="append", help="preprocessor macro, NAME or NAME=VALUE")
     b.add_argument("--nvcc-flag", action="append", default=[], help="extra nvcc flag (repeatable)")
     b.add_argument("--cflag", action="append", default=[], help="extra C++ compiler flag (repeatable)")

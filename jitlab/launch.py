@@ -43,13 +43,18 @@ class Callable:
         device: ``"cuda"`` for ``.cu`` snippets, ``"cpu"`` for ``.cpp`` ones.
     """
 
-    def __init__(self, fn: Function, lib: ctypes.CDLL, device: str, capture_output: bool, exception_symbol: str):
+    def __init__(self, fn: Function, lib: ctypes.CDLL | None, device: str, capture_output: bool,
+                 exception_symbol: str = "", launcher=None):
         self.fn = fn
         self.device = device
         self._lib = lib
-        self._exception = getattr(lib, exception_symbol)
-        self._exception.restype = ctypes.c_char_p
-        self._call = _generate(self, fn, lib, device)
+        if lib is not None:
+            self._exception = getattr(lib, exception_symbol)
+            self._exception.restype = ctypes.c_char_p
+        # A kernel of an NVRTC build: a Python launcher with the shim's convention (see nvrtc.launcher).
+        symbol = launcher if launcher is not None else getattr(
+            lib, f"jitlab_launch_{fn.name}" if fn.kind == "global" else f"jitlab_call_{fn.name}")
+        self._call = _generate(self, fn, symbol, device, native=launcher is None)
         self.capture_output = capture_output
         self.__name__ = fn.name
         self.__doc__ = self.describe()
@@ -158,14 +163,21 @@ class Callable:
             return v[0], v[1], v[2]
         self._config_error(what, value)
 
+    def _error_text(self, err: int) -> tuple[str, str]:
+        if self._lib is None:  # a driver error (CUresult) from an NVRTC build's launcher
+            from .compiler import nvrtc
+
+            return nvrtc.error_text(err)
+        return self._lib.jitlab_error_name(err).decode(), self._lib.jitlab_error_string(err).decode()
+
     def _launch_failed(self, err: int, grid, block, smem):
-        name = self._lib.jitlab_error_name(err).decode()
-        text = self._lib.jitlab_error_string(err).decode()
+        name, text = self._error_text(err)
         hint = ""
-        if name in ("cudaErrorInvalidConfiguration", "cudaErrorInvalidValue"):
+        if name in ("cudaErrorInvalidConfiguration", "cudaErrorInvalidValue", "CUDA_ERROR_INVALID_VALUE"):
             hint = ("; check the launch configuration: a block has at most 1024 threads (x*y*z), "
                     "grid.y and grid.z at most 65535, shared_mem at most the GPU's limit")
-        elif name in ("cudaErrorIllegalAddress", "cudaErrorLaunchFailure", "cudaErrorAssert"):
+        elif name in ("cudaErrorIllegalAddress", "cudaErrorLaunchFailure", "cudaErrorAssert",
+                      "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED", "CUDA_ERROR_ASSERT"):
             hint = "; this error is sticky: the CUDA context is unusable until the process restarts"
         raise LaunchError(f"{self.fn.name}<<<grid={tuple(grid)}, block={tuple(block)}, shared_mem={smem}>>> "
                           f"failed: {name}: {text}{hint}")
@@ -178,10 +190,13 @@ class Callable:
         raise LaunchError(f"{self.fn.name}() left a CUDA error: {name}: {text}")
 
 
-def _generate(owner: Callable, fn: Function, lib: ctypes.CDLL, device: str):
-    """Compile the straight-line wrapper for one function (see module docstring)."""
+def _generate(owner: Callable, fn: Function, symbol, device: str, native: bool = True):
+    """Compile the straight-line wrapper for one function (see module docstring).
+
+    ``symbol`` is the ctypes function of the build's shim (``native``), or a Python launcher taking
+    the same arguments (an NVRTC build's kernel).
+    """
     kernel = fn.kind == "global"
-    symbol = getattr(lib, f"jitlab_launch_{fn.name}" if kernel else f"jitlab_call_{fn.name}")
     argtypes: list = []
     if kernel:
         argtypes = [ctypes.c_uint] * 7 + [ctypes.c_void_p]
@@ -249,8 +264,9 @@ def _generate(owner: Callable, fn: Function, lib: ctypes.CDLL, device: str):
         lines.append("    if err: _o._host_failed(err)")
         if ret_ctype is not None:
             lines.append("    return out.value")
-    symbol.argtypes = argtypes
-    symbol.restype = ctypes.c_int
+    if native:
+        symbol.argtypes = argtypes
+        symbol.restype = ctypes.c_int
     src = "\n".join(lines)
     code = compile(src, f"<jitlab wrapper {fn.name}>", "exec")
     exec(code, env)

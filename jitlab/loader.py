@@ -52,13 +52,13 @@ class Module:
     def __repr__(self) -> str:
         b = self.build
         state = "cache hit" if b.cached else f"built in {b.seconds:.2f} s"
-        lines = [f"<jitlab module {b.name} ({b.plan.kind}, {state}, {b.folder})"]
+        lines = [f"<jitlab module {b.name} ({b.plan.kind}, {b.engine}, {state}, {b.folder})"]
         for n in self.functions:
             f = getattr(self, n)
             lines.append(f"  {getattr(f, '__doc__', None) or n}")
         for n, why in b.plan.skipped:
             lines.append(f"  ({n}: {why})")
-        for note in b.plan.notes:
+        for note in b.notes:
             lines.append(f"  ({note})")
         return "\n".join(lines) + ">"
 
@@ -85,6 +85,8 @@ def load(b: build_mod.Build) -> Module:
 
 
 def _bind_kernel_only(mod: Module, b: build_mod.Build) -> None:
+    if b.engine == "nvrtc":
+        return _bind_nvrtc(mod, b)
     lib = ctypes.CDLL(str(b.artifact))
     if b.plan.cuda:
         for sym in ("jitlab_error_name", "jitlab_error_string"):
@@ -95,6 +97,29 @@ def _bind_kernel_only(mod: Module, b: build_mod.Build) -> None:
         prints = fn.name in b.plan.printing
         call = Callable(fn, lib, "cuda" if in_cuda else "cpu", prints,
                         "jitlab_last_exception" if in_cuda else "jitlab_cpp_last_exception")
+        attr = call if prints else call._call
+        if attr is not call:
+            attr.__doc__ = call.describe()
+            attr.jitlab = call
+        setattr(mod, fn.name, attr)
+        mod.functions.append(fn.name)
+
+
+def _bind_nvrtc(mod: Module, b: build_mod.Build) -> None:
+    """The kernels of an NVRTC build: its CUBIN for this GPU loaded through the driver, each kernel
+    behind the same typed wrapper as an nvcc build's."""
+    from .compiler import nvrtc
+    from .toolchain import current_arch
+
+    arch = current_arch()
+    cubin = b.manifest["cubins"].get(arch)
+    if cubin is None:
+        raise JitlabError(f"{b.name} was built for {', '.join(b.manifest['cubins'])}, not this GPU ({arch}); "
+                          f"load it without arch= to build for this GPU")
+    kernels = nvrtc.load((b.folder / cubin).read_bytes(), b.manifest["kernels"])
+    for fn in b.plan.exported:
+        prints = fn.name in b.plan.printing
+        call = Callable(fn, None, "cuda", prints, launcher=nvrtc.launcher(kernels[fn.qualname], fn))
         attr = call if prints else call._call
         if attr is not call:
             attr.__doc__ = call.describe()

@@ -22,13 +22,13 @@ pytestmark = pytest.mark.skipif(toolchain.nvcc_path() is None, reason="needs nvc
 
 
 def test_saxpy_compile_only_two_archs_then_cache_hit(cache):
-    """saxpy.cu compiles to an object for sm_75 and sm_90 with per-arch registers; again is a cache hit."""
-    b = jitlab.build(KERNELS / "saxpy.cu", compile_only=True, arch=["sm_75", "sm_90"])
+    """With nvcc, saxpy.cu compiles to an object for sm_75 and sm_90 with per-arch registers; again is a cache hit."""
+    b = jitlab.build(KERNELS / "saxpy.cu", compile_only=True, arch=["sm_75", "sm_90"], engine="nvcc")
     assert b.compile_only and not b.cached
     assert b.artifact.name == "cuda.o" and b.artifact.is_file() and b.artifact.stat().st_size > 0
     assert set(b.resources["saxpy"]) == {"sm_75", "sm_90"}
     assert all(r["registers"] > 0 for r in b.resources["saxpy"].values())
-    again = jitlab.build(KERNELS / "saxpy.cu", compile_only=True, arch=["sm_75", "sm_90"])
+    again = jitlab.build(KERNELS / "saxpy.cu", compile_only=True, arch=["sm_75", "sm_90"], engine="nvcc")
     assert again.cached and again.name == b.name and again.resources == b.resources
 
 
@@ -80,7 +80,8 @@ def test_arch_is_part_of_the_build_key(cache, write):
 
 
 def test_half_operators_compile_in_kernel_only_units(cache, write):
-    """__half * __half compiles in a kernel-only snippet: torch's -D__CUDA_NO_HALF_OPERATORS__ is undone."""
+    """__half * __half compiles in a kernel-only snippet with nvcc: torch's -D__CUDA_NO_HALF_OPERATORS__ is undone
+    (NVRTC never defines it: test_nvrtc compiles __hadd and friends)."""
     p = write("h.cu", """
         #include <cuda_fp16.h>
         __global__ void scale_h(__half* y, const __half* x, __half a, int n) {
@@ -88,10 +89,11 @@ def test_half_operators_compile_in_kernel_only_units(cache, write):
             if (i < n) y[i] = x[i] * a;
         }
     """)
-    b = jitlab.build(p, compile_only=True, arch="sm_80")
+    b = jitlab.build(p, compile_only=True, arch="sm_80", engine="nvcc")
     assert b.plan.kind == "kernel" and b.artifact.is_file()
     assert "-U__CUDA_NO_HALF_OPERATORS__" in b.log
     assert b.resources["scale_h"]["sm_80"]["registers"] > 0
+    assert jitlab.build(p, compile_only=True, arch="sm_80").engine == "nvrtc"  # __half operators there too
 
 
 @pytest.mark.slow

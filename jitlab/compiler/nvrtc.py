@@ -1,0 +1,249 @@
+"""The NVRTC engine: a kernel-only ``.cu`` compiled in process to CUBIN, with NVIDIA's cuda-python.
+
+nvcc spends about a second per kernel-only edit (the compiler driver, a host pass, the host compiler,
+a link); NVRTC compiles the same kernels in tens of milliseconds, in process, without a GPU. This
+module decides whether a snippet can take that way (:func:`unsuitable`), compiles it for each arch
+(:func:`compile_cubins`), and loads a CUBIN through the driver (:func:`load`).
+
+What it compiles is the user's file after ``#line 1 "<file>"``, so NVRTC's messages (the same
+front end as nvcc's) name the user's file and line, with the caret. NVRTC has no C++ standard
+library; ``nvrtc_include/`` stands in for the headers kernels include (``<cstdio>`` and ``<cmath>``
+are empty, since NVRTC declares ``printf``, ``assert`` and the math functions itself; ``<cstdint>``
+and friends come from libcu++). CUBIN, never PTX: a driver older than the toolkit cannot load newer
+PTX (Colab), while CUBIN for the GPU's own arch always loads.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import toolchain
+
+SHIMS = Path(__file__).parent / "nvrtc_include"
+# System headers NVRTC compiles: its own and the toolkit's device headers, and jitlab's stand-ins.
+_DEVICE_HEADER = re.compile(r"^(cuda[_/].*|cooperative_groups.*|mma\.h|sm_\d+_.*|crt/.*|vector_(types|functions)\.h"
+                            r"|device_.*\.h|math_constants\.h|cub/.*|cuda/.*|nv/.*|curand.*\.h)$")
+_SYSTEM_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*<([^>]+)>', re.MULTILINE)
+
+
+@dataclass
+class Cubin:
+    """One arch's compiled program.
+
+    Attributes:
+        arch: ``sm_90``.
+        code: The CUBIN (an ELF file).
+        names: Each kernel's C++ name → its symbol in the CUBIN.
+        log: NVRTC's output: warnings and ptxas' resource usage (``-v``).
+    """
+
+    arch: str
+    code: bytes
+    names: dict[str, str]
+    log: str
+
+
+@functools.cache
+def version() -> str | None:
+    """NVRTC's version (``"13.0"``), or ``None`` if cuda-python or the NVRTC library is missing."""
+    try:
+        from cuda.bindings import nvrtc
+
+        err, major, minor = nvrtc.nvrtcVersion()
+    except Exception:  # ImportError, or cuda.pathfinder not finding libnvrtc
+        return None
+    return f"{major}.{minor}" if int(err) == 0 else None
+
+
+def unavailable() -> str | None:
+    """Why NVRTC cannot be used on this machine (``None`` if it can)."""
+    try:
+        import cuda.core  # noqa: F401
+    except ImportError:
+        return "cuda-python is not installed (`pip install cuda-core cuda-bindings`)"
+    if version() is None:
+        return "the NVRTC library was not found (`pip install nvidia-cuda-nvrtc`, or a CUDA toolkit)"
+    if not (toolchain.cuda_home() / "include" / "cuda_runtime.h").is_file():
+        return f"CUDA's headers were not found under {toolchain.cuda_home()}/include (set CUDA_HOME)"
+    return None
+
+
+def unsuitable(plan) -> str | None:
+    """Why a plan must be built with nvcc rather than NVRTC (``None``: NVRTC can take it).
+
+    NVRTC compiles device code only: a kernel-only snippet of one ``.cu`` file whose exported
+    functions are all kernels, including no host-only system header.
+    """
+    if plan.kind != "kernel":
+        return "torch-style snippet (host code with torch)"
+    if not plan.cuda or any(f.language == "cpp" for f in plan.files):
+        return "C++ host code"
+    cu = [f for f in plan.files if f.language == "cuda"]
+    if len(cu) > 1:
+        return f"{len(cu)} .cu files (NVRTC compiles one)"
+    host = [fn.name for fn in plan.exported if fn.kind != "global"]
+    if host:
+        return f"host function {host[0]}() is called from Python (NVRTC compiles device code only)"
+    for f in plan.files:
+        for header in _SYSTEM_INCLUDE.findall(f.text):
+            name = header.strip()
+            if not (_DEVICE_HEADER.match(name) or (SHIMS / name).is_file()):
+                return f"includes <{name}>, a host header"
+    if not plan.exported:
+        return "no kernel to call"
+    return None
+
+
+def include_path(plan) -> list[str]:
+    """Where NVRTC looks for headers: jitlab's stand-ins, the snippet's folders, CUDA's headers."""
+    cuda = toolchain.cuda_home() / "include"
+    folders = [str(SHIMS), *{str(f.path.parent): None for f in plan.files}, *plan.include_dirs, str(cuda)]
+    if (cuda / "cccl").is_dir():  # CUDA 13 keeps CUB and libcu++ there
+        folders.append(str(cuda / "cccl"))
+    return list(dict.fromkeys(folders))
+
+
+def options(plan, arch: str, defines: dict, debug: bool):
+    """NVRTC's options for one arch: the same defines, line info and resource report as nvcc's."""
+    from cuda.core import ProgramOptions
+
+    macros = [k if v is None else (k, str(v)) for k, v in defines.items()]
+    if debug:
+        macros.append(("JITLAB_DEBUG", "1"))
+    return ProgramOptions(name=plan.stem, arch=arch, std="c++17", include_path=include_path(plan),
+                          define_macro=macros or None, undefine_macro=["NDEBUG"] if debug else None,
+                          debug=debug, lineinfo=not debug, ptxas_options=["-v"])
+
+
+def source(plan) -> str:
+    """The text NVRTC compiles: the user's ``.cu`` after a ``#line`` directive naming it."""
+    f = next(f for f in plan.files if f.language == "cuda")
+    return f'#line 1 "{_escape(str(f.path))}"\n{f.text}'
+
+
+def compile_cubins(plan, archs: list[str], defines: dict, debug: bool = False) -> list[Cubin]:
+    """Compile the plan's ``.cu`` for each arch.
+
+    Raises:
+        NvrtcError: NVRTC rejected the code (its log names the user's file and line).
+    """
+    from cuda.core import Program
+
+    text = source(plan)
+    kernels = [fn.qualname for fn in plan.exported]
+    out = []
+    for arch in archs:
+        log = io.StringIO()
+        try:
+            obj = Program(text, "c++", options(plan, arch, defines, debug)).compile(
+                "cubin", name_expressions=kernels, logs=log)
+        except Exception as e:  # cuda.core raises NVRTCError with the log in its message
+            raise NvrtcError(_log_of(e, log.getvalue())) from None
+        names = {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in obj.symbol_mapping.items()}
+        out.append(Cubin(arch, bytes(obj.code), names, log.getvalue().rstrip("\x00").strip()))
+    return out
+
+
+# NVRTC errors that nvcc would not give: headers NVRTC lacks, host code in JIT mode.
+_NVRTC_ONLY = re.compile(r"cannot open source file|not allowed in JIT mode|explicitly marked as a __host__|"
+                         r"__host__ function|host function")
+_ERROR_AT = re.compile(r'^(.*?)\((\d+)\): (?:catastrophic )?error', re.MULTILINE)
+
+
+def only_nvrtc_fails(log: str, user_files: list[str]) -> bool:
+    """Whether NVRTC's errors may be NVRTC's own (nvcc might compile the code): an error about a
+    missing header or host code, or one outside the user's files (in a header NVRTC reads differently)."""
+    errors = [(m.group(1), m.group(0)) for m in _ERROR_AT.finditer(log)]
+    if not errors or _NVRTC_ONLY.search(log):
+        return True
+    return any(path not in user_files for path, _ in errors)
+
+
+class NvrtcError(Exception):
+    """NVRTC could not compile a program; ``log`` is its full output."""
+
+    def __init__(self, log: str):
+        super().__init__(log.splitlines()[0] if log else "NVRTC failed")
+        self.log = log
+
+
+def _log_of(e: Exception, log: str) -> str:
+    text = str(e)
+    if "compilation log:" in text:
+        text = text.split("compilation log:", 1)[1]
+    return (log + "\n" + text).replace("\x00", "").strip()
+
+
+def _escape(path: str) -> str:
+    return path.replace("\\", "\\\\").replace('"', '\\"')
+
+
+# ---- loading ------------------------------------------------------------------------------------
+
+def load(code: bytes, names: dict[str, str]) -> dict:
+    """Load a CUBIN into the current device's primary context (torch's): kernel name → ``cuda.core`` Kernel."""
+    from cuda.core import Device, ObjectCode
+
+    Device().set_current()
+    obj = ObjectCode.from_cubin(code)
+    return {name: obj.get_kernel(symbol) for name, symbol in names.items()}
+
+
+def launcher(kernel, fn):
+    """A launcher for one kernel with the generated shim's convention, for :mod:`jitlab.launch`'s
+    typed wrapper: ``(gx, gy, gz, bx, by, bz, shared_mem, stream, *args) -> CUresult``.
+
+    The wrapper has checked and converted every argument (pointers as addresses, scalars as Python
+    numbers or half bits); here each becomes its C type and the kernel is launched on ``stream``.
+    Launch configurations and stream objects are reused between calls.
+    """
+    import ctypes
+
+    from cuda.core import LaunchConfig, Stream, launch
+
+    from .. import ctypes_map
+
+    types = [ctypes.c_void_p if p.pointer else ctypes_map.scalar_kind(p)[0] for p in fn.params]
+    configs: dict = {}
+    streams: dict = {}
+
+    def call(gx, gy, gz, bx, by, bz, smem, stream, *args):
+        cfg = configs.get((gx, gy, gz, bx, by, bz, smem))
+        st = streams.get(stream)
+        try:
+            if cfg is None:
+                if len(configs) > 64:
+                    configs.clear()
+                cfg = configs[(gx, gy, gz, bx, by, bz, smem)] = LaunchConfig(
+                    grid=(gx, gy, gz), block=(bx, by, bz), shmem_size=smem)
+            if st is None:
+                st = streams[stream] = Stream.from_handle(int(stream))
+            launch(st, cfg, kernel, *[t(a) for t, a in zip(types, args)])
+        except Exception as e:  # cuda.core's CUDAError names the CUresult; its checks raise ValueError
+            return _error_code(e)
+        return 0
+
+    return call
+
+
+def _error_code(e: Exception) -> int:
+    from cuda.bindings import driver
+
+    m = re.search(r"CUDA_ERROR_\w+", str(e))
+    if m and hasattr(driver.CUresult, m.group(0)):
+        return int(getattr(driver.CUresult, m.group(0)))
+    return int(driver.CUresult.CUDA_ERROR_INVALID_VALUE)
+
+
+def error_text(err: int) -> tuple[str, str]:
+    """A driver error's name and description (``CUDA_ERROR_INVALID_VALUE``, ``invalid argument``)."""
+    from cuda.bindings import driver
+
+    code = driver.CUresult(err)
+    name = driver.cuGetErrorName(code)[1]
+    text = driver.cuGetErrorString(code)[1]
+    return (name.decode() if isinstance(name, bytes) else str(name)), (text.decode() if isinstance(text, bytes) else str(text))

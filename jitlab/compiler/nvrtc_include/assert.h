@@ -1,0 +1,3 @@
+// jitlab's NVRTC stand-in for <assert.h>: NVRTC has no C++ standard library headers, and what this header
+// gives device code (printf, assert, the CUDA math functions) NVRTC declares built in.
+#pragma once

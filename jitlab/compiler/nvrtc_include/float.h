@@ -1,0 +1,3 @@
+// jitlab's NVRTC stand-in for <float.h> (see <cfloat>).
+#pragma once
+#include <cfloat>

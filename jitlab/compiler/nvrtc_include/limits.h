@@ -1,0 +1,3 @@
+// jitlab's NVRTC stand-in for <limits.h> (see <climits>).
+#pragma once
+#include <climits>

@@ -1,0 +1,3 @@
+// jitlab's NVRTC stand-in for <stddef.h> (see <cstddef>).
+#pragma once
+#include <cstddef>

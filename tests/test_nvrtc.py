@@ -1,0 +1,168 @@
+"""The NVRTC engine on CPU: kernel-only snippets compiled in process to CUBIN (no GPU needed), the
+cache, the nvcc fallback with its reason, errors at the user's line, and figures read from the CUBIN."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import jitlab
+from jitlab import CompileError
+from jitlab.errors import SnippetError
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELS = ROOT / "kernels"
+
+SCALE = """#include <cstdio>
+#include <cstdint>
+__global__ void scale(float* y, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = SCALE * x[i];
+    if (i == 0) printf("n = %d, %d bytes\\n", n, (int)sizeof(std::int64_t));
+}
+"""
+
+
+@pytest.fixture
+def scale(tmp_path) -> Path:
+    p = tmp_path / "scale.cu"
+    p.write_text(SCALE.replace("SCALE", "2.0f"))
+    return p
+
+
+def _nvrtc(path, **kw) -> jitlab.Build:
+    return jitlab.build(path, compile_only=True, engine="nvrtc", **kw)
+
+
+def test_compiles_cubins_for_each_arch(scale):
+    """One CUBIN (an ELF file, not PTX) per arch, with ptxas' figures for each."""
+    b = _nvrtc(scale, arch="sm_75,sm_90")
+    assert b.engine == "nvrtc" and not b.cached
+    assert sorted(b.manifest["cubins"]) == ["sm_75", "sm_90"]
+    for arch, name in b.manifest["cubins"].items():
+        assert (b.folder / name).read_bytes()[:4] == b"\x7fELF", arch
+    assert b.manifest["kernels"] == {"scale": "_Z5scalePfPKfi"}
+    assert set(b.resources["scale"]) == {"sm_75", "sm_90"}
+    assert all(r["registers"] > 0 for r in b.resources["scale"].values())
+
+
+def test_auto_takes_nvrtc_for_kernel_only_cuda(scale):
+    b = jitlab.build(scale, compile_only=True, arch="sm_90")
+    assert b.engine == "nvrtc" and b.notes == []
+
+
+def test_cache_edit_revert_and_new_process(scale):
+    """The same source is a cache hit; an edit is a new build; a revert and a new process hit again."""
+    first = _nvrtc(scale, arch="sm_90")
+    assert _nvrtc(scale, arch="sm_90").cached
+    original = scale.read_text()
+    scale.write_text(original.replace("2.0f", "3.0f"))
+    edited = _nvrtc(scale, arch="sm_90")
+    assert not edited.cached and edited.name != first.name
+    scale.write_text(original)
+    assert _nvrtc(scale, arch="sm_90").name == first.name and _nvrtc(scale, arch="sm_90").cached
+    code = (f"import jitlab; b = jitlab.build({str(scale)!r}, compile_only=True, arch='sm_90'); "
+            f"print(b.engine, b.cached, b.name)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["nvrtc", "True", first.name]
+
+
+def test_engine_is_part_of_the_key(scale):
+    """The same snippet built with nvcc is another build, and both stay cached."""
+    a, b = _nvrtc(scale, arch="sm_90"), jitlab.build(scale, compile_only=True, arch="sm_90", engine="nvcc")
+    assert (a.engine, b.engine) == ("nvrtc", "nvcc") and a.name != b.name
+    assert b.resources["scale"]["sm_90"]["shared"] == a.resources["scale"]["sm_90"]["shared"]
+
+
+def test_defines_reach_nvrtc(tmp_path):
+    p = tmp_path / "scale.cu"
+    p.write_text(SCALE)
+    with pytest.raises(CompileError):
+        _nvrtc(p, arch="sm_90")  # SCALE undefined
+    assert _nvrtc(p, arch="sm_90", defines={"SCALE": "4.0f"}).engine == "nvrtc"
+
+
+def test_error_at_the_users_line(scale):
+    """An error in the kernel is NVRTC's, at the user's file and line with the caret; auto reports
+    it at once instead of asking nvcc."""
+    scale.write_text(scale.read_text().replace("2.0f * x[i]", "2.0f * x[i] + undefined_q"))
+    for engine in ("nvrtc", "auto"):
+        with pytest.raises(CompileError) as e:
+            jitlab.build(scale, compile_only=True, arch="sm_90", engine=engine)
+        d = e.value.diagnostics[0]
+        assert (Path(d.path), d.line) == (scale, 5) and "undefined_q" in d.message
+        assert "NVRTC" in e.value.summary
+        assert "^" in str(e.value)
+
+
+@pytest.mark.parametrize("snippet, reason", [
+    ("add2.cu", "host function launch_add2() is called from Python"),
+    ("square_matrix.cu", "torch-style snippet"),
+])
+def test_nvcc_fallback_says_why(snippet, reason):
+    """auto builds what NVRTC cannot with nvcc, saying why in one line; engine='nvrtc' refuses it
+    with the reason and the fix."""
+    with pytest.raises(SnippetError) as e:
+        _nvrtc(KERNELS / snippet, arch="sm_90")
+    assert reason in str(e.value) and "engine='auto' or 'nvcc'" in str(e.value)
+
+
+def test_host_header_goes_to_nvcc_with_a_note(tmp_path):
+    p = tmp_path / "vec.cu"
+    p.write_text("#include <vector>\n" + SCALE.replace("SCALE", "2.0f"))
+    b = jitlab.build(p, compile_only=True, arch="sm_90")
+    assert b.engine == "nvcc" and b.notes == ["built with nvcc: includes <vector>, a host header"]
+
+
+def test_device_headers_and_cooperative_groups(tmp_path):
+    """cuda_fp16/bf16, cooperative groups, static and extern shared memory, __constant__ and a
+    template helper all compile with NVRTC."""
+    p = tmp_path / "features.cu"
+    p.write_text("""#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+namespace cg = cooperative_groups;
+__constant__ float c_scale[1];
+template <typename T> __device__ T twice(T v) { return v + v; }
+__global__ void block_sum(float* out, const float* x, int n) {
+    extern __shared__ float dyn[];
+    __shared__ float fixed[32];
+    auto block = cg::this_thread_block();
+    auto warp = cg::tiled_partition<32>(block);
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = i < n ? twice(x[i]) * c_scale[0] : 0.0f;
+    dyn[threadIdx.x] = v;
+    fixed[threadIdx.x % 32] = cg::reduce(warp, v, cg::plus<float>());
+    block.sync();
+    if (threadIdx.x == 0) atomicAdd(out, fixed[0] + dyn[0]);
+}
+__global__ void halves(__half* h, __nv_bfloat16* b, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { h[i] = __hadd(h[i], h[i]); b[i] = __float2bfloat16(__bfloat162float(b[i]) * 2.0f); }
+}
+""")
+    b = _nvrtc(p, arch="sm_90")
+    assert set(b.manifest["kernels"]) == {"block_sum", "halves"}
+    assert b.resources["block_sum"]["sm_90"]["shared"] >= 128
+
+
+def test_inspect_reads_the_cubin():
+    """jitlab inspect's figures and SASS come from the NVRTC build's CUBIN."""
+    from jitlab import inspect as jinspect
+
+    row_sum = KERNELS / "exercises" / "row_sum.cu"
+    b = jitlab.build(row_sum, compile_only=True, arch="sm_90")
+    assert b.engine == "nvrtc" and b.artifact.suffix == ".cubin"
+    assert jinspect.resources(row_sum, "sm_90") == b.resources
+    assert b.resources["row_sum"]["sm_90"]["shared"] == 1024
+    sass = jinspect.sass(row_sum, "row_sum", "sm_90")
+    assert "STS" in sass and "LDS" in sass  # the shared-memory tree reduction, in the CUBIN's SASS
+
+
+def test_unknown_engine_names_the_choices(scale):
+    with pytest.raises(SnippetError, match="engine='gcc': use one of 'auto', 'nvrtc', 'nvcc'"):
+        jitlab.build(scale, compile_only=True, arch="sm_90", engine="gcc")

@@ -296,9 +296,14 @@ def _build_nvrtc(plan: codegen.Plan, folder: Path, archs: list[str], opts: Optio
         files[c.arch] = path.name
     log = "\n".join(c.log for c in cubins)
     (folder / "build.log").write_text(log)
+    resources = parse_resource_usage(log)
+    for c in cubins:  # some cuda.core versions hand over no log for a clean compile: read the CUBIN
+        if not all(c.arch in resources.get(k, {}) for k in c.names):
+            for kernel, per_arch in nvrtc.resource_usage(folder / files[c.arch], c.arch).items():
+                resources.setdefault(_demangle(kernel), {}).update(per_arch)
     first = folder / files[archs[0]]
     return {"artifact": first.name, "size": first.stat().st_size, "sha256": cache.file_sha256(first),
-            "cubins": files, "kernels": cubins[0].names, "resources": parse_resource_usage(log),
+            "cubins": files, "kernels": cubins[0].names, "resources": resources,
             "compile_only": opts.compile_only, "nvrtc": nvrtc.version()}
 
 

@@ -144,8 +144,31 @@ def compile_cubins(plan, archs: list[str], defines: dict, debug: bool = False) -
         except Exception as e:  # cuda.core raises NVRTCError with the log in its message
             raise NvrtcError(_log_of(e, log.getvalue())) from None
         names = {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in obj.symbol_mapping.items()}
-        out.append(Cubin(arch, bytes(obj.code), names, log.getvalue().rstrip("\x00").strip()))
+        out.append(Cubin(arch, bytes(obj.code), names, log.getvalue().replace("\x00", "").strip()))
     return out
+
+
+def resource_usage(cubin: Path, arch: str) -> dict:
+    """Per-kernel registers, stack, shared, local and constant memory read from a CUBIN with
+    ``cuobjdump --dump-resource-usage`` (spills are not in it), keyed like ptxas' figures."""
+    import subprocess
+
+    tool = toolchain.find_cuda_tool("cuobjdump")
+    if tool is None:
+        return {}
+    proc = subprocess.run([tool, "--dump-resource-usage", str(cubin)], capture_output=True, text=True)
+    usage, current = {}, None
+    for line in proc.stdout.splitlines():
+        m = re.match(r"\s*Function (\S+):", line)
+        if m:
+            current = m.group(1)
+            continue
+        m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+) CONSTANT\[0\]:(\d+)", line)
+        if m and current:
+            reg, stack, shared, local, const = map(int, m.groups())
+            usage[current] = {arch: {"registers": reg, "shared": shared, "local": local, "constant": const,
+                                     "stack": stack, "spill_stores": 0, "spill_loads": 0}}
+    return usage
 
 
 # NVRTC errors that nvcc would not give: headers NVRTC lacks, host code in JIT mode.
@@ -201,19 +224,24 @@ def launcher(kernel, fn):
     numbers or half bits); here each becomes its C type and the kernel is launched on ``stream``.
     Launch configurations and stream objects are reused between calls.
     """
-    import ctypes
-
     from cuda.core import LaunchConfig, Stream, launch
 
     from .. import ctypes_map
+    from ..errors import LaunchError
 
-    types = [ctypes.c_void_p if p.pointer else ctypes_map.scalar_kind(p)[0] for p in fn.params]
+    # cuda.core passes a Python int as a pointer-sized value (an address) and a ctypes scalar as its C type.
+    types = [None if p.pointer else ctypes_map.scalar_kind(p)[0] for p in fn.params]
+    scalars = [(i, t) for i, t in enumerate(types) if t is not None]
     configs: dict = {}
     streams: dict = {}
 
     def call(gx, gy, gz, bx, by, bz, smem, stream, *args):
         cfg = configs.get((gx, gy, gz, bx, by, bz, smem))
         st = streams.get(stream)
+        if scalars:
+            args = list(args)
+            for i, t in scalars:
+                args[i] = t(args[i])
         try:
             if cfg is None:
                 if len(configs) > 64:
@@ -222,21 +250,26 @@ def launcher(kernel, fn):
                     grid=(gx, gy, gz), block=(bx, by, bz), shmem_size=smem)
             if st is None:
                 st = streams[stream] = Stream.from_handle(int(stream))
-            launch(st, cfg, kernel, *[t(a) for t, a in zip(types, args)])
-        except Exception as e:  # cuda.core's CUDAError names the CUresult; its checks raise ValueError
-            return _error_code(e)
+            launch(st, cfg, kernel, *args)
+        except Exception as e:
+            code = _error_code(e)
+            if code is None:
+                raise LaunchError(f"{fn.name}<<<grid={(gx, gy, gz)}, block={(bx, by, bz)}, shared_mem={smem}>>> "
+                                  f"could not be launched: {type(e).__name__}: {e}") from e
+            return code
         return 0
 
     return call
 
 
-def _error_code(e: Exception) -> int:
+def _error_code(e: Exception) -> int | None:
+    """The CUresult a cuda.core error names (``CUDA_ERROR_INVALID_VALUE: ...``), else ``None``."""
     from cuda.bindings import driver
 
     m = re.search(r"CUDA_ERROR_\w+", str(e))
     if m and hasattr(driver.CUresult, m.group(0)):
         return int(getattr(driver.CUresult, m.group(0)))
-    return int(driver.CUresult.CUDA_ERROR_INVALID_VALUE)
+    return None
 
 
 def error_text(err: int) -> tuple[str, str]:

@@ -1,0 +1,118 @@
+"""The NVRTC engine on the GPU: every kernel-only snippet gets the same verdicts as with nvcc, the
+typed call behaves the same (launch errors, shared memory, streams), printf reaches a notebook cell,
+and a new process loads the cached CUBIN."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import jitlab
+from jitlab import builder
+from jitlab.compiler import nvrtc
+from jitlab.errors import LaunchError
+
+pytestmark = pytest.mark.gpu
+KERNELS = Path(__file__).resolve().parent.parent / "kernels"
+
+
+def _nvrtc_snippets() -> list[Path]:
+    """The kernel-only .cu snippets in kernels/ and kernels/exercises/ that NVRTC can take."""
+    out = []
+    for p in sorted([*KERNELS.glob("*.cu"), *(KERNELS / "exercises").glob("*.cu")]):
+        plan = builder.prepare(p, builder.Options(arch=["sm_90"]))[0]
+        if nvrtc.unsuitable(plan) is None:
+            out.append(p)
+    return out
+
+
+SNIPPETS = _nvrtc_snippets()
+
+
+def test_most_kernel_only_snippets_take_nvrtc():
+    names = {p.name for p in SNIPPETS}
+    assert {"saxpy.cu", "hello.cu", "scale_half.cu", "row_sum.cu", "warp_max.cu"} <= names
+    assert "add2.cu" not in names and "launch_grid.cu" not in names  # host launchers: nvcc
+
+
+@pytest.mark.parametrize("path", SNIPPETS, ids=[p.name for p in SNIPPETS])
+def test_same_verdicts_on_both_engines(path):
+    """Checked against its reference in a worker, each engine gives the same outcome (exercises'
+    starting code fails the same way)."""
+    a = jitlab.check(path, engine="nvrtc")
+    b = jitlab.check(path, engine="nvcc")
+    assert a.category == b.category, (str(a), str(b))
+    assert [v.passed for v in a.verdicts] == [v.passed for v in b.verdicts]
+
+
+def test_loads_with_nvrtc_and_computes():
+    m = jitlab.load(KERNELS / "saxpy.cu")
+    assert m.build.engine == "nvrtc" and "nvrtc" in repr(m)
+    x, y = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
+    want = 2.5 * x + y
+    m.saxpy(y, x, 2.5, 1000, grid=4, block=256)
+    torch.testing.assert_close(y, want)
+
+
+def test_launch_error_names_the_kernel_and_configuration():
+    m = jitlab.load(KERNELS / "saxpy.cu", engine="nvrtc")
+    x = torch.randn(8, device="cuda")
+    with pytest.raises(LaunchError, match=r"saxpy<<<grid=\(1, 1, 1\), block=\(2048, 1, 1\), shared_mem=0>>> failed"):
+        m.saxpy(x, x, 1.0, 8, grid=1, block=2048)
+
+
+def test_dynamic_shared_memory_and_a_side_stream(tmp_path):
+    p = tmp_path / "rev.cu"
+    p.write_text("""__global__ void reverse(float* y, const float* x, int n) {
+    extern __shared__ float tile[];
+    int i = threadIdx.x;
+    if (i < n) tile[i] = x[i];
+    __syncthreads();
+    if (i < n) y[i] = tile[n - 1 - i];
+}
+""")
+    m = jitlab.load(p, engine="nvrtc")
+    x = torch.randn(256, device="cuda")
+    y = torch.empty_like(x)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        m.reverse(y, x, 256, grid=1, block=256, shared_mem=256 * 4)
+    s.synchronize()
+    torch.testing.assert_close(y, x.flip(0))
+
+
+def test_printf_is_forwarded(capfd):
+    m = jitlab.load(KERNELS / "hello.cu", engine="nvrtc")
+    m.kernel(grid=1, block=2)
+    torch.cuda.synchronize()
+    assert "hello worldhello world" in capfd.readouterr().out
+
+
+def test_printf_reaches_a_notebook_cell(tmp_path):
+    """In a Jupyter kernel, device printf from an NVRTC build shows in the cell's output."""
+    import nbclient
+    import nbformat
+
+    root = Path(__file__).resolve().parent.parent
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        f"import sys; sys.path.insert(0, {str(root)!r})\nimport jitlab\n"
+        f"m = jitlab.load({str(KERNELS / 'hello.cu')!r}, engine='nvrtc')\nprint(m.build.engine)\nm.kernel(grid=1, block=3)")])
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+    text = "".join(o.get("text", "") for o in nb.cells[0].outputs if o.get("output_type") == "stream")
+    assert "nvrtc" in text and "hello world" * 3 in text
+
+
+def test_new_process_loads_the_cached_cubin(tmp_path):
+    p = tmp_path / "scale.cu"
+    p.write_text("__global__ void scale(float* y, float a, int n) {\n"
+                 "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) y[i] *= a;\n}\n")
+    assert not jitlab.load(p, engine="nvrtc").build.cached
+    code = (f"import torch, jitlab; m = jitlab.load({str(p)!r}); y = torch.ones(10, device='cuda'); "
+            f"m.scale(y, 3.0, 10, grid=1, block=32); print(m.build.engine, m.build.cached, y.sum().item())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["nvrtc", "True", "30.0"]

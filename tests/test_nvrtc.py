@@ -166,3 +166,21 @@ def test_inspect_reads_the_cubin():
 def test_unknown_engine_names_the_choices(scale):
     with pytest.raises(SnippetError, match="engine='gcc': use one of 'auto', 'nvrtc', 'nvcc'"):
         jitlab.build(scale, compile_only=True, arch="sm_90", engine="gcc")
+
+
+def _suitable(p: Path) -> bool:
+    from jitlab import builder
+    from jitlab.compiler import nvrtc
+
+    return nvrtc.unsuitable(builder.prepare(p, builder.Options(arch=["sm_90"]))[0]) is None
+
+
+SHIPPED = [p for p in sorted([*KERNELS.glob("*.cu"), *KERNELS.glob("exercises/*.cu"),
+                              *KERNELS.glob("exercises/solutions/*.cu")]) if _suitable(p)]
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[str(p.relative_to(KERNELS)) for p in SHIPPED])
+def test_every_shipped_kernel_only_snippet_compiles_with_nvrtc(path):
+    """What nvcc compiles NVRTC compiles too: kernels/, the exercises and their solutions (one uses
+    INFINITY without an include, as nvcc's implicit headers allow)."""
+    assert _nvrtc(path, arch="sm_75").engine == "nvrtc"

@@ -120,9 +120,10 @@ def options(plan, arch: str, defines: dict, debug: bool):
 
 
 def source(plan) -> str:
-    """The text NVRTC compiles: the user's ``.cu`` after a ``#line`` directive naming it."""
+    """The text NVRTC compiles: ``jitlab_nvrtc.h`` (``INFINITY`` and the like, which nvcc's implicit
+    includes give), then the user's ``.cu`` after a ``#line`` directive naming it."""
     f = next(f for f in plan.files if f.language == "cuda")
-    return f'#line 1 "{_escape(str(f.path))}"\n{f.text}'
+    return f'#include <jitlab_nvrtc.h>\n#line 1 "{_escape(str(f.path))}"\n{f.text}'
 
 
 def compile_cubins(plan, archs: list[str], defines: dict, debug: bool = False) -> list[Cubin]:

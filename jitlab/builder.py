@@ -211,7 +211,7 @@ def build(paths, opts: Options | None = None) -> Build:
             # An error in the user's code is reported at once (nvcc would say the same, a second
             # later); one that only NVRTC has (a header it lacks, host code) goes to nvcc instead.
             if opts.engine == "nvrtc" or not nvrtc.only_nvrtc_fails(e.log, list(_sources_by_path(plan))):
-                raise diagnostics.compile_error(f"{_what(plan, archs, 'NVRTC')}", e.log, _sources_by_path(plan)) from None
+                raise diagnostics.compile_error(_what(plan, archs, "NVRTC"), e.log, _sources_by_path(plan)) from None
             why = f"NVRTC could not compile it ({_first_error(e.log)})"
     notes = [f"built with nvcc: {why}"] if why else []
     return _build_keyed(plan, archs, parts, opts, "nvcc", notes, t0)
@@ -236,7 +236,7 @@ def choose_engine(plan: codegen.Plan, opts: Options) -> tuple[str, str]:
     if why is None:
         return "nvrtc", ""
     if opts.engine == "nvrtc":
-        raise SnippetError(f"engine='nvrtc' cannot build {_what(plan, [], 'NVRTC').split(' (')[0]}: {why}; "
+        raise SnippetError(f"engine='nvrtc' cannot build {_names(plan)}: {why}; "
                            f"use engine='auto' or 'nvcc'")
     return "nvcc", why if plan.kind == "kernel" else ""
 
@@ -276,8 +276,7 @@ def _build_keyed(plan: codegen.Plan, archs: list[str], parts: dict, opts: Option
             manifest = _compile_only(plan, name, folder, archs, opts)
         else:
             manifest = _load_inline(plan, name, folder, archs, opts)
-        manifest.setdefault("notes", [])
-        manifest["notes"] = [*notes, *manifest["notes"]]
+        manifest["notes"] = [*notes, *manifest.get("notes", [])]
         manifest.update(seconds=round(time.perf_counter() - t0, 3), archs=archs, kind=plan.kind, engine=engine,
                         sources=[str(f.path) for f in plan.files], built_at=time.time())
         cache.write_manifest(folder, manifest)
@@ -340,10 +339,13 @@ def _flags(plan: codegen.Plan, archs: list[str], opts: Options) -> tuple[list[st
     return cflags, cuda
 
 
+def _names(plan: codegen.Plan) -> str:
+    return ", ".join(diagnostics._short(str(f.path)) for f in plan.files)
+
+
 def _what(plan: codegen.Plan, archs: list[str], compiler: str = "nvcc") -> str:
-    names = ", ".join(diagnostics._short(str(f.path)) for f in plan.files)
     tool = f"{compiler}, {'/'.join(archs)}" if plan.cuda else "c++"
-    return f"{names} ({tool})"
+    return f"{_names(plan)} ({tool})"
 
 
 def _sources_by_path(plan: codegen.Plan) -> dict[str, str]:

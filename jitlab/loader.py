@@ -95,14 +95,8 @@ def _bind_kernel_only(mod: Module, b: build_mod.Build) -> None:
     for fn in b.plan.exported:
         in_cuda = fn.path.endswith(".cu")
         prints = fn.name in b.plan.printing
-        call = Callable(fn, lib, "cuda" if in_cuda else "cpu", prints,
-                        "jitlab_last_exception" if in_cuda else "jitlab_cpp_last_exception")
-        attr = call if prints else call._call
-        if attr is not call:
-            attr.__doc__ = call.describe()
-            attr.jitlab = call
-        setattr(mod, fn.name, attr)
-        mod.functions.append(fn.name)
+        _attach(mod, Callable(fn, lib, "cuda" if in_cuda else "cpu", prints,
+                              "jitlab_last_exception" if in_cuda else "jitlab_cpp_last_exception"))
 
 
 def _bind_nvrtc(mod: Module, b: build_mod.Build) -> None:
@@ -118,14 +112,18 @@ def _bind_nvrtc(mod: Module, b: build_mod.Build) -> None:
                           f"load it without arch= to build for this GPU")
     kernels = nvrtc.load((b.folder / cubin).read_bytes(), b.manifest["kernels"])
     for fn in b.plan.exported:
-        prints = fn.name in b.plan.printing
-        call = Callable(fn, None, "cuda", prints, launcher=nvrtc.launcher(kernels[fn.qualname], fn))
-        attr = call if prints else call._call
-        if attr is not call:
-            attr.__doc__ = call.describe()
-            attr.jitlab = call
-        setattr(mod, fn.name, attr)
-        mod.functions.append(fn.name)
+        _attach(mod, Callable(fn, None, "cuda", fn.name in b.plan.printing,
+                              launcher=nvrtc.launcher(kernels[fn.qualname], fn)))
+
+
+def _attach(mod: Module, call: Callable) -> None:
+    """Put a typed call on the module: the bare wrapper (fastest) unless its output is forwarded."""
+    attr = call if call.capture_output else call._call
+    if attr is not call:
+        attr.__doc__ = call.describe()
+        attr.jitlab = call
+    setattr(mod, call.fn.name, attr)
+    mod.functions.append(call.fn.name)
 
 
 def _bind_torch(mod: Module, b: build_mod.Build) -> None:

@@ -189,19 +189,17 @@ def _compile_host(unit: Unit, flags: Flags, stem: str, cuda: bool) -> Object:
     if not unit.torch:
         return _compile(unit, flags, stem, None)
     hint = _hint_path(stem, unit)
-    tiers = ["full"] if unit.headers == "full" or hint.is_file() else [unit.headers, "full"]
-    for i, headers in enumerate(tiers):
+    if unit.headers != "full" and not hint.is_file():
         try:
-            obj = _compile(unit, flags, stem, precompiled_header(flags, cuda, headers), headers=headers)
+            return _compile(unit, flags, stem, precompiled_header(flags, cuda, unit.headers), headers=unit.headers)
         except UnitError as e:
-            if i + 1 < len(tiers) and _MISSING.search(e.log):
-                continue
-            raise
-        if i > 0:
-            hint.parent.mkdir(parents=True, exist_ok=True)
-            hint.write_text(f"{unit.headers} headers failed ({tiers[0]}): built on full\n")
+            if not _MISSING.search(e.log):
+                raise
+        obj = _compile(unit, flags, stem, precompiled_header(flags, cuda, "full"), headers="full")
+        hint.parent.mkdir(parents=True, exist_ok=True)
+        hint.write_text(f"failed on the {unit.headers} headers, built on full\n")
         return obj
-    raise AssertionError("unreachable")
+    return _compile(unit, flags, stem, precompiled_header(flags, cuda, "full"), headers="full")
 
 
 def includes_umbrella(text: str) -> bool:

@@ -110,10 +110,11 @@ def _bind_nvrtc(mod: Module, b: build_mod.Build) -> None:
     if cubin is None:
         raise JitlabError(f"{b.name} was built for {', '.join(b.manifest['cubins'])}, not this GPU ({arch}); "
                           f"load it without arch= to build for this GPU")
-    kernels = nvrtc.load((b.folder / cubin).read_bytes(), b.manifest["kernels"])
+    code = (b.folder / cubin).read_bytes()
+    kernels = functools.cache(lambda: nvrtc.load(code, b.manifest["kernels"]))  # at the first launch
     for fn in b.plan.exported:
         _attach(mod, Callable(fn, None, "cuda", fn.name in b.plan.printing,
-                              launcher=nvrtc.launcher(kernels[fn.qualname], fn)))
+                              launcher=nvrtc.launcher(lambda q=fn.qualname: kernels()[q], fn)))
 
 
 def _attach(mod: Module, call: Callable) -> None:

@@ -222,16 +222,16 @@ def load(code: bytes, names: dict[str, str]) -> dict:
     return {name: obj.get_kernel(symbol) for name, symbol in names.items()}
 
 
-def launcher(kernel, fn):
+def launcher(kernel_of, fn):
     """A launcher for one kernel with the generated shim's convention, for :mod:`jitlab.launch`'s
     typed wrapper: ``(gx, gy, gz, bx, by, bz, shared_mem, stream, *args) -> CUresult``.
 
-    The wrapper has checked and converted every argument (pointers as addresses, scalars as Python
-    numbers or half bits); here each becomes its C type and the kernel is launched on ``stream``.
-    Launch configurations and stream objects are reused between calls.
+    ``kernel_of()`` gives the kernel; it is called at the first launch, so loading a build touches
+    neither the driver nor cuda.core (the CUDA context is made by the first launch, as with nvcc's
+    builds). The wrapper has checked and converted every argument (pointers as addresses, scalars as
+    Python numbers or half bits); here each scalar becomes its C type and the kernel is launched on
+    ``stream``. Launch configurations and stream objects are reused between calls.
     """
-    from cuda.core import LaunchConfig, Stream, launch
-
     from .. import ctypes_map
     from ..errors import LaunchError
 
@@ -240,22 +240,28 @@ def launcher(kernel, fn):
     scalars = [(i, t) for i, t in enumerate(types) if t is not None]
     configs: dict = {}
     streams: dict = {}
+    bound: list = []  # kernel, LaunchConfig, Stream, launch: after the first launch
 
     def call(gx, gy, gz, bx, by, bz, smem, stream, *args):
-        cfg = configs.get((gx, gy, gz, bx, by, bz, smem))
-        st = streams.get(stream)
         if scalars:
             args = list(args)
             for i, t in scalars:
                 args[i] = t(args[i])
         try:
+            if not bound:
+                from cuda.core import LaunchConfig, Stream, launch
+
+                bound.extend((kernel_of(), LaunchConfig, Stream, launch))
+            kernel, config_type, stream_type, launch = bound
+            cfg = configs.get((gx, gy, gz, bx, by, bz, smem))
             if cfg is None:
                 if len(configs) > 64:
                     configs.clear()
-                cfg = configs[(gx, gy, gz, bx, by, bz, smem)] = LaunchConfig(
+                cfg = configs[(gx, gy, gz, bx, by, bz, smem)] = config_type(
                     grid=(gx, gy, gz), block=(bx, by, bz), shmem_size=smem)
+            st = streams.get(stream)
             if st is None:
-                st = streams[stream] = Stream.from_handle(int(stream))
+                st = streams[stream] = stream_type.from_handle(int(stream))
             launch(st, cfg, kernel, *args)
         except Exception as e:
             code = _error_code(e)

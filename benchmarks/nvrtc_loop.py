@@ -1,0 +1,161 @@
+"""Kernel-only edit loop: jitlab's NVRTC engine vs CuPy, torch.cuda._compile_kernel and jitlab's nvcc
+engine, measured in the same run on one GPU.
+
+For each tool, a kernel-only ``scale`` kernel is edited (a new constant each time), compiled, loaded,
+launched and its result checked, in the same process; the edit time is the median of ``--edits``
+edits. jitlab also gets a revert (the first version again: a cache hit) and a new process loading
+the cached build (time after ``import torch``). Then each tool's per-launch overhead (best of 5 x
+2000 launches of a 1024-element kernel).
+
+    python benchmarks/nvrtc_loop.py [--edits 10] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+KERNEL = """__global__ void scale(float* y, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = {C}f * x[i];
+}
+"""
+N = 1024
+
+
+def source(c: int) -> str:
+    return KERNEL.replace("{C}", f"{c}.0")
+
+
+def _timed(step) -> float:
+    t0 = time.perf_counter()
+    step()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+class Jitlab:
+    def __init__(self, engine: str, work: Path):
+        self.engine, self.path = engine, work / f"scale_{engine}.cu"
+
+    def edit(self, c: int, x, y):
+        import jitlab
+
+        self.path.write_text(source(c))
+        self.module = jitlab.load(self.path, engine=self.engine)
+        self.module.scale(y, x, N, grid=N // 256, block=256)
+
+    def launch(self, x, y):
+        self.module.scale(y, x, N, grid=N // 256, block=256)
+
+
+class CuPy:
+    engine = "cupy RawKernel"
+
+    def edit(self, c: int, x, y):
+        import cupy
+
+        # A C++ kernel (not extern "C"), as jitlab and torch take it: CuPy names it by expression.
+        self.kernel = cupy.RawModule(code=source(c), name_expressions=["scale"]).get_function("scale")
+        self.args = (cupy.asarray(y), cupy.asarray(x), cupy.int32(N))
+        self.kernel((N // 256,), (256,), self.args)
+
+    def launch(self, x, y):
+        self.kernel((N // 256,), (256,), self.args)
+
+
+class TorchCompileKernel:
+    engine = "torch _compile_kernel"
+
+    def edit(self, c: int, x, y):
+        self.kernel = torch.cuda._compile_kernel(source(c), "scale")
+        self.kernel(grid=(N // 256, 1, 1), block=(256, 1, 1), args=[y, x, N])
+
+    def launch(self, x, y):
+        self.kernel(grid=(N // 256, 1, 1), block=(256, 1, 1), args=[y, x, N])
+
+
+def measure(tool, edits: int, x, y) -> dict:
+    times = []
+    for k in range(edits):
+        c = 2 + k
+        times.append(_timed(lambda: tool.edit(c, x, y)))
+        if not torch.allclose(y, c * x):
+            raise AssertionError(f"{tool.engine}: wrong result after the edit to {c}")
+    row = {"first": times[0], "edit": statistics.median(times[1:] or times)}
+    if isinstance(tool, Jitlab):
+        row["revert"] = _timed(lambda: tool.edit(2, x, y))
+        row["newproc"] = newproc(tool)
+    row["launch_us"] = overhead(tool, x, y)
+    return row
+
+
+def newproc(tool: Jitlab) -> float:
+    code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); import torch; t0 = time.perf_counter(); "
+            f"import jitlab; m = jitlab.load({str(tool.path)!r}, engine={tool.engine!r}); "
+            f"assert m.build.cached, 'not cached'; print(time.perf_counter() - t0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return float(out.stdout.split()[-1])
+
+
+def overhead(tool, x, y) -> float:
+    for _ in range(200):
+        tool.launch(x, y)
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(2000):
+            tool.launch(x, y)
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / 2000 * 1e6)
+    return best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--edits", type=int, default=10)
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="jitlab-nvrtc-"))
+    os.environ["JITLAB_CACHE_DIR"] = str(work / "cache")
+    os.environ.setdefault("CUPY_CACHE_DIR", str(work / "cupy"))
+    print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
+    x = torch.randn(N, device="cuda")
+    y = torch.empty_like(x)
+    rows = {}
+    for tool in (Jitlab("nvrtc", work), CuPy(), TorchCompileKernel(), Jitlab("nvcc", work)):
+        name = f"jitlab {tool.engine}" if isinstance(tool, Jitlab) else tool.engine
+        try:
+            rows[name] = measure(tool, args.edits, x, y)
+        except Exception as e:  # a tool missing on this machine is a row that says so
+            rows[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    print(f"\n{'tool':<24}{'first (s)':>11}{'edit (s)':>10}{'revert (s)':>12}{'newproc (s)':>13}{'launch (µs)':>13}")
+    for name, r in rows.items():
+        if "error" in r:
+            print(f"{name:<24}{r['error']}")
+            continue
+        cells = [f"{r['first']:>11.3f}", f"{r['edit']:>10.3f}", f"{r.get('revert', float('nan')):>12.4f}",
+                 f"{r.get('newproc', float('nan')):>13.3f}", f"{r['launch_us']:>13.2f}"]
+        print(f"{name:<24}{''.join(cells)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -205,7 +205,10 @@ def command(tool: str, job_file: str, result_file: str) -> list[str]:
     exe = toolchain.require_cuda_tool("compute-sanitizer", "install the CUDA toolkit (it ships compute-sanitizer) "
                                       "or set CUDA_HOME")
     per_tool = {"memcheck": ["--leak-check", "no"]}.get(tool, [])  # racecheck's default report: one line per race
-    return [exe, "--tool", tool, "--print-limit", "20", "--show-backtrace", "device", *per_tool,
+    # API errors are left out: cuda-python probes driver entry points with cuGetProcAddress, and the
+    # failed probes (dozens) would fill the print limit before the kernel's own findings.
+    return [exe, "--tool", tool, "--print-limit", "20", "--show-backtrace", "device", "--report-api-errors", "no",
+            *per_tool,
             sys.executable, "-m", "jitlab.jobs", job_file, result_file]
 
 
@@ -235,9 +238,6 @@ def sanitize(path, tool: str = "memcheck", *, job: Job | None = None, variant: s
         raise ArgumentError(f"unknown sanitizer tool {tool!r}: use one of {', '.join(TOOLS)}")
     jobs.reference_for(path, job.ref if job else None)  # a missing reference is an error now, not in the child
     job = job or Job("check", str(path), variant=variant, sizes=list(sizes) if sizes else None, options=options)
-    # compute-sanitizer's memcheck found nothing in an NVRTC build on the H100 (issue 10): nvcc's
-    # build is checked until that is understood; engine="nvrtc" still asks for NVRTC's.
-    job.options.setdefault("engine", "nvcc")
     if job.sizes is None and job.max_size is None:
         job.max_size = MAX_SIZE
     _build_first(job)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from .builder import Build, Options
 from .errors import (
     ArgumentError,
+    CacheError,
     CompileError,
     JitlabError,
     LaunchError,
@@ -30,7 +31,7 @@ from .errors import (
 __version__ = "0.1.0"
 __all__ = [
     "load", "build", "clean", "check", "bench", "ab", "sanitize", "profile", "playground", "Build", "Options", "Module",
-    "JitlabError", "CompileError", "SnippetError", "ToolchainError", "LaunchError", "ArgumentError",
+    "JitlabError", "CompileError", "SnippetError", "ToolchainError", "LaunchError", "ArgumentError", "CacheError",
 ]
 
 

@@ -8,18 +8,22 @@ with nvcc directly) and writes the manifest last.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import stat
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import cache, codegen, config, diagnostics, output, toolchain
 from .compiler import nvrtc, objects
 from .errors import SnippetError, ToolchainError
-from .parse import SourceFile, language_of, parse_file
+from .parse import SourceFile, language_of, parse_file, parse_header
 
 
 @dataclass
@@ -139,22 +143,89 @@ def _near_names(p: Path) -> str:
     return str(parent / hits[0]) if hits else ""
 
 
-def local_headers(files: list[SourceFile], include_dirs: list[str]) -> dict[str, str]:
-    """Every local header the files include (recursively) → its SHA-256, for the build key."""
+def local_headers(files: list[SourceFile], include_dirs: list[str], user_dirs: list[str] = ()) -> dict[str, str]:
+    """Every header the files include (recursively) from the snippet's or the user's folders → its SHA-256.
+
+    ``#include "…"`` is looked up in the including file's folder, then in ``include_dirs`` (the
+    snippet's folders) and ``user_dirs`` (the ones the user's ``-I``/``-isystem`` flags add);
+    ``#include <…>`` in those folders only. System, torch and CUDA headers are not in them: the
+    toolchain's fingerprint stands for those.
+
+    Returns:
+        Absolute path → SHA-256 of the header's bytes, for the build key.
+    """
+    folders = [*map(Path, include_dirs), *map(Path, user_dirs)]
     seen: dict[str, str] = {}
-    todo = [(f.path.parent, inc) for f in files for inc in f.local_includes]
+    todo = [(f.path.parent, f.local_includes, f.system_includes) for f in files]
     while todo:
-        base, inc = todo.pop()
-        for d in [base, *map(Path, include_dirs)]:
-            cand = (d / inc).resolve()
-            if cand.is_file():
-                key = str(cand)
-                if key not in seen:
-                    text = cand.read_text(encoding="utf-8", errors="replace")
-                    seen[key] = hashlib.sha256(text.encode()).hexdigest()
-                    todo += [(cand.parent, i) for i in parse_file(cand, text).local_includes]
-                break
+        base, quoted, angled = todo.pop()
+        found_quoted = [_find_header(inc, [base, *folders]) for inc in quoted]
+        for found in found_quoted + [_find_header(inc, folders) for inc in angled]:
+            if found is None or str(found) in seen:
+                continue
+            data = found.read_bytes()
+            digest = seen[str(found)] = hashlib.sha256(data).hexdigest()
+            todo.append((found.parent, *_includes_of(found, data, digest)))
     return seen
+
+
+_INCLUDES: dict[str, tuple[list[str], list[str]]] = {}
+
+
+def _includes_of(path: Path, data: bytes, digest: str) -> tuple[list[str], list[str]]:
+    """A header's ``"…"`` and ``<…>`` includes, parsed once per content in a process (a cache hit
+    walks every header again; a library's include folder can hold hundreds)."""
+    if digest not in _INCLUDES:
+        header = parse_header(path, data.decode("utf-8", errors="replace"))
+        _INCLUDES[digest] = (header.local_includes, header.system_includes)
+    return _INCLUDES[digest]
+
+
+def _find_header(name: str, folders: list[Path]) -> Path | None:
+    """The first ``folder/name`` that is a file, as the compiler searches, or ``None``."""
+    for d in folders:
+        cand = d / name
+        if cand.is_file():
+            return cand.resolve()
+    return None
+
+
+#: Flags that add an include folder (GCC's and nvcc's spellings); the folder follows, joined or as the next flag.
+_INCLUDE_FLAGS = ("-isystem", "-iquote", "-idirafter", "--include-path", "--system-include", "-I")
+
+
+def user_include_dirs(opts: Options) -> list[str]:
+    """The include folders the user's ``cflags``/``cuda_cflags`` add, absolute, the toolchain's left out."""
+    found: list[str] = []
+    for flags in (opts.cflags, opts.cuda_cflags):
+        it = iter(flags)
+        for flag in it:
+            prefix = next((p for p in _INCLUDE_FLAGS if flag.startswith(p)), None)
+            if prefix is None:
+                continue
+            rest = flag[len(prefix):]
+            folder = rest.removeprefix("=") if rest else next(it, "")
+            if folder:
+                found.append(str(Path(folder).expanduser().resolve()))
+    toolchain_dirs = _toolchain_include_roots() if found else []
+    return [d for d in dict.fromkeys(found)
+            if not any(Path(d) == r or r in Path(d).parents for r in toolchain_dirs)]
+
+
+def _toolchain_include_roots() -> list[Path]:
+    """Folders whose headers belong to the toolchain (torch, CUDA, Python, the system), not to the snippet."""
+    import sysconfig
+
+    import torch
+
+    roots = [Path(torch.__file__).parent, toolchain.cuda_home(), Path(sysconfig.get_path("include")),
+             Path("/usr/include"), Path("/usr/local/include")]
+    return [r.resolve() for r in roots]
+
+
+def with_header_deps(units: list[objects.Unit], per_file: dict[str, dict[str, str]]) -> list[objects.Unit]:
+    """The units, each with the headers its own file includes (:attr:`objects.Unit.deps`), for its object's key."""
+    return [replace(u, deps=tuple(sorted(per_file.get(u.source, {}).items()))) for u in units]
 
 
 def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
@@ -163,6 +234,9 @@ def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
     files = [parse_file(p) for p in sources]
     stem = codegen.stem_of([Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)])
     plan = codegen.plan(files, stem, opts.mode)
+    user_dirs = user_include_dirs(opts)
+    per_file = {str(f.path): local_headers([f], plan.include_dirs, user_dirs) for f in files}
+    plan.units = with_header_deps(plan.units, per_file)
     archs: list[str] = []
     if plan.cuda:
         archs = [toolchain.normalize_arch(a) for a in opts.arch] if opts.arch else [toolchain.current_arch()]
@@ -174,7 +248,7 @@ def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
         "functions": plan.functions,
         "units": [(u.name, u.compiler, u.text, u.torch, u.module, sorted(u.templates)) for u in plan.units],
         "include_dirs": plan.include_dirs,
-        "headers": local_headers(files, plan.include_dirs),
+        "headers": {path: digest for headers in per_file.values() for path, digest in headers.items()},
         "flags": [sorted((k, str(v)) for k, v in opts.defines.items()), opts.cflags, opts.cuda_cflags, opts.ldflags],
         "archs": archs,
         "compile_only": opts.compile_only,
@@ -258,10 +332,7 @@ def _build_keyed(plan: codegen.Plan, archs: list[str], parts: dict, opts: Option
     if engine == "nvcc":
         toolchain.check(plan.cuda, opts.compile_only)
 
-    def waiting():
-        print(f"jitlab: waiting for another process building {name} ...", file=sys.stderr)
-
-    with cache.build_lock(name, on_wait=waiting):
+    with cache.build_lock(name):  # says whom it waits for; a CacheError if the cache cannot be written
         manifest = _trusted_manifest(folder, name, quiet=True)  # another process may have finished it
         if manifest is not None:
             return Build(name, folder, plan, manifest, True, time.perf_counter() - t0, archs)
@@ -368,9 +439,9 @@ def _load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], 
                 functions=plan.functions,
                 extra_cflags=cflags,
                 extra_cuda_cflags=cuda_cflags if plan.cuda else None,
-                extra_ldflags=list(opts.ldflags),
-                extra_include_paths=plan.include_dirs,
-                build_directory=str(folder),
+                extra_ldflags=[*toolchain.runtime_ldflags(), *opts.ldflags],
+                extra_include_paths=[_ninja_escape(d) for d in plan.include_dirs],
+                build_directory=str(_ninja_folder(folder)),
                 verbose=True,
                 with_cuda=plan.cuda,
                 is_python_module=plan.kind == "torch",
@@ -390,6 +461,45 @@ def _load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], 
     so = folder / f"{name}.so"
     return {"artifact": so.name, "size": so.stat().st_size, "sha256": cache.file_sha256(so),
             "resources": parse_resource_usage(log), "compile_only": False}
+
+
+def _ninja_escape(flag: str) -> str:
+    """A flag as ``build.ninja`` must spell it: torch quotes flags for the shell, but ninja reads ``$`` first."""
+    return flag.replace("$", "$$")
+
+
+#: What torch's ``build.ninja`` cannot hold in a source's path: it escapes spaces only, ninja reads ``$`` and ``:``.
+_NINJA_UNSAFE = ("$", ":", "\n")
+
+
+def _ninja_folder(folder: Path) -> Path:
+    """``folder``, or the same folder reached through a link whose path ``build.ninja`` can hold.
+
+    A cache under a path with ``$`` or ``:`` keeps its place; ninja sees it through a symbolic link
+    to the cache folder in a private folder of the temporary directory (one link per cache folder).
+
+    Raises:
+        ToolchainError: The link cannot be made safely, naming the fix.
+    """
+    if not any(c in str(folder) for c in _NINJA_UNSAFE):
+        return folder
+    fix = f"set JITLAB_CACHE_DIR to a folder whose path has no {' or '.join(map(repr, _NINJA_UNSAFE[:2]))}"
+    root = Path(tempfile.gettempdir()) / f"jitlab-ninja-{os.getuid()}"
+    try:
+        root.mkdir(mode=0o700, exist_ok=True)
+        st = root.lstat()
+    except OSError as e:
+        raise ToolchainError(f"jitlab: the build cache {folder.parent} has a character ninja cannot read, and "
+                             f"{root} cannot be made for a link to it ({e}); {fix}") from e
+    if any(c in str(root) for c in _NINJA_UNSAFE) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise ToolchainError(f"jitlab: the build cache {folder.parent} has a character ninja cannot read, and "
+                             f"{root} is not a private folder of yours to link it from; {fix}")
+    link = root / hashlib.sha256(str(folder.parent).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    tmp = root / f".{link.name}.{os.getpid()}.{threading.get_ident()}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(folder.parent, tmp)
+    os.replace(tmp, link)  # atomic: a concurrent build sees the old link or this one, both to the same folder
+    return link / folder.name
 
 
 def _load_failure(so: Path) -> str:
@@ -495,7 +605,7 @@ def object_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> objects
     nvcc = _nvcc_flags(plan, archs, opts) if plan.cuda else []
     return objects.Flags(includes=tuple(user), cxx=tuple(cxx), cuda_include=tuple(cuda_include),
                          cxx_user=tuple(user_cflags), nvcc=tuple(nvcc), nvcc_torch=tuple(_torch_includes("-isystem=")),
-                         ld=(*ld, *opts.ldflags), toolchain=tuple(sorted(toolchain.fingerprint(plan.cuda).items())))
+                         ld=(*ld, *toolchain.runtime_ldflags(), *opts.ldflags), toolchain=tuple(sorted(toolchain.fingerprint(plan.cuda).items())))
 
 
 def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> dict:

@@ -68,6 +68,9 @@ class Case:
         max_abs: Largest absolute error over finite pairs.
         max_rel: Largest relative error over finite pairs.
         mismatches: The first few wrong elements.
+        raised: The type of the exception the candidate raised instead of returning (``LaunchError``
+            for a C++ exception in a kernel-only function, ``RuntimeError`` for one in a torch-style
+            function, ``ArgumentError`` …); ``""`` when it returned.
     """
 
     size: int
@@ -78,6 +81,7 @@ class Case:
     max_abs: float = 0.0
     max_rel: float = 0.0
     mismatches: list[Mismatch] = field(default_factory=list)
+    raised: str = ""
 
     @property
     def ok(self) -> bool:
@@ -222,6 +226,7 @@ def check(run, reference=None, inputs=None, *, sizes=None, seeds=(0,), device: s
                     got = run(inp)
                     _sync(device)
             except Exception as e:  # a crashing candidate is a verdict, not a crash of the checker
+                case.raised = type(e).__name__
                 case.reasons.append(f"raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
                 cases.append(case)
                 continue

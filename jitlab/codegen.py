@@ -24,7 +24,7 @@ from . import ctypes_map
 from .compiler import split as split_mod
 from .compiler.objects import Unit, includes_umbrella
 from .errors import SnippetError
-from .parse import Function, SourceFile
+from .parse import Function, SourceFile, line_directive
 
 GENERATED = "jitlab-generated"
 
@@ -122,7 +122,7 @@ def printing_functions(files: list[SourceFile]) -> set[str]:
 def with_line_directive(f: SourceFile, text: str | None = None) -> str:
     """The file's text after ``#line 1 "<path>"``, so diagnostics name the user's file and line."""
     body = f.text if text is None else text
-    return f'#line 1 "{f.path}"\n{body}\n'
+    return f"{line_directive(f.path)}{body}\n"
 
 
 def plan(files: list[SourceFile], stem: str, mode: str = "auto") -> Plan:
@@ -134,10 +134,12 @@ def plan(files: list[SourceFile], stem: str, mode: str = "auto") -> Plan:
         mode: ``"auto"``, ``"kernel"`` or ``"torch"``.
 
     Raises:
-        SnippetError: If there is nothing to call, or a kernel-only signature cannot be mapped.
+        SnippetError: If there is nothing to call, a kernel-only signature cannot be mapped, or a
+            CUDA snippet's path has a character the CUDA toolchain cannot take.
     """
     if mode not in ("auto", "kernel", "torch"):
         raise SnippetError(f"mode={mode!r}: use 'auto', 'kernel' or 'torch'")
+    _check_cuda_paths(files)
     uses_torch = any(f.uses_torch for f in files)
     if mode == "kernel" and uses_torch:
         torchy = next(f for f in files if f.uses_torch)
@@ -150,6 +152,20 @@ def plan(files: list[SourceFile], stem: str, mode: str = "auto") -> Plan:
     if kind == "kernel":
         return _kernel_plan(files, stem)
     return _torch_plan(files, stem)
+
+
+def _check_cuda_paths(files: list[SourceFile]) -> None:
+    """Refuse a CUDA snippet with a double quote in its path, before nvcc or NVRTC fail on it obscurely.
+
+    nvcc's option parser rejects a quote in ``-I`` (the snippet's folder is one), and ptxas one in
+    the file name that line info (``-lineinfo``) records, however the ``#line`` directive escapes it.
+    """
+    if not any(f.language == "cuda" for f in files):
+        return
+    for f in files:
+        if '"' in str(f.path):
+            raise SnippetError(f'{f.path}: the CUDA toolchain cannot compile a snippet whose path has a double '
+                               f'quote (`"`): nvcc and ptxas reject it; rename the folder or file without it')
 
 
 def _needs_pybind(files: list[SourceFile]) -> bool:
@@ -181,22 +197,25 @@ def _kernel_plan(files: list[SourceFile], stem: str) -> Plan:
     exported, skipped = [], []
     for f in files:
         for fn in f.functions:
+            if fn.internal:
+                skipped.append((fn.name, internal_reason(fn)))
+                continue
             if fn.template:
                 skipped.append((fn.name, "template: instantiate it from a non-template kernel to call it"))
                 continue
             ctypes_map.check_mappable(fn)
             exported.append(fn)
-    _check_unique(exported)
+    _check_unique(exported, "rename one (a kernel-only snippet's files of one language are compiled together)")
     cuda_sources, cpp_sources = [], []
     if cu:
         cuda_sources = (
             ["#include <cuda_runtime.h>\n#include <cassert>\n#include <exception>\n"]
             + [with_line_directive(f) for f in cu]
-            + [f'#line 1 "{GENERATED}.cu"\n' + shim_unit(functions_of(exported, cu), cuda=True)]
+            + [line_directive(f"{GENERATED}.cu") + shim_unit(functions_of(exported, cu), cuda=True)]
         )
     cpp_sources = ["#include <exception>\n"] + [with_line_directive(f) for f in cpp]
     if cpp:
-        cpp_sources.append(f'#line 1 "{GENERATED}.cpp"\n' + shim_unit(functions_of(exported, cpp), cuda=False))
+        cpp_sources.append(line_directive(f"{GENERATED}.cpp") + shim_unit(functions_of(exported, cpp), cuda=False))
     return Plan(
         stem=stem,
         kind="kernel",
@@ -227,7 +246,7 @@ def _torch_plan(files: list[SourceFile], stem: str) -> Plan:
                 skipped.append((fn.name, reason))
             else:
                 exported.append(fn)
-    _check_unique(exported)
+    _check_unique(exported, "rename one, or mark one `static` to keep it out of Python")
     if not binds_itself and not exported:
         raise SnippetError(
             f"{', '.join(str(f.path) for f in files)}: no host function to bind; a torch-style snippet defines "
@@ -242,7 +261,7 @@ def _torch_plan(files: list[SourceFile], stem: str) -> Plan:
     cpp_sources += [with_line_directive(f, rename_module(f)) for f in cpp]
     declared = [fn for fn in exported if fn.path not in {str(f.path) for f in cpp}]
     if declared:
-        cpp_sources.append(f'#line 1 "{GENERATED}.cpp"\n' + declarations(declared))
+        cpp_sources.append(line_directive(f"{GENERATED}.cpp") + declarations(declared))
     units, notes = torch_units(files, exported, binds_itself)
     return Plan(
         stem=stem,
@@ -281,22 +300,22 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         umbrella = any(includes_umbrella(h) for h in headers.values())
         if f.language == "cpp":
             units.append(Unit(f"{stem}.cpp", "cxx", CHECK_MACROS + with_line_directive(f, text), torch=True,
-                              module=owns_module, headers="full" if umbrella else "bind"))
+                              module=owns_module, headers="full" if umbrella else "bind", source=str(f.path)))
             continue
         if not f.uses_torch:
             units.append(Unit(f"{stem}.cu", "nvcc", "#include <cuda_runtime.h>\n#include <cassert>\n"
-                              + with_line_directive(f)))
+                              + with_line_directive(f), source=str(f.path)))
             continue
         s = split_mod.split(dataclasses.replace(f, text=text), headers)
         if s.reason:
             notes.append(f"{f.path.name} built as one translation unit: {s.reason}")
             units.append(Unit(f"{stem}.cu", "nvcc", TORCH_CUDA_HEADERS + CHECK_MACROS + with_line_directive(f, text),
-                              torch=True, module=owns_module))
+                              torch=True, module=owns_module, source=str(f.path)))
             continue
-        units.append(Unit(f"{stem}.device.cu", "nvcc", s.device, templates=frozenset(s.templates)))
-        host = s.host.replace(f'#line 1 "{f.path}"', CHECK_MACROS + f'#line 1 "{f.path}"', 1)
+        units.append(Unit(f"{stem}.device.cu", "nvcc", s.device, templates=frozenset(s.templates), source=str(f.path)))
+        host = s.host.replace(line_directive(f.path), CHECK_MACROS + line_directive(f.path), 1)
         units.append(Unit(f"{stem}.host.cpp", "cxx", host, torch=True, module=owns_module,
-                          headers="full" if umbrella else "bind" if owns_module else "host"))
+                          headers="full" if umbrella else "bind" if owns_module else "host", source=str(f.path)))
     if not binds_itself:
         units.append(Unit("bind.cpp", "cxx", binding_unit(exported), torch=True, module=True, headers="bind"))
     return units, notes
@@ -305,7 +324,7 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
 def binding_unit(fns: list[Function]) -> str:
     """The generated binding unit: declarations, then the module ``load_inline``'s ``functions=`` makes."""
     defs = "".join(f'  m.def("{fn.name}", torch::wrap_pybind_function({fn.name}), "{fn.name}");\n' for fn in fns)
-    return (f'#line 1 "{GENERATED}.cpp"\n' + declarations(fns)
+    return (line_directive(f"{GENERATED}.cpp") + declarations(fns)
             + f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{defs}}}\n")
 
 
@@ -344,8 +363,8 @@ def _not_bindable(fn: Function) -> str:
         return "kernel: launched by the snippet's host functions"
     if fn.template:
         return "template"
-    if fn.static:
-        return "static/inline: not visible to the bindings"
+    if fn.internal:
+        return internal_reason(fn)
     if "::" in fn.qualname:
         return "in a namespace: bind it from a top-level function"
     types = [fn.returns] + [p.base for p in fn.params]
@@ -354,6 +373,13 @@ def _not_bindable(fn: Function) -> str:
     ):
         return "takes raw pointers or CUDA types (a launcher or helper): call it from a function taking tensors"
     return ""
+
+
+def internal_reason(fn: Function) -> str:
+    """Why an internal helper (``static``, ``inline``, ``constexpr``, anonymous namespace) is not exported."""
+    if fn.internal == "anonymous namespace":
+        return "in an anonymous namespace, a helper for the snippet's own code; move it out to call it from Python"
+    return f"`{fn.internal}`, a helper for the snippet's own code; drop `{fn.internal}` to call it from Python"
 
 
 def rename_module(f: SourceFile) -> str:
@@ -369,14 +395,15 @@ def rename_module(f: SourceFile) -> str:
     return (raw[:start] + b"TORCH_EXTENSION_NAME" + raw[end:]).decode("utf-8")
 
 
-def _check_unique(fns: list[Function]) -> None:
+def _check_unique(fns: list[Function], fix: str) -> None:
+    """Raise if two exported functions share a name; ``fix`` is the advice that fits the plan."""
     seen: dict[str, Function] = {}
     for fn in fns:
         if fn.name in seen:
             other = seen[fn.name]
             raise SnippetError(
                 f"{fn.path}:{fn.line}: `{fn.name}` is also defined at {other.path}:{other.line}; "
-                f"Python needs one function per name: rename one, or mark it `static`"
+                f"Python needs one function per name: {fix}"
             )
         seen[fn.name] = fn
 

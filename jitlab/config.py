@@ -45,6 +45,31 @@ def pch_dir() -> Path:
     return Path(env).expanduser().resolve() if env else cache_dir() / "pch"
 
 
+#: Seconds a build waits for another process holding the same build's lock, unless
+#: ``$JITLAB_LOCK_TIMEOUT`` says otherwise (``inf`` waits for ever).
+DEFAULT_LOCK_TIMEOUT = 600.0
+
+
+def lock_timeout() -> float:
+    """How long a build waits for another process's build of the same key: ``$JITLAB_LOCK_TIMEOUT``
+    seconds, default :data:`DEFAULT_LOCK_TIMEOUT` (a cold torch-style build with its precompiled
+    headers takes a few minutes on 2 cores).
+
+    Raises:
+        CacheError: The variable is not a number.
+    """
+    raw = getenv("JITLAB_LOCK_TIMEOUT")
+    if not raw.strip():
+        return DEFAULT_LOCK_TIMEOUT
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        from .errors import CacheError
+
+        raise CacheError(f"JITLAB_LOCK_TIMEOUT={raw!r} is not a number of seconds; set it to one, e.g. "
+                         f"JITLAB_LOCK_TIMEOUT=600 (or inf to wait for ever)") from None
+
+
 def verbose() -> bool:
     """``JITLAB_VERBOSE=1`` prints each build's compiler output (commands, warnings, resource usage)."""
     return getenv("JITLAB_VERBOSE") not in ("", "0")

@@ -6,6 +6,7 @@ One table per direction, so the mapping is data a reader can check at a glance.
 from __future__ import annotations
 
 import ctypes
+import re
 import struct
 
 import torch
@@ -96,6 +97,20 @@ BITS16_TYPES = {"__half": "__half", "half": "__half", "__nv_bfloat16": "__nv_bfl
 
 RETURNS: dict[str, type | None] = {"void": None, **{k: v[0] for k, v in SCALARS.items() if v[1] in ("int", "float", "bool")}}
 
+#: The largest finite value of the float types narrower than a Python float: a larger finite number
+#: would become inf in C, so the typed call refuses it (``float('inf')`` itself is passed as is).
+FLOAT_MAX: dict[str, float] = {
+    "float": 3.4028234663852886e38,
+    "__half": 65504.0,
+    "__nv_bfloat16": 3.3895313892515355e38,
+}
+
+# C literals a default argument may be, sign aside (digit separators and suffixes allowed): 42, 0x2Au, 1.5f, 2e3.
+_INT_LITERAL = re.compile(r"(?P<digits>0[xX][0-9a-fA-F']+|0[bB][01']+|[0-9][0-9']*)"
+                          r"(?:[uU](?:ll|LL|[lL])?|(?:ll|LL|[lL])[uU]?)?")
+_FLOAT_LITERAL = re.compile(r"(?P<digits>(?:[0-9][0-9']*\.[0-9']*|\.[0-9][0-9']*)(?:[eE][+-]?[0-9]+)?"
+                            r"|[0-9][0-9']*[eE][+-]?[0-9]+)[fFlL]?")
+
 
 def _strip(base: str) -> str:
     words = [w for w in base.split() if w not in ("const", "volatile", "__restrict__", "__restrict", "restrict")]
@@ -110,6 +125,46 @@ def pointer_dtype(p: Param) -> torch.dtype | None:
 def scalar_kind(p: Param) -> tuple[type, str]:
     """The ctypes type and Python kind of a scalar parameter."""
     return SCALARS[_strip(p.base)]
+
+
+def default_value(p: Param) -> int | float | bool:
+    """The Python value of a scalar parameter's C++ default argument, when it is a plain literal.
+
+    ``int b = 3``, ``unsigned m = 0x10u``, ``float a = -1.5f``, ``bool on = true``: what the typed
+    call passes when the argument is left out.
+
+    Raises:
+        ValueError: No default, a pointer's default, or one that is not a plain literal
+            (a macro, an expression, a character): the caller must pass the argument.
+    """
+    if p.default is None or p.pointer:
+        raise ValueError(f"`{p.name}` has no default jitlab can evaluate")
+    text = p.default.strip()
+    kind = scalar_kind(p)[1]
+    if kind == "bool" and text in ("true", "false"):
+        return text == "true"
+    sign = -1 if text.startswith("-") else 1
+    body = text[1:].strip() if text[:1] in ("+", "-") else text
+    floating = kind in ("float", "half", "bfloat16")
+    m = _INT_LITERAL.fullmatch(body)
+    if m:
+        value = sign * _int_literal(m.group("digits").replace("'", ""))
+        return float(value) if floating else value
+    m = _FLOAT_LITERAL.fullmatch(body)
+    if m and floating:
+        return sign * float(m.group("digits").replace("'", ""))
+    raise ValueError(f"the default `{text}` of `{p.name}` is not a plain literal")
+
+
+def _int_literal(digits: str) -> int:
+    """The value of a C integer literal's digits: hexadecimal, binary, octal (leading 0) or decimal."""
+    if digits[:2] in ("0x", "0X"):
+        return int(digits[2:], 16)
+    if digits[:2] in ("0b", "0B"):
+        return int(digits[2:], 2)
+    if len(digits) > 1 and digits.startswith("0"):
+        return int(digits, 8)
+    return int(digits)
 
 
 def check_mappable(fn: Function) -> None:
@@ -139,14 +194,33 @@ def check_mappable(fn: Function) -> None:
 
 
 def half_bits(value: float) -> int:
-    """The IEEE binary16 bit pattern of ``value`` (round to nearest even)."""
+    """The IEEE binary16 bit pattern of ``value`` (round to nearest even).
+
+    Raises:
+        OverflowError: For a finite value too large for float16 (it would become inf).
+    """
     return struct.unpack("<H", struct.pack("<e", value))[0]
 
 
 def bfloat16_bits(value: float) -> int:
-    """The bfloat16 bit pattern of ``value`` (round to nearest even, NaN kept)."""
-    bits = struct.unpack("<I", struct.pack("<f", value))[0]
-    if (bits & 0x7F800000) == 0x7F800000 and bits & 0x7FFFFF:
-        return 0x7FC0
+    """The bfloat16 bit pattern of ``value`` (round to nearest even, NaN kept).
+
+    Raises:
+        OverflowError: For a finite value too large for bfloat16 (it would round to inf).
+    """
+    bits = float32_bits(value)
+    if (bits & 0x7F800000) == 0x7F800000:
+        return 0x7FC0 if bits & 0x7FFFFF else bits >> 16  # NaN, ±inf
     bits += 0x7FFF + ((bits >> 16) & 1)
+    if (bits & 0x7F800000) == 0x7F800000:
+        raise OverflowError("float too large for bfloat16")
     return (bits >> 16) & 0xFFFF
+
+
+def float32_bits(value: float) -> int:
+    """The IEEE binary32 bit pattern of ``value`` (round to nearest even), as C's ``float`` holds it.
+
+    Raises:
+        OverflowError: For a finite value too large for float32 (it would become inf).
+    """
+    return struct.unpack("<I", struct.pack("<f", value))[0]

@@ -71,3 +71,7 @@ class CompileError(JitlabError):
 
     def __reduce__(self):  # picklable, so worker processes can send it back
         return (CompileError, (self.summary, self.diagnostics, self.log, self.excerpt))
+
+
+class CacheError(JitlabError, RuntimeError):
+    """A build cache jitlab cannot use: read-only, a file, a full disk, a lock another process holds."""

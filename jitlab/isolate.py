@@ -10,7 +10,9 @@ of a few seconds of start-up) and is replaced after a fault or a timeout. Worker
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
+import pickle
 import select
 import subprocess
 import sys
@@ -27,12 +29,18 @@ _START_TIMEOUT = 120.0  # importing torch and making a CUDA context on a cold, b
 
 
 class Worker:
-    """One warm worker process (``python -m jitlab.jobs --serve``)."""
+    """One warm worker process (``python -m jitlab.jobs --serve``).
+
+    Each job carries an id the worker's answer repeats, so an answer is only ever taken for its own
+    job; a call interrupted while the worker is busy (Ctrl-C) stops the worker, so the next call
+    starts clean instead of reading the interrupted job's late answer.
+    """
 
     def __init__(self, env: dict | None = None):
         self.env = env or {}
         self.proc: subprocess.Popen | None = None
         self.lock = threading.Lock()
+        self._ids = itertools.count(1)
 
     def _start(self) -> None:
         root = str(Path(__file__).resolve().parent.parent)
@@ -41,15 +49,15 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, "-m", "jitlab.jobs", "--serve"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
-        if self._receive(_START_TIMEOUT) != "ready":
+        if self._receive(time.monotonic() + _START_TIMEOUT) != "ready":
             self.stop()
             raise RuntimeError("jitlab: the worker process did not start (run `python -m jitlab.jobs --serve` "
                                "to see why)")
 
-    def _receive(self, timeout: float):
-        """The next frame from the worker, ``TimeoutError`` when none comes in time, ``None`` if it died."""
+    def _receive(self, deadline: float):
+        """The next frame from the worker, ``TimeoutError`` when none comes by ``deadline`` (a
+        ``time.monotonic()`` value), ``None`` if it died."""
         out = self.proc.stdout
-        deadline = time.monotonic() + timeout
         buf = b""
         need = 8
         size = None
@@ -67,45 +75,67 @@ class Worker:
             if size is None and len(buf) == 8:
                 size = int.from_bytes(buf, "little")
                 need = 8 + size
-        import pickle
-
         return pickle.loads(buf[8:])
 
-    def run(self, job: Job, timeout: float = DEFAULT_TIMEOUT) -> Outcome:
-        """Run one job; never raises for what the job does (that is the outcome's category)."""
-        with self.lock:
-            if self.proc is None or self.proc.poll() is not None:
-                self._start()
-            with tempfile.NamedTemporaryFile(prefix="jitlab-job-", suffix=".log", delete=False) as f:
-                job.log = f.name
-            t0 = time.perf_counter()
-            try:
-                import pickle
+    def _answer(self, job_id: int, deadline: float) -> Outcome | None:
+        """The worker's answer to job ``job_id``; answers to earlier jobs (nobody waits for them) are skipped."""
+        while True:
+            frame = self._receive(deadline)
+            if frame is None:
+                return None
+            answered, outcome = frame
+            if answered == job_id:
+                return outcome
 
-                data = pickle.dumps(job)
-                self.proc.stdin.write(len(data).to_bytes(8, "little") + data)
-                self.proc.stdin.flush()
-                result = self._receive(timeout)
-            except TimeoutError:
+    def run(self, job: Job, timeout: float = DEFAULT_TIMEOUT) -> Outcome:
+        """Run one job; never raises for what the job does (that is the outcome's category).
+
+        Raises:
+            KeyboardInterrupt: Ctrl-C while waiting; the worker is stopped first, so the next call
+                gets a fresh one (the job's answer would otherwise come later, to the wrong call).
+        """
+        with self.lock:
+            try:
+                return self._run(job, timeout)
+            except BaseException:
                 self.stop()
-                result = Outcome(jobs.TIMEOUT, f"no answer within {timeout:g} s: the worker was stopped (an infinite "
-                                 f"loop, a deadlock such as __syncthreads() inside a branch, or a very slow kernel); "
-                                 f"raise timeout= if the kernel is just slow", "")
-            except (BrokenPipeError, OSError):
-                result = None
-            if result is None:  # the worker died without answering: a segfault, an abort, a kill
-                how = _how_it_ended(self.proc)
-                self.stop()
-                result = Outcome(jobs.CRASH, f"the worker process {how} before answering (a host-side crash: "
-                                 f"a bad pointer in C++ code, an abort); the output below may say more")
-            result.output = _read_log(job.log) or result.output
-            if result.category == jobs.ASSERT and not result.where:
-                result.where = jobs.assert_location(result.output)
-            if result.category in (jobs.TIMEOUT, jobs.CRASH):
-                result.seconds = time.perf_counter() - t0
-            if result.category in jobs.STICKY:
-                self.stop()
-            return result
+                if job.log:
+                    Path(job.log).unlink(missing_ok=True)
+                raise
+
+    def _run(self, job: Job, timeout: float) -> Outcome:
+        """Send the job to the worker (started if needed) and turn its answer, or its end, into an outcome."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        with tempfile.NamedTemporaryFile(prefix="jitlab-job-", suffix=".log", delete=False) as f:
+            job.log = f.name
+        job.id = next(self._ids)
+        t0 = time.perf_counter()
+        try:
+            data = pickle.dumps(job)
+            self.proc.stdin.write(len(data).to_bytes(8, "little") + data)
+            self.proc.stdin.flush()
+            result = self._answer(job.id, time.monotonic() + timeout)
+        except TimeoutError:
+            self.stop()
+            result = Outcome(jobs.TIMEOUT, f"no answer within {timeout:g} s: the worker was stopped (an infinite "
+                             f"loop, a deadlock such as __syncthreads() inside a branch, or a very slow kernel); "
+                             f"raise timeout= if the kernel is just slow", "")
+        except (BrokenPipeError, OSError):
+            result = None
+        if result is None:  # the worker died without answering: a segfault, an abort, a kill
+            how = _how_it_ended(self.proc)
+            self.stop()
+            result = Outcome(jobs.CRASH, f"the worker process {how} before answering (a host-side crash: "
+                             f"a bad pointer in C++ code, an abort); the output below may say more")
+        result.output = _read_log(job.log) or result.output
+        if result.category == jobs.ASSERT and not result.where:
+            result.where = jobs.assert_location(result.output)
+        if result.category in (jobs.TIMEOUT, jobs.CRASH):
+            result.seconds = time.perf_counter() - t0
+        if result.category in jobs.STICKY:
+            self.stop()
+        return result
 
     def stop(self) -> None:
         """End the worker (and any kernel it is stuck in)."""

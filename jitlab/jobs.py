@@ -24,6 +24,7 @@ LINK = "link/import error"
 LAUNCH = "launch error"
 ILLEGAL = "illegal address"
 ASSERT = "device assert"
+EXCEPTION = "exception"  # the candidate raised instead of returning: a C++ exception, a bad argument
 MISMATCH = "mismatch"
 TIMEOUT = "timeout"
 CRASH = "crashed"
@@ -64,6 +65,7 @@ class Job:
         log: A file the process's stdout and stderr go to while the job runs (device printf,
             assert messages); read by the parent even when the process dies.
         cache_dir: The parent's build cache, so a warm worker follows ``JITLAB_CACHE_DIR`` changes.
+        id: Set by the worker's parent and repeated in the answer, so an answer is only taken for its job.
     """
 
     action: str
@@ -77,6 +79,7 @@ class Job:
     options: dict = field(default_factory=dict)
     log: str | None = None
     cache_dir: str | None = None
+    id: int = 0
 
 
 @dataclass
@@ -85,7 +88,7 @@ class Outcome:
 
     Attributes:
         category: :data:`PASS` or the failure category (compile error, link/import error, launch
-            error, illegal address, device assert, mismatch, timeout, crashed, error).
+            error, illegal address, device assert, exception, mismatch, timeout, crashed, error).
         message: One paragraph a learner can act on.
         where: Where it happened, when known: ``file:line`` of a device assert, the kernel and
             launch configuration of a fault, the first failing size of a mismatch.
@@ -225,6 +228,9 @@ def _run(job: Job) -> Outcome:
                            verdicts, build=build)
     checker._sync(device)
     failed = [v for v in verdicts if not v.passed]
+    raised = _raised(failed)
+    if raised:
+        return _raised_outcome(*raised, len(verdicts), verdicts, build)
     if failed:
         f = failed[0].first_failure
         return Outcome(MISMATCH, f"{len(failed)} of {len(verdicts)} versions disagree with the reference",
@@ -232,8 +238,28 @@ def _run(job: Job) -> Outcome:
     return Outcome(PASS, "", "", verdicts, build=build)
 
 
+def _raised(verdicts: list) -> tuple | None:
+    """The first ``(verdict, case)`` whose candidate raised instead of returning, if any."""
+    for v in verdicts:
+        for case in v.cases:
+            if case.raised:
+                return v, case
+    return None
+
+
+def _raised_outcome(verdict, case, total: int, verdicts: list, build: str) -> Outcome:
+    """A check where a version raised: :data:`EXCEPTION`, or :data:`LAUNCH` for a failed kernel launch."""
+    what = case.reasons[0].removeprefix("raised ")
+    where = f"{verdict.name} at size {case.size}, seed {case.seed}"
+    if case.raised == "LaunchError" and "C++ exception" not in what:
+        return Outcome(LAUNCH, what, where, verdicts, build=build)
+    n = sum(any(c.raised for c in v.cases) for v in verdicts)
+    return Outcome(EXCEPTION, f"{n} of {total} versions raised instead of returning a result: {what}",
+                   where, verdicts, build=build)
+
+
 def _categorize(e: BaseException, job: Job) -> Outcome:
-    from .errors import CompileError, LaunchError, SnippetError, ToolchainError
+    from .errors import CacheError, CompileError, LaunchError, SnippetError, ToolchainError
 
     text = f"{type(e).__name__}: {e}"
     if isinstance(e, CompileError):
@@ -244,8 +270,8 @@ def _categorize(e: BaseException, job: Job) -> Outcome:
     if fault:
         return Outcome(fault, _fault_message(fault, text), _fault_where(fault, job))
     if isinstance(e, LaunchError):
-        return Outcome(LAUNCH, str(e))
-    if isinstance(e, (SnippetError, ToolchainError)):
+        return Outcome(EXCEPTION if "raised a C++ exception" in str(e) else LAUNCH, str(e))
+    if isinstance(e, (SnippetError, ToolchainError, CacheError)):
         return Outcome(ERROR, str(e))
     return Outcome(ERROR, "".join(traceback.format_exception_only(type(e), e)).strip() + "\n" +
                    "".join(traceback.format_tb(e.__traceback__)[-3:]))
@@ -320,7 +346,7 @@ def _write_frame(f, obj) -> None:
 
 
 def serve() -> None:
-    """Worker loop: read :class:`Job` frames on stdin, answer :class:`Outcome` frames on the original stdout.
+    """Worker loop: read :class:`Job` frames on stdin, answer ``(job.id, Outcome)`` frames on the original stdout.
 
     The protocol gets its own copy of stdout, so what kernels print never mixes with it.
     """
@@ -337,7 +363,7 @@ def serve() -> None:
             return
         with _Redirect(job.log):
             out = run_job(job)
-        _write_frame(proto, out)
+        _write_frame(proto, (job.id, out))
         if out.category in STICKY:
             return  # the CUDA context is unusable; the parent starts a fresh worker
 

@@ -15,7 +15,7 @@ import warnings
 
 from . import builder as build_mod
 from . import cache, output
-from .errors import JitlabError
+from .errors import JitlabError, ToolchainError
 from .launch import Callable
 
 _loaded: dict[str, "Module"] = {}
@@ -156,14 +156,38 @@ def _forwarding_output(fn, sync: bool):
     return call
 
 
+#: What loading a binary raises when the dynamic loader refuses it: ``ctypes`` (kernel-only builds)
+#: an ``OSError``, an import (torch-style builds) an ``ImportError``.
+_UNLOADABLE = (OSError, ImportError)
+
+
 def load_or_rebuild(paths, opts: build_mod.Options) -> Module:
-    """Build (or find) and load; a cached binary that fails to load is rebuilt once with a warning."""
+    """Build (or find) and load; a cached binary that fails to load is rebuilt once with a warning.
+
+    A binary can match its manifest's hash and still not load (``invalid ELF header``: a build that
+    wrote it wrong, a library it needs that changed): like a corrupt entry, it is rebuilt, not
+    reported for ever.
+
+    Raises:
+        ToolchainError: A binary built just now cannot be loaded (with the dynamic loader's reason).
+    """
     b = build_mod.build(paths, opts)
     try:
         return load(b)
-    except OSError as e:
+    except _UNLOADABLE as e:
         if not b.cached:
-            raise
+            raise _unloadable(b, e) from e
         warnings.warn(f"jitlab: cached build {b.name} could not be loaded ({e}); rebuilding", stacklevel=3)
+    with cache.build_lock(b.name):  # never under another process that is rebuilding it too
         cache.reset_dir(b.folder)
-        return load(build_mod.build(paths, opts))
+    b = build_mod.build(paths, opts)
+    try:
+        return load(b)
+    except _UNLOADABLE as e:
+        raise _unloadable(b, e) from e
+
+
+def _unloadable(b: build_mod.Build, e: Exception) -> ToolchainError:
+    return ToolchainError(f"jitlab: {b.name} was built but could not be loaded: {e}. A missing symbol or library "
+                          f"comes from the snippet (a function declared but never defined, a library it needs "
+                          f"missing from ldflags=); anything else: delete {b.folder} and load again")

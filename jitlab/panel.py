@@ -366,12 +366,8 @@ bytes_moved(inp), flops(inp). The kernels/*.ref.py files are worked examples."""
 
 
 def _version_label(p: Path) -> str:
-    """``20240102-134501-abcd1234.cu`` → ``2024-01-02 13:45:01 (abcd1234)``."""
-    parts = p.stem.split("-")
-    if len(parts) == 3 and len(parts[0]) == 8 and len(parts[1]) == 6:
-        d, t, h = parts
-        return f"{d[:4]}-{d[4:6]}-{d[6:]} {t[:2]}:{t[2:4]}:{t[4:]} ({h})"
-    return p.name
+    """A history entry's save time and hash (:func:`jitlab.snippets.version_label`, which names the entries)."""
+    return snippets.version_label(p)
 
 
 def _verdict_status(verdicts) -> str:

@@ -22,6 +22,11 @@ from .errors import SnippetError
 TORCH_INCLUDE_PREFIXES = ("torch/", "ATen/", "c10/", "pybind11/", "caffe2/")
 TORCH_NAMESPACES = frozenset({"torch", "at", "c10", "pybind11", "py"})
 CUDA_QUALIFIERS = frozenset({"__global__", "__device__", "__host__"})
+#: The UTF-8 byte-order mark, which some Windows editors put at the start of a file.
+BOM = "\ufeff"
+#: Specifiers that make a function a helper of the snippet's own code (internal linkage, or inline
+#: or compile-time only): it is never exported to Python, in either kind of snippet.
+INTERNAL_SPECIFIERS = ("static", "inline", "__inline__", "__forceinline__", "constexpr", "consteval")
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,7 @@ class Param:
         pointer: Pointer depth; an array parameter counts as one.
         const: Whether the pointee (or value) is ``const``.
         reference: Whether declared as a reference (``T&``).
+        default: The default argument as written (``3``, ``-1.5f``, ``nullptr``), or ``None``.
     """
 
     name: str
@@ -43,6 +49,7 @@ class Param:
     pointer: int = 0
     const: bool = False
     reference: bool = False
+    default: str | None = None
 
     @property
     def ctype(self) -> str:
@@ -62,7 +69,9 @@ class Function:
         params: The parameters.
         path: The file that defines it.
         line: 1-based line of the definition.
-        static: Declared ``static`` or ``inline`` (not visible from another translation unit).
+        internal: What makes it a helper of the snippet's own code rather than a function to call
+            from Python: ``"static"``, ``"inline"``, ``"constexpr"``, ``"consteval"`` or
+            ``"anonymous namespace"``; ``""`` for an exported candidate.
         template: Declared as a template (cannot be launched without instantiation).
         params_text: The parameter list as written, parentheses included.
         calls: Names of the functions and kernels its body calls (launches included).
@@ -76,11 +85,16 @@ class Function:
     params: tuple[Param, ...]
     path: str
     line: int
-    static: bool = False
+    internal: str = ""
     template: bool = False
     params_text: str = "()"
     calls: tuple[str, ...] = ()
     prints: bool = False
+
+    @property
+    def static(self) -> bool:
+        """Whether it is internal to the snippet (:attr:`internal`): never exported or bound."""
+        return bool(self.internal)
 
     def signature(self) -> str:
         """A C++ declaration of the function: ``torch::Tensor f(torch::Tensor x)``."""
@@ -98,6 +112,7 @@ class SourceFile:
         language: ``"cuda"``, ``"cpp"`` or ``"header"``.
         functions: Kernels and host functions defined at namespace scope, in file order.
         local_includes: ``#include "..."`` targets, as written.
+        system_includes: ``#include <...>`` targets, as written (a user's include folder may hold them).
         uses_torch: Whether the file needs torch headers (includes them or names torch types).
         pybind_module: ``(name, start_byte, end_byte)`` of the first ``PYBIND11_MODULE`` argument.
         pybind_defs: Python name → C++ function for each ``m.def("name", &function)`` in it.
@@ -110,6 +125,7 @@ class SourceFile:
     language: str
     functions: list[Function] = field(default_factory=list)
     local_includes: list[str] = field(default_factory=list)
+    system_includes: list[str] = field(default_factory=list)
     uses_torch: bool = False
     pybind_module: tuple[str, int, int] | None = None
     pybind_defs: dict[str, str] = field(default_factory=dict)
@@ -160,17 +176,52 @@ def parse_file(path: str | Path, text: str | None = None) -> SourceFile:
         SnippetError: If the file is missing or not text.
     """
     path = Path(path).resolve()
-    if text is None:
-        if not path.is_file():
-            raise SnippetError(f"{path}: no such file; check the path (relative paths start at {Path.cwd()})")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise SnippetError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from e
+    return _parse(path, read_source(path) if text is None else text, language_of(path))
+
+
+def parse_header(path: str | Path, text: str | None = None) -> SourceFile:
+    """Parse an included header (any extension, ``.inc`` or none included) for what it includes.
+
+    Raises:
+        SnippetError: If the file is missing or not text.
+    """
+    path = Path(path).resolve()
+    return _parse(path, read_source(path) if text is None else text, "header")
+
+
+def read_source(path: Path) -> str:
+    """A source file's text, without the UTF-8 byte-order mark some editors write (the file is left as is).
+
+    Compilers skip a BOM at the start of a file they open, but not in the middle of the generated
+    unit the text is copied into (after a ``#line`` directive), where it is a stray character.
+
+    Raises:
+        SnippetError: If the file is missing or not UTF-8 text, naming the fix.
+    """
+    if not path.is_file():
+        raise SnippetError(f"{path}: no such file; check the path (relative paths start at {Path.cwd()})")
+    try:
+        return path.read_text(encoding="utf-8").removeprefix(BOM)
+    except UnicodeDecodeError as e:
+        raise SnippetError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from e
+
+
+def line_directive(path: str | Path, line: int = 1) -> str:
+    """``#line 1 "<path>"`` and a newline: the code after it is reported at ``path``'s line ``line``.
+
+    The name is a C string literal, so a backslash or a double quote in a folder's name is escaped;
+    compilers print the name unescaped, as the file system has it.
+    """
+    name = str(path).replace("\\", "\\\\").replace('"', '\\"')
+    return f'#line {line} "{name}"\n'
+
+
+def _parse(path: Path, text: str, language: str) -> SourceFile:
+    text = text.removeprefix(BOM)
     src = text.encode("utf-8")
     tree = _parser().parse(src)
-    out = SourceFile(path=path, text=text, language=language_of(path))
-    _Walker(out, src).walk(tree.root_node, namespace="", extern_c=False)
+    out = SourceFile(path=path, text=text, language=language)
+    _Walker(out, src).walk(tree.root_node, namespace="", extern_c=False, anonymous=False)
     if tree.root_node.has_error:
         out.parse_error = _first_error(tree.root_node)
     return out
@@ -183,17 +234,18 @@ class _Walker:
         self.out = out
         self.src = src
 
-    def walk(self, node: ts.Node, namespace: str, extern_c: bool) -> None:
+    def walk(self, node: ts.Node, namespace: str, extern_c: bool, anonymous: bool) -> None:
+        """Record what ``node``'s children define; ``anonymous``: inside an anonymous namespace."""
         for child in node.named_children:
             kind = child.type
             if kind == "preproc_include":
                 self._include(child)
             elif kind == "function_definition":
-                self._function(child, namespace, template=False)
+                self._function(child, namespace, template=False, anonymous=anonymous)
             elif kind == "template_declaration":
                 for sub in child.named_children:
                     if sub.type == "function_definition":
-                        self._function(sub, namespace, template=True)
+                        self._function(sub, namespace, template=True, anonymous=anonymous)
                 self._scan_torch(child)
             elif kind == "namespace_definition":
                 name_node = child.child_by_field_name("name")
@@ -202,16 +254,16 @@ class _Walker:
                 if ns in TORCH_NAMESPACES:
                     self.out.uses_torch = True
                 if body is not None:
-                    self.walk(body, f"{namespace}{ns}::" if ns else namespace, extern_c)
+                    self.walk(body, f"{namespace}{ns}::" if ns else namespace, extern_c, anonymous or not ns)
             elif kind == "linkage_specification":
                 body = child.child_by_field_name("body")
                 if body is not None:
                     if body.type == "function_definition":
-                        self._function(body, namespace, template=False)
+                        self._function(body, namespace, template=False, anonymous=anonymous)
                     else:
-                        self.walk(body, namespace, True)
+                        self.walk(body, namespace, True, anonymous)
             elif kind.startswith("preproc_if") or kind in ("preproc_else", "preproc_elif", "declaration_list"):
-                self.walk(child, namespace, extern_c)
+                self.walk(child, namespace, extern_c, anonymous)
             else:
                 self._scan_torch(child)
 
@@ -225,6 +277,7 @@ class _Walker:
             target = text.strip('"')
         else:
             target = text.strip("<>")
+            self.out.system_includes.append(target)
         if target.startswith(TORCH_INCLUDE_PREFIXES):
             self.out.uses_torch = True
 
@@ -242,11 +295,9 @@ class _Walker:
                     self.out.has_printf = True
             stack.extend(n.named_children)
 
-    def _function(self, node: ts.Node, namespace: str, template: bool) -> None:
+    def _function(self, node: ts.Node, namespace: str, template: bool, anonymous: bool) -> None:
         self._scan_torch(node)
         qualifiers = {c.type for c in node.children if c.type in CUDA_QUALIFIERS}
-        storage = {c.text.decode() for c in node.named_children if c.type == "storage_class_specifier"}
-        storage |= {c.text.decode() for c in node.children if c.type in ("inline",)}
         declarator = node.child_by_field_name("declarator")
         stars = ""
         while declarator is not None and declarator.type in ("pointer_declarator", "reference_declarator"):
@@ -268,7 +319,8 @@ class _Walker:
         if name_node.type not in ("identifier",) or name == "main":
             return  # methods, operators, destructors, main()
         type_node = node.child_by_field_name("type")
-        type_quals = [c.text.decode() for c in node.named_children if c.type == "type_qualifier"]
+        type_quals = [c.text.decode() for c in node.named_children
+                      if c.type == "type_qualifier" and c.text.decode() not in INTERNAL_SPECIFIERS]
         returns = " ".join(type_quals + [_squash(type_node.text.decode()) if type_node else "int"]) + stars
         params_node = declarator.child_by_field_name("parameters")
         params = tuple(_params(params_node)) if params_node is not None else ()
@@ -282,7 +334,7 @@ class _Walker:
                 params=params,
                 path=str(self.out.path),
                 line=node.start_point[0] + 1,
-                static=bool(storage & {"static", "inline"}),
+                internal="anonymous namespace" if anonymous else _internal_specifier(node),
                 template=template,
                 params_text=params_node.text.decode() if params_node is not None else "()",
                 calls=tuple(sorted(calls - PRINT_FUNCTIONS)),
@@ -309,6 +361,23 @@ class _Walker:
             return
         first = params.named_children[0]
         self.out.pybind_module = (first.text.decode(), first.start_byte, first.end_byte)
+
+
+def _internal_specifier(node: ts.Node) -> str:
+    """The first specifier of a function definition that keeps it internal (``static``, ``constexpr``, …), or ``""``.
+
+    tree-sitter-cuda files ``static``/``inline`` as storage classes, ``constexpr``/``consteval`` as
+    type qualifiers and ``__forceinline__`` as a token of its own: each is one child of the
+    definition, before its declarator.
+    """
+    declarator = node.child_by_field_name("declarator")
+    for c in node.children:
+        if declarator is not None and c.start_byte >= declarator.start_byte:
+            break
+        word = c.text.decode()
+        if word in INTERNAL_SPECIFIERS:
+            return "inline" if word.startswith("__") else word  # __inline__, __forceinline__
+    return ""
 
 
 PRINT_FUNCTIONS = frozenset({"printf", "fprintf", "puts", "putchar", "fputs"})
@@ -358,6 +427,7 @@ def _params(node: ts.Node):
                 inner = [c for c in d.named_children if c.type != "type_qualifier"]
                 nxt = inner[-1] if inner else None
             d = nxt
+        default = p.child_by_field_name("default_value")
         yield Param(
             name=name or f"arg{i}",
             text=_squash(p.text.decode()),
@@ -365,6 +435,7 @@ def _params(node: ts.Node):
             pointer=pointer,
             const=const,
             reference=reference,
+            default=_squash(default.text.decode()) if default is not None else None,
         )
 
 

@@ -1,8 +1,9 @@
 """Saving snippet files safely: atomic writes, and every replaced version kept in a history folder.
 
 A user's ``.cu`` file is never lost or half-written: the new text goes to a temporary file in the
-same folder and replaces the old one with ``os.replace``; the old text, if different, is first
-copied to ``<folder>/.history/<name>/<time>-<hash>.<ext>``.
+same folder and replaces the old one with ``os.replace`` (through a symbolic link to the file it
+points to, keeping the file's mode); the old text, if different, is first copied to
+``<folder>/.history/<name>/<date>-<time>-<nanoseconds>-<hash>.<ext>``, named and listed in save order.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -34,17 +36,47 @@ def history_dir(path: Path) -> Path:
     return path.parent / ".history" / path.stem
 
 
+#: A history entry's name: the local date and time it was saved, nanoseconds, the first 8 hex digits
+#: of the kept text's SHA-256 (``20240102-134501-000123456-abcd1234.cu``). Names from before the
+#: nanoseconds (``20240102-134501-abcd1234.cu``) are still read.
+_ENTRY = re.compile(r"(?P<date>\d{8})-(?P<time>\d{6})(?:-(?P<ns>\d{9}))?-(?P<digest>[0-9a-f]+)\Z")
+
+
 def history(path: str | Path) -> list[Path]:
-    """Earlier versions of a snippet, oldest first."""
+    """Earlier versions of a snippet, oldest first, in the order they were saved."""
     d = history_dir(Path(path))
-    return sorted(d.glob(f"*{Path(path).suffix}")) if d.is_dir() else []
+    return sorted(d.glob(f"*{Path(path).suffix}"), key=_saved_at) if d.is_dir() else []
+
+
+def _saved_at(entry: Path) -> tuple[str, str, str, int]:
+    """A history entry's sort key: the save time its name records (to the nanosecond), then its mtime,
+    which orders the older names that record whole seconds only."""
+    m = _ENTRY.match(entry.stem)
+    try:
+        mtime = entry.stat().st_mtime_ns
+    except OSError:
+        mtime = 0
+    return (m["date"], m["time"], m["ns"] or "", mtime) if m else ("", "", "", mtime)
+
+
+def version_label(entry: Path) -> str:
+    """``20240102-134501-123456789-abcd1234.cu`` → ``2024-01-02 13:45:01.123 (abcd1234)``."""
+    m = _ENTRY.match(entry.stem)
+    if not m:
+        return entry.name
+    d, t = m["date"], m["time"]
+    millis = f".{m['ns'][:3]}" if m["ns"] else ""
+    return f"{d[:4]}-{d[4:6]}-{d[6:]} {t[:2]}:{t[2:4]}:{t[4:]}{millis} ({m['digest']})"
 
 
 def save(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically, keeping the replaced version in the history.
 
+    A symbolic link stays a link: the file it points to gets the text (see :func:`atomic_write`),
+    and the history is kept beside the link, under the snippet's name.
+
     Returns:
-        The path written.
+        The path written (``path`` itself).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -54,27 +86,78 @@ def save(path: str | Path, text: str) -> Path:
         old = path.read_text(encoding="utf-8", errors="surrogateescape")
         if old == text:
             return path
-        d = history_dir(path)
-        d.mkdir(parents=True, exist_ok=True)
-        digest = hashlib.sha256(old.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        atomic_write(d / f"{stamp}-{digest}{path.suffix}", old)
+        keep_in_history(path, old)
     atomic_write(path, text)
     return path
+
+
+def keep_in_history(path: Path, old: str) -> Path:
+    """Write ``old`` (the text about to be replaced) as the newest entry of ``path``'s history.
+
+    Entries are named by their save time to the nanosecond, and each is named later than the newest
+    one already there (two saves in one clock tick, or a clock set back, keep their order).
+
+    Returns:
+        The entry written.
+    """
+    d = history_dir(path)
+    d.mkdir(parents=True, exist_ok=True)
+    stamp = _stamp(time.time_ns())
+    newest = history(path)[-1:]
+    m = _ENTRY.match(newest[0].stem) if newest else None
+    if m and m["ns"] and (m["date"], m["time"], m["ns"]) >= tuple(stamp.split("-")):
+        stamp = f"{m['date']}-{m['time']}-{int(m['ns']) + 1:09d}"
+    digest = hashlib.sha256(old.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    entry = d / f"{stamp}-{digest}{path.suffix}"
+    atomic_write(entry, old)
+    return entry
+
+
+def _stamp(ns: int) -> str:
+    """``YYYYMMDD-HHMMSS-NNNNNNNNN``: local date and time of a ``time.time_ns()`` value, with its nanoseconds."""
+    seconds, fraction = divmod(ns, 1_000_000_000)
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.localtime(seconds))}-{fraction:09d}"
 
 
 def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` all at once: a temporary file in the same folder, then ``os.replace``.
 
-    A reader sees the old file or the new one, never half of it. The file gets ``mkstemp``'s mode (0600).
+    A reader sees the old file or the new one, never half of it. A symbolic link is written
+    through: its target is replaced (the link stays a link). The file keeps the mode it had; a new
+    file gets the usual mode for this process's umask (``0644`` under umask ``022``), not the
+    ``0600`` of the temporary file.
+
+    Raises:
+        SnippetError: ``path`` is a link into a folder that does not exist.
     """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    target = Path(os.path.realpath(path))
+    if not target.parent.is_dir():
+        raise SnippetError(f"{path} is a link to {target}, whose folder does not exist; fix or remove the link")
     try:
+        mode = stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (Linux shows it in /proc; elsewhere set and restored)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -86,11 +86,59 @@ def cxx_path() -> str | None:
     return shutil.which(os.environ.get("CXX", "c++"))
 
 
-@functools.cache
 def cxx_version() -> str:
     """First line of the C++ compiler's ``--version``."""
-    cxx = cxx_path()
-    return _run([cxx, "--version"]).splitlines()[0] if cxx else ""
+    return _cxx_version(cxx_path())
+
+
+@functools.cache
+def _cxx_version(cxx: str | None) -> str:
+    return (_run([cxx, "--version"]).splitlines() or [""])[0] if cxx else ""
+
+
+def runtime_ldflags() -> list[str]:
+    """Link inputs that keep the C++ runtime shared with the process: ``[]``, or the path of the
+    ``libstdc++.so.6`` this process has loaded.
+
+    A GCC installed without a shared ``libstdc++`` of its own (only ``libstdc++.a``, as some
+    hand-built compilers under ``/opt`` have) links the static library into every extension: a
+    second copy of the C++ runtime beside the one Python and torch loaded, whose locale ids are
+    never set up, so the first integer written to an ostream (``TORCH_CHECK(c, "n=", n)``,
+    ``c10::str``, ``std::ostringstream() << n``) segfaults. Naming the loaded library on the link
+    line resolves the C++ runtime from it (the archive that g++ appends is then never read).
+    """
+    return list(_runtime_ldflags(cxx_path()))
+
+
+@functools.cache
+def _runtime_ldflags(cxx: str | None) -> tuple[str, ...]:
+    if not cxx:
+        return ()
+    found = _run([cxx, "-print-file-name=libstdc++.so"]).strip()
+    if os.path.isabs(found) and os.path.exists(found):
+        return ()  # the compiler links its shared libstdc++, as usual
+    loaded = _loaded_library("libstdc++.so")
+    if loaded is None:
+        import warnings
+
+        warnings.warn(f"jitlab: {cxx} has no shared libstdc++ and none is loaded here: extensions will carry "
+                      f"their own copy of the C++ runtime, and writing an integer to an ostream in them may crash; "
+                      f"set CXX to a compiler with a shared libstdc++ (e.g. the system's g++)", stacklevel=3)
+        return ()
+    return (loaded,)
+
+
+def _loaded_library(stem: str) -> str | None:
+    """The file of a shared library this process has mapped (``/proc/self/maps``), or ``None``."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split(None, 5)[-1].strip()
+                if stem in os.path.basename(path) and os.path.isfile(path):
+                    return path
+    except OSError:
+        pass
+    return None
 
 
 def fingerprint(cuda: bool) -> dict[str, str]:
@@ -99,6 +147,7 @@ def fingerprint(cuda: bool) -> dict[str, str]:
         "torch": torch.__version__,
         "python": f"{sys.implementation.cache_tag}-{platform.machine()}",
         "cxx": cxx_version(),
+        **({"cxx_runtime": " ".join(runtime_ldflags())} if runtime_ldflags() else {}),
         "abi": str(int(torch._C._GLIBCXX_USE_CXX11_ABI)),
     }
     if cuda:

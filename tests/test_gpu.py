@@ -109,11 +109,17 @@ def test_missing_launch_configuration():
 
 
 def test_invalid_launch_configuration_names_kernel_and_config():
-    """2048 threads per block: CUDA's error is raised with the kernel's name and configuration."""
-    k = jitlab.load(KERNELS / "saxpy.cu")
-    x = torch.zeros(4, device="cuda")
-    with pytest.raises(jitlab.LaunchError, match=r"saxpy<<<grid=\(1, 1, 1\), block=\(2048, 1, 1\), shared_mem=0>>> failed: (cudaErrorInvalid(Configuration|Value)|CUDA_ERROR_INVALID_VALUE).*block has at most 1024 threads"):
-        k.saxpy(x, x, 1.0, 4, grid=1, block=2048)
+    """A block over CUDA's 1024 threads is refused before the launch; more dynamic shared memory
+    than the GPU has is refused by CUDA, whose error is raised with the kernel's name and
+    configuration, on both engines."""
+    for engine in ("nvcc", "nvrtc"):
+        k = jitlab.load(KERNELS / "saxpy.cu", engine=engine)
+        x = torch.zeros(4, device="cuda")
+        with pytest.raises(jitlab.ArgumentError, match="1024"):
+            k.saxpy(x, x, 1.0, 4, grid=1, block=2048)
+        with pytest.raises(jitlab.LaunchError, match=r"saxpy<<<grid=\(1, 1, 1\), block=\(4, 1, 1\), shared_mem=16777216>>> "
+                                                     r"failed: (cudaErrorInvalidValue|CUDA_ERROR_INVALID_VALUE).*shared_mem at most"):
+            k.saxpy(x, x, 1.0, 4, grid=1, block=4, shared_mem=1 << 24)
     k.saxpy(x, x, 1.0, 4, grid=1, block=4)  # the context is still usable
     torch.cuda.synchronize()
 
@@ -139,6 +145,20 @@ def test_vector_add_checks_raise_python_errors():
         m.vector_add(torch.ones(2, 2, device="cuda"), torch.ones(2, 2, device="cuda"))
     with pytest.raises(RuntimeError, match="float32"):
         m.vector_add(torch.ones(4, device="cuda", dtype=torch.float64), torch.ones(4, device="cuda", dtype=torch.float64))
+
+
+def test_integers_in_torch_check_messages_raise_python_errors(write):
+    """An integer streamed into a message in C++ (TORCH_CHECK, c10::str) reaches Python as a
+    RuntimeError. On a toolchain whose g++ links its static libstdc++ these crashed the process
+    (a second C++ runtime in the extension); jitlab links the loaded libstdc++.so.6 instead."""
+    p = write("check_n.cu", '#include <torch/extension.h>\n'
+                             'torch::Tensor check_n(torch::Tensor x) {\n'
+                             '    TORCH_CHECK(false, "n=", x.numel());\n    return x;\n}\n')
+    with pytest.raises(RuntimeError, match="n=3"):
+        jitlab.load(p).check_n(torch.ones(3, device="cuda"))
+    m = jitlab.load(KERNELS / "vector_add")
+    with pytest.raises(RuntimeError, match=r"differ in length \(4 vs 5\)"):
+        m.vector_add1(torch.ones(4, device="cuda"), torch.ones(5, device="cuda"))
 
 
 def test_cuda_edit_and_reload_in_process(write):

@@ -17,7 +17,8 @@ import jitlab
 from jitlab import toolchain
 
 # The cached functions themselves (a test may replace the module attribute with a lambda).
-CACHED = [toolchain.nvcc_path, toolchain.nvcc_version, toolchain.cxx_path, toolchain.cxx_version]
+CACHED = [toolchain.nvcc_path, toolchain.nvcc_version, toolchain.cxx_path, toolchain._cxx_version,
+          toolchain._runtime_ldflags]
 REAL = {name: shutil.which(name) for name in ("c++", "g++", "nvcc", "ninja")}
 
 
@@ -119,3 +120,55 @@ def test_compile_only_needs_no_ninja(path_with):
     """A compile-only CUDA build needs nvcc and a compiler, not ninja."""
     path_with("c++", "g++", "nvcc")
     toolchain.check(cuda=True, compile_only=True)
+
+
+STATIC_ONLY_GXX = """#!/bin/sh
+# A g++ installed without a shared libstdc++ (only libstdc++.a), like a hand-built one under /opt:
+# it cannot find libstdc++.so and links the static library into every extension.
+for a in "$@"; do
+  if [ "$a" = "-print-file-name=libstdc++.so" ]; then echo libstdc++.so; exit 0; fi
+done
+exec {real} -static-libstdc++ "$@"
+"""
+OSTREAM = """#include <sstream>
+#include <string>
+int digits(long long v) { std::ostringstream s; s << v; return (int)s.str().size(); }
+"""
+
+
+def _needed(so: Path) -> list[str]:
+    import subprocess
+
+    out = subprocess.run(["readelf", "-d", str(so)], capture_output=True, text=True).stdout
+    return [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line]
+
+
+def test_compiler_without_shared_libstdcxx_links_the_loaded_one(tmp_path, cache, monkeypatch, fresh_toolchain):
+    """With such a g++, extensions link the libstdc++.so.6 this process has loaded, so they share
+    its C++ runtime: an integer written to an ostream inside one works (with a static copy it
+    segfaults on some machines), and the key says so."""
+    import os
+    import subprocess
+    import sys
+
+    gxx = tmp_path / "bin" / "g++"
+    gxx.parent.mkdir()
+    gxx.write_text(STATIC_ONLY_GXX.format(real=shutil.which("g++")))
+    gxx.chmod(0o755)
+    snippet = tmp_path / "fmt.cpp"
+    snippet.write_text(OSTREAM)
+    plain_key = jitlab.build(snippet).name
+    monkeypatch.setenv("CXX", str(gxx))
+    _clear()
+    flags = toolchain.runtime_ldflags()
+    assert len(flags) == 1 and Path(flags[0]).name.startswith("libstdc++.so") and Path(flags[0]).is_file()
+    b = jitlab.build(snippet)
+    assert b.name != plain_key and "libstdc++.so.6" in _needed(b.artifact)
+    code = f"import jitlab; m = jitlab.load({str(snippet)!r}); print(m.digits(1234567))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "7"
+
+
+def test_usual_compiler_needs_no_extra_link_input():
+    assert toolchain.runtime_ldflags() == []

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from .. import cache, config, diagnostics, toolchain
 from ..errors import ToolchainError
+from ..parse import line_directive
 
 GENERATED_CU = "jitlab-generated.cu"
 
@@ -55,6 +56,9 @@ class Unit:
         templates: Kernel templates it defines whose instantiations the host units name.
         module: Holds ``PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)``: the object whose init the module calls.
         headers: The smallest precompiled torch header set (:data:`HEADERS`) to try first (host units).
+        source: The user's file it was made from (``""`` for generated code).
+        deps: ``(path, SHA-256)`` of every header it includes from the snippet's or the user's
+            include folders: part of its object's key, so a header edit recompiles it.
     """
 
     name: str
@@ -64,6 +68,8 @@ class Unit:
     templates: frozenset[str] = frozenset()
     module: bool = False
     headers: str = "full"
+    source: str = ""
+    deps: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -224,7 +230,7 @@ def _compile(unit: Unit, flags: Flags, stem: str, pch: Path | None, extra: str =
     else:
         cmd_flags = [*flags.includes, *flags.cxx, *flags.cuda_include, *flags.cxx_user]
     key = cache.build_key({"format": config.FORMAT_VERSION, "unit": unit.name, "text": text, "flags": cmd_flags,
-                           "pch": str(pch) if pch else "", "toolchain": flags.toolchain})
+                           "pch": str(pch) if pch else "", "toolchain": flags.toolchain, "deps": unit.deps})
     # The module name the unit's PYBIND11_MODULE gets: from its own key, never from the build's, so a
     # kernel edit (a new build name) reuses the host objects.
     extension = f"{_identifier(stem)}_{key[:12]}" if unit.torch else ""
@@ -405,7 +411,7 @@ def instantiations(templates: frozenset[str], undefined: list[str]) -> str:
 
 def _with_instantiations(text: str, extra: str) -> str:
     includes = "".join(f"#include <c10/util/{t}.h>\n" for t in sorted(set(re.findall(r"c10::(\w+)", extra))))
-    return f"{includes}{text}\n#line 1 \"{GENERATED_CU}\"\n{extra}\n"
+    return f"{includes}{text}\n{line_directive(GENERATED_CU)}{extra}\n"
 
 
 def link(objects: list[Object], name: str, folder: Path, flags: Flags) -> Path:

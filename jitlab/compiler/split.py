@@ -41,7 +41,7 @@ from pathlib import Path
 
 import tree_sitter as ts
 
-from ..parse import TORCH_INCLUDE_PREFIXES, TORCH_NAMESPACES, SourceFile, syntax_tree
+from ..parse import TORCH_INCLUDE_PREFIXES, TORCH_NAMESPACES, SourceFile, line_directive, syntax_tree
 
 #: What the host unit needs before the user's code (after the precompiled torch header).
 HOST_PRELUDE = r"""#include <cuda_runtime.h>
@@ -198,7 +198,7 @@ def split(f: SourceFile, header_texts: dict[str, str] | None = None) -> Split:
         return Split(reason=str(e))
     device = _apply(src, walker.device_edits)
     host = _apply(src, walker.host_edits)
-    line = f'#line 1 "{f.path}"\n'
+    line = line_directive(f.path)
     # Trailing blank lines go, so a function added at the end leaves the other unit unchanged.
     return Split(device=DEVICE_PRELUDE + line + device.rstrip() + "\n", host=HOST_PRELUDE + line + host.rstrip() + "\n",
                  kernels=walker.kernels, templates=walker.templates, launches=walker.launches)

@@ -4,10 +4,12 @@ engine, measured in the same run on one GPU.
 For each tool, a kernel-only ``scale`` kernel is edited (a new constant each time), compiled, loaded,
 launched and its result checked, in the same process; the edit time is the median of ``--edits``
 edits. jitlab also gets a revert (the first version again: a cache hit) and a new process loading
-the cached build (time after ``import torch``). Then each tool's per-launch overhead (best of 5 x
+the cached build (time after ``import torch``, median of 3 after one that writes Python's bytecode
+cache). Then each tool's per-launch overhead (best of 5 x
 2000 launches of a 1024-element kernel).
 
     python benchmarks/nvrtc_loop.py [--edits 10] [--json out.json]
+    python benchmarks/nvrtc_loop.py --compile-only [--arch sm_90]   # no GPU: jitlab's two engines only
 """
 
 from __future__ import annotations
@@ -44,6 +46,24 @@ def _timed(step) -> float:
     step()
     torch.cuda.synchronize()
     return time.perf_counter() - t0
+
+
+def compile_only(work: Path, edits: int, arch: str) -> int:
+    """Per-edit compile-only time of jitlab's NVRTC and nvcc engines (no GPU needed), same run."""
+    import jitlab
+
+    print(f"compile-only for {arch}, {edits} edits of a kernel-only snippet (median of edits 2..{edits})")
+    for engine in ("nvrtc", "nvcc"):
+        path = work / f"scale_{engine}.cu"
+        times = []
+        for k in range(edits):
+            path.write_text(source(2 + k))
+            t0 = time.perf_counter()
+            b = jitlab.build(path, compile_only=True, arch=arch, engine=engine)
+            times.append(time.perf_counter() - t0)
+            assert not b.cached and b.engine == engine
+        print(f"  jitlab {engine:<6} first {times[0]:.3f} s   edit {statistics.median(times[1:]):.3f} s")
+    return 0
 
 
 class Jitlab:
@@ -106,10 +126,15 @@ def newproc(tool: Jitlab) -> float:
     code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); import torch; t0 = time.perf_counter(); "
             f"import jitlab; m = jitlab.load({str(tool.path)!r}, engine={tool.engine!r}); "
             f"assert m.build.cached, 'not cached'; print(time.perf_counter() - t0)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr[-2000:])
-    return float(out.stdout.split()[-1])
+    # Python may write its bytecode cache (an installed package has one); the first run writes it.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    times = []
+    for _ in range(4):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr[-2000:])
+        times.append(float(out.stdout.split()[-1]))
+    return statistics.median(times[1:])
 
 
 def overhead(tool, x, y) -> float:
@@ -130,9 +155,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--edits", type=int, default=10)
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--compile-only", action="store_true", help="no GPU: compile-only edits, NVRTC vs nvcc")
+    ap.add_argument("--arch", default="sm_90", help="the arch for --compile-only")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="jitlab-nvrtc-"))
     os.environ["JITLAB_CACHE_DIR"] = str(work / "cache")
+    if args.compile_only:
+        return compile_only(work, args.edits, args.arch)
     os.environ.setdefault("CUPY_CACHE_DIR", str(work / "cupy"))
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
     x = torch.randn(N, device="cuda")

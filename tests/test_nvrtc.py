@@ -70,6 +70,27 @@ def test_cache_edit_revert_and_new_process(scale):
     assert out == ["nvrtc", "True", first.name]
 
 
+def test_new_process_hit_reads_nvrtc_version_from_the_cache(scale):
+    """A cache hit in a new process takes NVRTC's version (part of the key) from the cache's memo,
+    without loading cuda.bindings' NVRTC and driver bindings; a memo whose library changed is not
+    trusted (NVRTC is asked again and the memo rewritten)."""
+    import json
+
+    from jitlab import config
+
+    first = _nvrtc(scale, arch="sm_90")
+    memo = config.cache_dir() / ".nvrtc.json"
+    seen = json.loads(memo.read_text())
+    assert seen["version"] == jitlab.compiler.nvrtc.version() and Path(seen["library"]).is_file()
+    code = (f"import sys, jitlab; b = jitlab.build({str(scale)!r}, compile_only=True, arch='sm_90', engine='nvrtc'); "
+            f"print(b.cached, b.name, 'cuda.bindings.nvrtc' in sys.modules)")
+    run = lambda: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert run() == ["True", first.name, "False"]
+    memo.write_text(json.dumps({**seen, "version": "0.1", "check": [*seen["check"][:-1], "moved"]}))
+    assert run() == ["True", first.name, "True"]  # asked NVRTC again: same version, same key
+    assert json.loads(memo.read_text())["version"] == seen["version"]
+
+
 def test_engine_is_part_of_the_key(scale):
     """The same snippet built with nvcc is another build, and both stay cached."""
     a, b = _nvrtc(scale, arch="sm_90"), jitlab.build(scale, compile_only=True, arch="sm_90", engine="nvcc")

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import jitlab
-from jitlab import builder
+from jitlab import builder, jobs
 from jitlab.compiler import nvrtc
 from jitlab.errors import LaunchError
 
@@ -61,8 +61,10 @@ def test_loads_with_nvrtc_and_computes():
 def test_launch_error_names_the_kernel_and_configuration():
     m = jitlab.load(KERNELS / "saxpy.cu", engine="nvrtc")
     x = torch.randn(8, device="cuda")
-    with pytest.raises(LaunchError, match=r"saxpy<<<grid=\(1, 1, 1\), block=\(2048, 1, 1\), shared_mem=0>>> failed"):
-        m.saxpy(x, x, 1.0, 8, grid=1, block=2048)
+    # More dynamic shared memory than any GPU has: the driver refuses the launch.
+    with pytest.raises(LaunchError, match=r"saxpy<<<grid=\(1, 1, 1\), block=\(8, 1, 1\), shared_mem=16777216>>> failed: "
+                                          r"CUDA_ERROR_INVALID_VALUE"):
+        m.saxpy(x, x, 1.0, 8, grid=1, block=8, shared_mem=1 << 24)
 
 
 def test_dynamic_shared_memory_and_a_side_stream(tmp_path):
@@ -116,3 +118,86 @@ def test_new_process_loads_the_cached_cubin(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["nvrtc", "True", "30.0"]
+
+
+def test_launch_from_a_thread_that_made_no_cuda_call():
+    """The driver launch needs the CUDA context current in the calling thread: a thread that has
+    made no CUDA call of its own still launches (the launcher makes the context current once)."""
+    import threading
+
+    m = jitlab.load(KERNELS / "saxpy.cu", engine="nvrtc")
+    x, y = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
+    want = 3.0 * x + y
+    errors = []
+
+    def work():
+        try:
+            m.saxpy(y, x, 3.0, 1000, grid=4, block=256)
+        except Exception as e:  # reported below, in the test's thread
+            errors.append(e)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert not errors, errors
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, want)
+
+
+ASSERTS = """#include <cassert>
+__global__ void positive(float* y, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        assert(x[i] >= 0.0f);
+        y[i] = x[i];
+    }
+}
+"""
+ASSERTS_REF = """import torch
+SIZES = [256]
+def inputs(size, seed, device):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return {"x": torch.randn(size, generator=g).to(device)}
+def reference(inp):
+    return inp["x"].clone()
+def run(m, inp):
+    y = torch.empty_like(inp["x"])
+    m.positive(y, inp["x"], y.numel(), grid=1, block=256)
+    return y
+"""
+
+
+def test_debug_build_on_nvrtc_reports_the_device_assert(tmp_path):
+    """``debug=True`` on NVRTC (``-G``, asserts on): the failing assert is reported, isolated, as a
+    device assert at the snippet's line; a debug load computes right where the assert holds."""
+    p = tmp_path / "positive.cu"
+    p.write_text(ASSERTS)
+    (tmp_path / "positive.ref.py").write_text(ASSERTS_REF)
+    m = jitlab.load(p, engine="nvrtc", debug=True)
+    assert m.build.engine == "nvrtc"
+    x = torch.rand(256, device="cuda")
+    y = torch.empty_like(x)
+    m.positive(y, x, 256, grid=1, block=256)
+    torch.testing.assert_close(y, x)
+    out = jitlab.check(p, engine="nvrtc", debug=True, timeout=120)
+    assert out.category == jobs.ASSERT, str(out)
+    assert "positive.cu:5" in (out.where or "") + out.output, str(out)
+
+
+def test_cuda_magic_check_builds_with_nvrtc(cache, tmp_path, monkeypatch, capsys):
+    """``%%cuda NAME --check`` on a kernel-only cell: NVRTC builds it and the checker's table is printed."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "positive.ref.py").write_text(ASSERTS_REF.replace("torch.randn", "torch.rand"))
+    shell = InteractiveShell.instance()
+    try:
+        shell.run_line_magic("load_ext", "jitlab")
+        shell.run_cell_magic("cuda", "positive --check", ASSERTS)
+        out = capsys.readouterr().out
+        assert "ok" in out and "verdict" in out, out
+        again = jitlab.load(tmp_path / "kernels" / "positive.cu").build
+        assert again.cached and again.engine == "nvrtc"
+    finally:
+        InteractiveShell.clear_instance()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import toolchain
+from ..parse import line_directive
 
 SHIMS = Path(__file__).parent / "nvrtc_include"
 # System headers NVRTC compiles: its own and the toolkit's device headers, and jitlab's stand-ins.
@@ -49,14 +50,88 @@ class Cubin:
 
 @functools.cache
 def version() -> str | None:
-    """NVRTC's version (``"13.0"``), or ``None`` if cuda-python or the NVRTC library is missing."""
+    """NVRTC's version (``"13.0"``), or ``None`` if cuda-python or the NVRTC library is missing.
+
+    Part of every NVRTC build's key, so a cache hit needs it; asking cuda.bindings costs ~0.08 s
+    (it loads the driver bindings and searches for the library). The answer is remembered in the
+    cache (``.nvrtc.json``) with the library file it came from: while that file, cuda-bindings'
+    version and the variables that steer the library search are unchanged, it is read from there.
+    """
+    memo = _memo_path()
+    seen = _read_memo(memo)
+    if seen is not None and seen.get("check") == _memo_check(seen.get("library")):
+        return seen.get("version")
+    found = _probe_version()
+    if found is not None:
+        _write_memo(memo, {"version": found[0], "library": found[1], "check": _memo_check(found[1])})
+    return found[0] if found else None
+
+
+def _probe_version() -> tuple[str, str | None] | None:
+    """Ask NVRTC for its version; also the path of the library that answered (``/proc/self/maps``)."""
     try:
         from cuda.bindings import nvrtc
 
         err, major, minor = nvrtc.nvrtcVersion()
     except Exception:  # ImportError, or cuda.pathfinder not finding libnvrtc
         return None
-    return f"{major}.{minor}" if int(err) == 0 else None
+    if int(err) != 0:
+        return None
+    library = None
+    try:
+        with open("/proc/self/maps") as f:
+            library = next((ln.split(None, 5)[-1].strip() for ln in f if "libnvrtc.so" in ln), None)
+    except OSError:
+        pass
+    return f"{major}.{minor}", library
+
+
+def _memo_check(library: str | None) -> list | None:
+    """What must be unchanged for a remembered NVRTC version to hold; ``None`` if it cannot be told."""
+    import importlib.util
+    import os
+
+    if not library:
+        return None
+    try:
+        spec = importlib.util.find_spec("cuda.bindings.nvrtc")  # imports only the cuda.bindings package
+        files = [os.stat(library), os.stat(spec.origin)]
+    except (ImportError, ValueError, AttributeError, TypeError, OSError):
+        return None
+    steer = [os.environ.get(k, "") for k in ("CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")]
+    return [library, *[[st.st_size, st.st_mtime_ns, st.st_ino] for st in files], *steer]
+
+
+def _memo_path() -> Path:
+    from .. import config
+
+    return config.cache_dir() / ".nvrtc.json"
+
+
+def _read_memo(path: Path) -> dict | None:
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_memo(path: Path, data: dict) -> None:
+    """Best effort, atomically: a cache that cannot be written only costs the lookup next time."""
+    import json
+    import os
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".nvrtc-", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def unavailable() -> str | None:
@@ -128,7 +203,7 @@ def source(plan) -> str:
     """The text NVRTC compiles: ``jitlab_nvrtc.h`` (``INFINITY`` and the like, which nvcc's implicit
     includes give), then the user's ``.cu`` after a ``#line`` directive naming it."""
     f = next(f for f in plan.files if f.language == "cuda")
-    return f'#include <jitlab_nvrtc.h>\n#line 1 "{_escape(str(f.path))}"\n{f.text}'
+    return f"#include <jitlab_nvrtc.h>\n{line_directive(f.path)}{f.text}"
 
 
 def compile_cubins(plan, archs: list[str], defines: dict, debug: bool = False) -> list[Cubin]:
@@ -207,10 +282,6 @@ def _log_of(e: Exception, log: str) -> str:
     return (log + "\n" + text).replace("\x00", "").strip()
 
 
-def _escape(path: str) -> str:
-    return path.replace("\\", "\\\\").replace('"', '\\"')
-
-
 # ---- loading ------------------------------------------------------------------------------------
 
 def load(code: bytes, names: dict[str, str]) -> dict:
@@ -229,49 +300,61 @@ def launcher(kernel_of, fn):
     ``kernel_of()`` gives the kernel; it is called at the first launch, so loading a build touches
     neither the driver nor cuda.core (the CUDA context is made by the first launch, as with nvcc's
     builds). The wrapper has checked and converted every argument (pointers as addresses, scalars as
-    Python numbers or half bits); here each scalar becomes its C type and the kernel is launched on
-    ``stream``. Launch configurations and stream objects are reused between calls.
+    Python numbers or half bits). Each argument has a C slot made once, and the driver gets the
+    array of their addresses (``cuLaunchKernel``'s ``kernelParams``), so a launch stores the values
+    and makes one driver call: no per-call argument objects. A lock keeps threads from filling the
+    slots of one another's launch (the driver copies them during the call).
     """
+    import ctypes
+    import threading
+
     from .. import ctypes_map
     from ..errors import LaunchError
 
-    # cuda.core passes a Python int as a pointer-sized value (an address) and a ctypes scalar as its C type.
-    types = [None if p.pointer else ctypes_map.scalar_kind(p)[0] for p in fn.params]
-    scalars = [(i, t) for i, t in enumerate(types) if t is not None]
-    configs: dict = {}
-    streams: dict = {}
-    bound: list = []  # kernel, LaunchConfig, Stream, launch: after the first launch
+    slots = [ctypes.c_void_p() if p.pointer else ctypes_map.scalar_kind(p)[0]() for p in fn.params]
+    array = (ctypes.c_void_p * max(len(slots), 1))(*[ctypes.addressof(s) for s in slots])
+    params = ctypes.addressof(array) if slots else 0
+    lock = threading.Lock()
+    bound: list = []  # cuLaunchKernel and the kernel's handle, after the first launch
 
     def call(gx, gy, gz, bx, by, bz, smem, stream, *args):
-        if scalars:
-            args = list(args)
-            for i, t in scalars:
-                args[i] = t(args[i])
         try:
             if not bound:
-                from cuda.core import LaunchConfig, Stream, launch
-
-                bound.extend((kernel_of(), LaunchConfig, Stream, launch))
-            kernel, config_type, stream_type, launch = bound
-            cfg = configs.get((gx, gy, gz, bx, by, bz, smem))
-            if cfg is None:
-                if len(configs) > 64:
-                    configs.clear()
-                cfg = configs[(gx, gy, gz, bx, by, bz, smem)] = config_type(
-                    grid=(gx, gy, gz), block=(bx, by, bz), shmem_size=smem)
-            st = streams.get(stream)
-            if st is None:
-                st = streams[stream] = stream_type.from_handle(int(stream))
-            launch(st, cfg, kernel, *args)
+                bound.extend(_bind(kernel_of))
+            launch, handle = bound
+            with lock:
+                for slot, value in zip(slots, args):
+                    slot.value = value
+                err, = launch(handle, gx, gy, gz, bx, by, bz, smem, stream, params, 0)
+                if err == _INVALID_CONTEXT:  # a thread where no CUDA call has made the context current
+                    _make_current()
+                    err, = launch(handle, gx, gy, gz, bx, by, bz, smem, stream, params, 0)
         except Exception as e:
             code = _error_code(e)
             if code is None:
                 raise LaunchError(f"{fn.name}<<<grid={(gx, gy, gz)}, block={(bx, by, bz)}, shared_mem={smem}>>> "
                                   f"could not be launched: {type(e).__name__}: {e}") from e
             return code
-        return 0
+        return int(err)
 
+    call.keep = (slots, array)  # the slots must live as long as the launcher
     return call
+
+
+_INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT
+
+
+def _bind(kernel_of) -> tuple:
+    """``cuLaunchKernel`` and the kernel's driver handle (loading the CUBIN on first use)."""
+    from cuda.bindings import driver
+
+    return driver.cuLaunchKernel, kernel_of().handle
+
+
+def _make_current() -> None:
+    from cuda.core import Device
+
+    Device().set_current()
 
 
 def _error_code(e: Exception) -> int | None:

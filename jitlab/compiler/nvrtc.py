@@ -293,17 +293,21 @@ def load(code: bytes, names: dict[str, str]) -> dict:
     return {name: obj.get_kernel(symbol) for name, symbol in names.items()}
 
 
+_INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT
+
+
 def launcher(kernel_of, fn):
     """A launcher for one kernel with the generated shim's convention, for :mod:`jitlab.launch`'s
-    typed wrapper: ``(gx, gy, gz, bx, by, bz, shared_mem, stream, *args) -> CUresult``.
+    typed wrapper: ``(gx, gy, gz, bx, by, bz, shared_mem, stream, a0, a1, ...) -> CUresult``.
 
     ``kernel_of()`` gives the kernel; it is called at the first launch, so loading a build touches
     neither the driver nor cuda.core (the CUDA context is made by the first launch, as with nvcc's
     builds). The wrapper has checked and converted every argument (pointers as addresses, scalars as
     Python numbers or half bits). Each argument has a C slot made once, and the driver gets the
     array of their addresses (``cuLaunchKernel``'s ``kernelParams``), so a launch stores the values
-    and makes one driver call: no per-call argument objects. A lock keeps threads from filling the
-    slots of one another's launch (the driver copies them during the call).
+    and makes one driver call: no per-call argument objects. Like the wrapper, the launcher is
+    generated for the kernel's parameters (straight-line stores, no loop or ``*args``). A lock keeps
+    threads from filling the slots of one another's launch (the driver copies them during the call).
     """
     import ctypes
     import threading
@@ -314,34 +318,41 @@ def launcher(kernel_of, fn):
     slots = [ctypes.c_void_p() if p.pointer else ctypes_map.scalar_kind(p)[0]() for p in fn.params]
     array = (ctypes.c_void_p * max(len(slots), 1))(*[ctypes.addressof(s) for s in slots])
     params = ctypes.addressof(array) if slots else 0
-    lock = threading.Lock()
-    bound: list = []  # cuLaunchKernel and the kernel's handle, after the first launch
 
-    def call(gx, gy, gz, bx, by, bz, smem, stream, *args):
+    def fail(e, grid, block, smem):
+        code = _error_code(e)
+        if code is None:
+            raise LaunchError(f"{fn.name}<<<grid={grid}, block={block}, shared_mem={smem}>>> "
+                              f"could not be launched: {type(e).__name__}: {e}") from e
+        return code
+
+    names = [f"a{i}" for i in range(len(slots))]
+    stores = "".join(f"\n                _s{i}.value = a{i}" for i in range(len(slots))) or "\n                pass"
+    src = f"""
+def make(_bind, _lock, _params, _fail, _current{''.join(f', _s{i}' for i in range(len(slots)))}):
+    launch = handle = None
+    def call(gx, gy, gz, bx, by, bz, smem, stream{''.join(', ' + a for a in names)}):
+        nonlocal launch, handle
         try:
-            if not bound:
-                bound.extend(_bind(kernel_of))
-            launch, handle = bound
-            with lock:
-                for slot, value in zip(slots, args):
-                    slot.value = value
-                err, = launch(handle, gx, gy, gz, bx, by, bz, smem, stream, params, 0)
-                if err == _INVALID_CONTEXT:  # a thread where no CUDA call has made the context current
-                    _make_current()
-                    err, = launch(handle, gx, gy, gz, bx, by, bz, smem, stream, params, 0)
+            if handle is None:
+                launch, handle = _bind()
+            with _lock:{stores}
+                err, = launch(handle, gx, gy, gz, bx, by, bz, smem, stream, _params, 0)
+                if err == {_INVALID_CONTEXT}:  # a thread where no CUDA call has made the context current
+                    _current()
+                    err, = launch(handle, gx, gy, gz, bx, by, bz, smem, stream, _params, 0)
         except Exception as e:
-            code = _error_code(e)
-            if code is None:
-                raise LaunchError(f"{fn.name}<<<grid={(gx, gy, gz)}, block={(bx, by, bz)}, shared_mem={smem}>>> "
-                                  f"could not be launched: {type(e).__name__}: {e}") from e
-            return code
-        return int(err)
-
+            return _fail(e, (gx, gy, gz), (bx, by, bz), smem)
+        return err
+    return call
+"""
+    env: dict = {}
+    exec(compile(src, f"<jitlab launcher {fn.name}>", "exec"), env)
+    call = env["make"](lambda: _bind(kernel_of), threading.Lock(), params, fail, _make_current, *slots)
     call.keep = (slots, array)  # the slots must live as long as the launcher
     return call
 
 
-_INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT
 
 
 def _bind(kernel_of) -> tuple:

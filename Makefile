@@ -13,8 +13,10 @@ $(VENV)/.ready: pyproject.toml scripts/setup-env
 demo: $(VENV)/.ready
 	$(PY) -m jitlab run
 
-## test: the CPU test suite (what CI runs); GPU tests are deselected without a GPU
+## test: the CPU test suite (what CI runs); GPU tests are deselected without a GPU. Installs Chromium
+## for the browser test when this user may (scripts/setup-browser), otherwise says what to run.
 test: $(VENV)/.ready
+	scripts/setup-browser
 	$(PY) -m pytest -m "not gpu" tests
 
 ## test-fast: CPU tests without the ones that compile torch headers (tens of seconds each)
@@ -31,5 +33,5 @@ bench:
 bench-cpp: $(VENV)/.ready
 	$(PY) benchmarks/edit_loop.py --cpp
 
-clean:
-	PYTHONPATH=. $(PYTHON) -m jitlab clean
+clean: $(VENV)/.ready
+	$(PY) -m jitlab clean

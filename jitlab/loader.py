@@ -15,7 +15,7 @@ import warnings
 
 from . import builder as build_mod
 from . import cache, output
-from .errors import JitlabError, ToolchainError
+from .errors import ArgumentError, JitlabError, ToolchainError
 from .launch import Callable
 
 _loaded: dict[str, "Module"] = {}
@@ -24,14 +24,52 @@ _loaded: dict[str, "Module"] = {}
 class Module:
     """A loaded snippet: its functions as attributes, plus what was built.
 
+    The module is callable too when that is unambiguous: ``saxpy(...)`` calls ``saxpy.saxpy(...)``
+    when the snippet has one function, or one named like the snippet (``%%cuda saxpy`` binds
+    ``saxpy``); otherwise calling it raises an error naming the functions to call as attributes.
+    The forward adds about a microsecond to each call (one more Python call passing ``*args`` and
+    ``**kwargs`` on), so a launch-bound loop calls the attribute.
+
     Attributes:
         build: The :class:`jitlab.build.Build` (name, folder, cached, seconds, resources).
         functions: Names callable from Python.
     """
 
+    _target = None  # what calling the module calls, found at the first call (the functions are fixed at load)
+
     def __init__(self, build: build_mod.Build):
         self.build = build
         self.functions: list[str] = []
+
+    def __call__(self, *args, **kwargs):
+        """Call the snippet's one function, or the one named like the snippet.
+
+        Raises:
+            ArgumentError: The snippet has several functions and none is named like it, or none.
+        """
+        return (self._target or self._find_target())(*args, **kwargs)
+
+    def _find_target(self):
+        name = self._call_target()
+        if name is None:
+            raise ArgumentError(self._not_callable())
+        self._target = getattr(self, name)
+        return self._target
+
+    def _call_target(self) -> str | None:
+        """The name of the function that calling the module calls, or ``None`` when that would be a guess."""
+        if len(self.functions) == 1:
+            return self.functions[0]
+        return self.build.plan.stem if self.build.plan.stem in self.functions else None
+
+    def _not_callable(self) -> str:
+        stem = self.build.plan.stem
+        if not self.functions:
+            skipped = "; ".join(f"{n}: {why}" for n, why in self.build.plan.skipped)
+            return f"`{stem}` has no function callable from Python" + (f" ({skipped})" if skipped else "")
+        calls = ", ".join(f"{stem}.{n}(...)" for n in self.functions)
+        return (f"`{stem}` has {len(self.functions)} functions and none is called {stem}, so `{stem}(...)` "
+                f"would be a guess: call one as an attribute, {calls}")
 
     def __getattr__(self, name: str):
         if name.startswith("__"):

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
-
+import jitlab
 from jitlab import snippets
 
 
@@ -52,15 +53,16 @@ def test_compile_error_uses_cell_line_numbers(ip, capsys):
     assert "bad" not in ip.user_ns
 
 
-def test_bad_magic_line_prints_help(ip, capsys):
+def test_bad_magic_line_prints_help(ip, tmp_path, capsys):
     """A missing name or unknown option prints the usage, builds nothing."""
     ip.run_cell_magic("cuda", "", "__global__ void k() {}")
     assert "%%cuda NAME [options]" in capsys.readouterr().out
     ip.run_cell_magic("cuda", "k --turbo", "__global__ void k() {}")
     out = capsys.readouterr().out
-    assert "unrecognized arguments: --turbo" in out and "--compile-only" in out
+    assert "unknown option --turbo" in out and "--compile-only" in out
     ip.run_cell_magic("cuda", "not-a-name", "__global__ void k() {}")
     assert "not a valid kernel name" in capsys.readouterr().out
+    assert not (tmp_path / "kernels").exists()
 
 
 def test_cuda_cell_compile_only_without_gpu(ip, tmp_path, capsys):
@@ -104,3 +106,96 @@ def test_check_option_runs_the_reference(ip, tmp_path, capsys):
     ip.run_cell_magic("cpp", "twice --check", SCALE % "2.0f")
     out = capsys.readouterr().out
     assert "twice" in out and "ok" in out and "verdict" in out
+
+
+# ---- calling what the cell bound ----------------------------------------------------------------
+TWO = "void a(float* y, int n) { y[0] = n; }\nint b(int n) { return 2 * n; }\n"
+
+
+def test_one_function_cell_is_called_by_its_name(ip, capsys):
+    """`%%cpp scale` with one function: `scale(...)` calls it; `scale.scale` and `scale.build` still work."""
+    ip.run_cell_magic("cpp", "scale", SCALE % "2.0f")
+    assert "call scale(...)" in capsys.readouterr().out
+    ip.run_cell("import torch; y = torch.empty(3); scale(y, torch.ones(3), 3); z = torch.empty(3); "
+                "scale.scale(z, torch.ones(3), 3); b = scale.build")
+    assert ip.user_ns["y"].tolist() == ip.user_ns["z"].tolist() == [2.0, 2.0, 2.0]
+    assert ip.user_ns["b"].cached is False and ip.user_ns["scale"].functions == ["scale"]
+
+
+def test_one_function_of_another_name_is_called_too(ip, capsys):
+    """`%%cpp k` whose only function is `scale`: `k(...)` calls `k.scale(...)`, and the cell says so."""
+    ip.run_cell_magic("cpp", "k", SCALE % "3.0f")
+    assert "call k(...) (that is k.scale(...))" in capsys.readouterr().out
+    ip.run_cell("import torch; y = torch.empty(2); k(y, torch.ones(2), 2)")
+    assert ip.user_ns["y"].tolist() == [3.0, 3.0]
+
+
+def test_function_named_like_the_cell_is_the_one_called(ip, capsys):
+    """`%%cpp b` with functions a and b: `b(...)` calls `b.b(...)`; `b.a` stays an attribute."""
+    ip.run_cell_magic("cpp", "b", TWO)
+    assert "call b(...); also b.a(...)" in capsys.readouterr().out
+    ip.run_cell("r = b(4)")
+    assert ip.user_ns["r"] == 8 and callable(ip.user_ns["b"].a)
+
+
+def test_calling_an_ambiguous_module_names_the_functions(ip, capsys):
+    """`%%cpp two` with functions a and b: `two(...)` raises an error that names `two.a` and `two.b`."""
+    ip.run_cell_magic("cpp", "two", TWO)
+    assert "call two.a(...), two.b(...)" in capsys.readouterr().out
+    err = ip.run_cell("two(4)").error_in_exec
+    assert isinstance(err, jitlab.ArgumentError) and isinstance(err, TypeError)
+    assert "two.a(...), two.b(...)" in str(err)
+    ip.run_cell("r = two.b(4)")
+    assert ip.user_ns["r"] == 8
+
+
+# ---- the magic line -----------------------------------------------------------------------------
+def test_unknown_option_is_named_with_the_options(ip, capsys):
+    """`%%cuda --bogus` names --bogus and lists the options, not argparse's "name is required"."""
+    ip.run_cell_magic("cuda", "--bogus", "__global__ void k() {}")
+    out = capsys.readouterr().out
+    assert "unknown option --bogus" in out and "--compile-only" in out and "required" not in out
+
+
+def test_misspelled_option_says_did_you_mean(ip, capsys):
+    """A near miss names the option meant."""
+    ip.run_cell_magic("cpp", "k --chek", SCALE % "2.0f")
+    assert "unknown option --chek; did you mean --check?" in capsys.readouterr().out
+
+
+def test_missing_name_is_explained_with_the_magics_usage(ip, capsys):
+    """A cell without NAME says what NAME is and shows the usage line of the magic that was used."""
+    ip.run_cell_magic("cpp", "--check", SCALE % "2.0f")
+    out = capsys.readouterr().out
+    assert "needs a NAME" in out and "kernels/NAME.cpp" in out and "%%cpp NAME [options]" in out
+
+
+def test_a_second_name_is_not_taken_for_an_option(ip, capsys):
+    """`%%cuda k sm_90` (a forgotten --arch) says that sm_90 is not an option."""
+    ip.run_cell_magic("cuda", "k sm_90", "__global__ void k() {}")
+    assert "one NAME only: 'k', then 'sm_90', which is not an option" in capsys.readouterr().out
+
+
+def test_flag_value_starting_with_a_dash_names_the_spelling(ip, capsys):
+    """`--flag -O3` (argparse takes -O3 for an option) suggests `--flag=-O3`."""
+    ip.run_cell_magic("cpp", "k --flag -O3", SCALE % "2.0f")
+    assert "--flag=-O3" in capsys.readouterr().out
+
+
+def test_help_option_prints_the_help_only(ip, tmp_path, capsys):
+    """`%%cuda --help` prints the help, no error, and saves nothing."""
+    ip.run_cell_magic("cuda", "--help", "__global__ void k() {}")
+    out = capsys.readouterr().out
+    assert out.startswith("%%cuda NAME [options]") and "jitlab:" not in out
+    assert not (tmp_path / "kernels").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
+def test_cuda_cell_without_a_gpu_suggests_the_magics_compile_only(ip, tmp_path, capsys):
+    """Without a GPU, `%%cuda NAME --check` saves the cell and suggests the same cell with
+    `--compile-only --arch`, not jitlab.build(...)."""
+    ip.run_cell_magic("cuda", "twice --check -D F=2", "__global__ void twice(float* y) { y[0] *= F; }")
+    out = capsys.readouterr().out
+    assert "no CUDA GPU" in out and "--check runs it" in out
+    assert "%%cuda twice -D F=2 --compile-only --arch sm_75,sm_90" in out and "jitlab.build" not in out
+    assert (tmp_path / "kernels" / "twice.cu").is_file() and "twice" not in ip.user_ns

@@ -66,11 +66,12 @@ class BenchResult:
 
     @property
     def vs_torch(self) -> float | None:
-        """Speedup over torch eager (above 1: the kernel is faster)."""
+        """How many times faster than torch eager the kernel is (torch's median over the kernel's; below 1: slower)."""
         return self.torch_timing.median / self.timing.median if self.timing and self.torch_timing else None
 
     @property
     def vs_compile(self) -> float | None:
+        """How many times faster than ``torch.compile`` of the reference the kernel is (below 1: slower)."""
         return self.compiled_timing.median / self.timing.median if self.timing and self.compiled_timing else None
 
     def to_dict(self) -> dict:
@@ -95,13 +96,32 @@ class BenchResult:
         if self.tflops:
             parts.append(f"{self.tflops:.1f} TFLOP/s")
         if self.vs_torch:
-            parts.append(f"{self.vs_torch:.2f}x torch eager")
+            parts.append(compared(self.vs_torch, "torch eager"))
         if self.vs_compile:
-            parts.append(f"{self.vs_compile:.2f}x torch.compile")
+            parts.append(compared(self.vs_compile, "torch.compile"))
         return ", ".join(parts)
 
     def _repr_html_(self) -> str:
         return f"<pre>{html.escape(str(self))}</pre>"
+
+
+def times_faster(ratio: float | None) -> str:
+    """A cell under a ``× faster than torch`` header: ``1.64×``, or below 1 ``0.31× (3.23× slower)``.
+
+    Args:
+        ratio: The other code's median time over the kernel's (:attr:`BenchResult.vs_torch`).
+
+    Returns:
+        The cell; ``""`` when there is no ratio.
+    """
+    if not ratio:
+        return ""
+    return f"{ratio:.2f}×" if round(ratio, 2) >= 1 else f"{ratio:.2f}× ({1 / ratio:.2f}× slower)"
+
+
+def compared(ratio: float, other: str) -> str:
+    """The same in words: ``1.64× faster than torch eager``, ``3.23× slower than torch eager``."""
+    return f"{ratio:.2f}× faster than {other}" if round(ratio, 2) >= 1 else f"{1 / ratio:.2f}× slower than {other}"
 
 
 def bench(run, inputs, size: int, *, reference=None, bytes_moved=None, flops=None, device: str = "cuda",

@@ -20,7 +20,7 @@ import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import cache, codegen, config, diagnostics, output, toolchain
+from . import cache, codegen, config, diagnostics, output, progress, toolchain
 from .compiler import nvrtc, objects
 from .errors import SnippetError, ToolchainError
 from .parse import SourceFile, language_of, parse_file, parse_header
@@ -336,21 +336,24 @@ def _build_keyed(plan: codegen.Plan, archs: list[str], parts: dict, opts: Option
         manifest = _trusted_manifest(folder, name, quiet=True)  # another process may have finished it
         if manifest is not None:
             return Build(name, folder, plan, manifest, True, time.perf_counter() - t0, archs)
-        for note in notes:
-            print(f"jitlab: {note}", file=sys.stderr, flush=True)
-        cache.reset_dir(folder)
-        if engine == "nvrtc":
-            manifest = _build_nvrtc(plan, folder, archs, opts)
-        elif plan.units:
-            manifest = _build_objects(plan, name, folder, archs, opts)
-        elif opts.compile_only:
-            manifest = _compile_only(plan, name, folder, archs, opts)
-        else:
-            manifest = _load_inline(plan, name, folder, archs, opts)
-        manifest["notes"] = [*notes, *manifest.get("notes", [])]
-        manifest.update(seconds=round(time.perf_counter() - t0, 3), archs=archs, kind=plan.kind, engine=engine,
-                        sources=[str(f.path) for f in plan.files], built_at=time.time())
-        cache.write_manifest(folder, manifest)
+        # Silent when quick; past $JITLAB_PROGRESS_AFTER seconds a line, a live line naming what compiles, a line.
+        with progress.Step(f"building {_what(plan, archs, 'NVRTC' if engine == 'nvrtc' else 'nvcc')}",
+                           f"built {_names(plan)}"):
+            for note in notes:
+                progress.say(f"jitlab: {note}")
+            cache.reset_dir(folder)
+            if engine == "nvrtc":
+                manifest = _build_nvrtc(plan, folder, archs, opts)
+            elif plan.units:
+                manifest = _build_objects(plan, name, folder, archs, opts)
+            elif opts.compile_only:
+                manifest = _compile_only(plan, name, folder, archs, opts)
+            else:
+                manifest = _load_inline(plan, name, folder, archs, opts)
+            manifest["notes"] = [*notes, *manifest.get("notes", [])]
+            manifest.update(seconds=round(time.perf_counter() - t0, 3), archs=archs, kind=plan.kind, engine=engine,
+                            sources=[str(f.path) for f in plan.files], built_at=time.time())
+            cache.write_manifest(folder, manifest)
     if config.verbose():
         print((folder / "build.log").read_text(errors="replace"), file=sys.stderr)
     return Build(name, folder, plan, manifest, False, time.perf_counter() - t0, archs)
@@ -612,7 +615,7 @@ def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str]
     """A torch-style build: each unit compiled once into the object cache, then linked (or, compile-only,
     kept as one relocatable object)."""
     for note in plan.notes:
-        print(f"jitlab: {note}", file=sys.stderr, flush=True)
+        progress.say(f"jitlab: {note}")
     flags = object_flags(plan, archs, opts)
     if opts.compile_only and not plan.cuda:
         raise SnippetError(f"{_what(plan, archs)}: compile_only applies to CUDA snippets; C++ snippets build and run here")
@@ -621,7 +624,7 @@ def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str]
                             f"jitlab's smaller precompiled header set ({o.unit.headers}), so its edits take longer"
                             for o in objs if o.headers == "full" and o.unit.headers != "full")]
     for note in notes[len(plan.notes):]:
-        print(f"jitlab: {note}", file=sys.stderr, flush=True)
+        progress.say(f"jitlab: {note}")
     log = "\n".join(o.log for o in objs)
     (folder / "build.log").write_text(log)
     if opts.compile_only:

@@ -400,6 +400,8 @@ def _ab_size(ref) -> int:
 
 
 def _bench_status(rows) -> str:
+    from .benchmark import compared
+
     wrong = [r for r in rows if not r.verdict.passed]
     if wrong:
         return f"FAIL: not timed, {wrong[0].name} is wrong at size {wrong[0].size}: {wrong[0].verdict.reasons[0]}"
@@ -408,7 +410,7 @@ def _bench_status(rows) -> str:
     if best.gbps:
         parts.append(f"{best.gbps:.1f} GB/s")
     if best.vs_torch:
-        parts.append(f"{best.vs_torch:.2f}x torch")
+        parts.append(compared(best.vs_torch, "torch"))
     return ", ".join(parts)
 
 
@@ -421,8 +423,14 @@ def _fmt(x, spec: str) -> str:
 
 
 def bench_table(rows) -> str:
-    """The bench results as an HTML table; a wrong version shows its verdict instead of times."""
-    head = ["version", "size", "time (median)", "IQR", "GB/s", "% peak", "torch", "vs torch", "vs compile"]
+    """The bench results as an HTML table; a wrong version shows its verdict instead of times.
+
+    The ratio columns read "× faster than": ``1.64×``, or below 1 ``0.31× (3.23× slower)``.
+    """
+    from .benchmark import times_faster
+
+    head = ["version", "size", "time (median)", "IQR", "GB/s", "% peak", "torch", "× faster than torch",
+            "× faster than torch.compile"]
     body = []
     for r in rows:
         if not r.timing:
@@ -431,7 +439,7 @@ def bench_table(rows) -> str:
             continue
         cells = [html.escape(r.name), str(r.size), _ms(r.timing.median), _ms(r.timing.iqr), _fmt(r.gbps, ".1f"),
                  _fmt(r.pct_peak, ".0f"), _ms(r.torch_timing.median) if r.torch_timing else "",
-                 _fmt(r.vs_torch, ".2f"), _fmt(r.vs_compile, ".2f")]
+                 times_faster(r.vs_torch), times_faster(r.vs_compile)]
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return ("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(body) + "</table>")
 

@@ -1,4 +1,5 @@
-"""``jitlab run``: build, check and time every kernel against its torch reference; print one table.
+"""``jitlab run``: build, check and time every kernel against its torch reference; print one table,
+a row at a time as each is measured (the header first).
 
 A kernel ``kernels/NAME.cu`` (or ``NAME.cpp``, or a folder ``NAME/``) has its reference beside it in
 ``kernels/NAME.ref.py``: ``SIZES``, ``inputs(size, seed, device)``, ``reference(inputs)``,
@@ -20,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import config, results, toolchain
+from . import config, progress, results, toolchain
 from .errors import JitlabError
 
 DEFAULT_ARCHS = ("sm_75", "sm_80", "sm_90")
@@ -94,46 +95,59 @@ def _quiet(fn):
 
 
 def run_kernel(k: Kernel, device: str, *, time_it: bool = True, compile_reference: bool = True,
-               max_size: int | None = None) -> list[dict]:
-    """Build one kernel, check every variant, and time the ones that pass; one row per variant and size."""
+               max_size: int | None = None, on_row=None) -> list[dict]:
+    """Build one kernel, check every variant, and time the ones that pass; one row per variant and size.
+
+    Args:
+        on_row: Called with each row as soon as it is measured (``jitlab run`` prints it then).
+    """
     import jitlab
     from .benchmark import bench
     from .checker import check
+
+    rows: list[dict] = []
+
+    def emit(row: dict) -> None:
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
 
     t0 = time.perf_counter()
     try:
         mod = jitlab.load(k.path)
     except JitlabError as e:
-        return [{"kernel": k.name, "variant": "", "status": "FAIL", "detail": str(e).splitlines()[0]}]
+        emit({"kernel": k.name, "variant": "", "status": "FAIL", "detail": str(e).splitlines()[0]})
+        return rows
     built = "cached" if mod.build.cached else f"{time.perf_counter() - t0:.1f} s"
     ref = load_reference(k.ref)
     tol = getattr(ref, "TOLERANCE", None)
-    rows = []
     for vname, fn, sizes in variants(ref):
         run = _quiet(functools.partial(fn, mod))
         sizes = [s for s in sizes if max_size is None or s <= max_size] or sizes[:1]
         row = {"kernel": k.name, "variant": vname, "kind": mod.build.plan.kind, "build": built}
-        v = check(run, ref.reference, ref.inputs, sizes=sizes, seeds=getattr(ref, "SEEDS", [0]), device=device,
-                  tolerance_override=tol, name=f"{k.name}/{vname}")
+        with progress.Step(f"checking {k.name} {vname}"):  # a live line only: the rows say the rest
+            v = check(run, ref.reference, ref.inputs, sizes=sizes, seeds=getattr(ref, "SEEDS", [0]), device=device,
+                      tolerance_override=tol, name=f"{k.name}/{vname}")
         if not v.passed:
-            rows.append({**row, "status": "FAIL", "detail": "; ".join(v.reasons)[:160], "verdict": v})
+            emit({**row, "status": "FAIL", "detail": "; ".join(v.reasons)[:160], "verdict": v})
             continue
         if not time_it or not hasattr(ref, "reference"):
-            rows.append({**row, "status": "ok", "detail": f"sizes {', '.join(map(str, sizes))}"})
+            emit({**row, "status": "ok", "detail": f"sizes {', '.join(map(str, sizes))}"})
             continue
         limit = getattr(ref, "ORIGINAL_MAX_SIZE", None) if vname == "original" else None
         bench_sizes = [s for s in getattr(ref, "BENCH_SIZES", [max(sizes)]) if limit is None or s <= limit]
         for size in bench_sizes or [max(sizes)]:
             if max_size is not None and size > max_size:
                 continue
-            r = bench(run, ref.inputs, size, reference=ref.reference, bytes_moved=getattr(ref, "bytes_moved", None),
-                      flops=getattr(ref, "flops", None), device=device,
-                      compile_reference=compile_reference and device == "cuda", tolerance_override=tol,
-                      name=vname)
+            with progress.Step(f"timing {k.name} {vname} at size {size}"):
+                r = bench(run, ref.inputs, size, reference=ref.reference,
+                          bytes_moved=getattr(ref, "bytes_moved", None), flops=getattr(ref, "flops", None),
+                          device=device, compile_reference=compile_reference and device == "cuda",
+                          tolerance_override=tol, name=vname)
             rec = r.to_dict()
             results.append(k.name, {**rec, "build": mod.build.name})
-            rows.append({**row, "status": "ok" if r.verdict.passed else "FAIL", "size": size, "result": r,
-                         "detail": "" if r.verdict.passed else "; ".join(r.verdict.reasons)[:160]})
+            emit({**row, "status": "ok" if r.verdict.passed else "FAIL", "size": size, "result": r,
+                  "detail": "" if r.verdict.passed else "; ".join(r.verdict.reasons)[:160]})
     timed = [r["result"].to_dict() for r in rows if r.get("result") and r["result"].timing]
     if timed:
         peak = rows[0]["result"].peak if rows[0].get("result") else None
@@ -160,30 +174,36 @@ def compile_kernel(k: Kernel, archs: tuple[str, ...]) -> list[dict]:
 
 def main(paths=(), archs: tuple[str, ...] = DEFAULT_ARCHS, max_size: int | None = None, time_it: bool = True,
          compile_reference: bool = True) -> int:
-    """Run every kernel and print the table; returns the number of failures."""
+    """Run every kernel, printing the table a row at a time as each is measured; returns the number of failures."""
     kernels = find_kernels(*paths)
     if not kernels:
         print(f"no kernels with a .ref.py found in {', '.join(map(str, paths)) or 'kernels/'}")
         return 1
-    if toolchain.gpu_available():
+    gpu = toolchain.gpu_available()
+    if gpu:
         import torch
 
         print(f"GPU: {torch.cuda.get_device_name()} ({toolchain.current_arch()}), torch {torch.__version__}")
-        rows = []
-        for k in kernels:
-            rows += run_kernel(k, "cuda" if k.is_cuda else "cpu", time_it=time_it,
-                               compile_reference=compile_reference, max_size=max_size)
     else:
         print(f"no CUDA GPU found: running the C++ kernels on CPU and compile-checking the CUDA kernels "
               f"for {', '.join(archs)} (nothing CUDA runs here)")
-        rows = []
-        for k in kernels:
-            if not k.is_cuda:
-                rows += run_kernel(k, "cpu", time_it=time_it, compile_reference=False, max_size=max_size)
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            for r in pool.map(lambda k: compile_kernel(k, archs), [k for k in kernels if k.is_cuda]):
-                rows += r
-    print_table(rows)
+    table = Table.for_kernels(kernels)
+    table.print_header()
+    rows: list[dict] = []
+
+    def show(row: dict) -> None:
+        rows.append(row)
+        table.print_row(row)
+
+    for k in kernels:
+        if gpu or not k.is_cuda:
+            run_kernel(k, "cuda" if gpu and k.is_cuda else "cpu", time_it=time_it,
+                       compile_reference=compile_reference and gpu, max_size=max_size, on_row=show)
+    if not gpu:
+        with ThreadPoolExecutor(max_workers=2) as pool:  # in order, each printed once it and those before are done
+            for compiled in pool.map(lambda k: compile_kernel(k, archs), [k for k in kernels if k.is_cuda]):
+                for row in compiled:
+                    show(row)
     failed = sum(r["status"] == "FAIL" for r in rows)
     print(f"\n{len(rows) - failed} passed, {failed} failed")
     if any(r.get("result") for r in rows):
@@ -191,7 +211,15 @@ def main(paths=(), archs: tuple[str, ...] = DEFAULT_ARCHS, max_size: int | None 
     return failed
 
 
+#: The table's columns. The ratio columns are the other code's median time over the kernel's, so
+#: they read "× faster than torch": ``1.64×``, or below 1 ``0.31× (3.23× slower)``.
+HEADER = ["kernel", "variant", "verdict", "size", "time", "GB/s", "% peak", "× faster than torch",
+          "× faster than compile", "build", "detail"]
+
+
 def _cells(r: dict) -> list[str]:
+    from .benchmark import times_faster
+
     res = r.get("result")
     t = res.timing if res else None
 
@@ -200,14 +228,44 @@ def _cells(r: dict) -> list[str]:
 
     return [r["kernel"], r.get("variant", ""), r["status"], str(r.get("size", "")),
             str(t).split(" (")[0] if t else "", f(res.gbps if res else None, "{:.0f}"),
-            f(res.pct_peak if res else None, "{:.0f}%"), f(res.vs_torch if res else None, "{:.2f}x"),
-            f(res.vs_compile if res else None, "{:.2f}x"), r.get("build", ""), r.get("detail", "")]
+            f(res.pct_peak if res else None, "{:.0f}%"), times_faster(res.vs_torch if res else None),
+            times_faster(res.vs_compile if res else None), r.get("build", ""), r.get("detail", "")]
+
+
+class Table:
+    """The run's table, printed a line at a time (so its widths are set before the first row).
+
+    A cell wider than its column pushes that row's later cells right and widens the column for
+    the rows after it.
+    """
+
+    def __init__(self, widths: list[int]):
+        self.widths = [max(len(h), w) for h, w in zip(HEADER, widths)]
+
+    @classmethod
+    def for_kernels(cls, kernels: list[Kernel]) -> Table:
+        """Widths for these kernels' rows: versions are named ``<op>_kernelN``, times like ``123.4 µs``."""
+        name = max(len(k.name) for k in kernels)
+        return cls([name, name + len("_kernel1"), len("compiled"), len("268435456"), len("123.45 ms"), 5, 6,
+                    len("0.06× (16.91× slower)"), len("0.06× (16.91× slower)"), len("123.4 s"), 0])
+
+    def print_header(self) -> None:
+        self._print(HEADER)
+
+    def print_row(self, row: dict) -> None:
+        cells = _cells(row)
+        self._print(cells)
+        self.widths = [max(w, len(c)) for w, c in zip(self.widths, cells)]
+
+    def _print(self, cells: list[str]) -> None:
+        # flush: the rows are the progress of `jitlab run`, also when stdout is a pipe
+        print("  ".join(c.ljust(w) for c, w in zip(cells, self.widths)).rstrip(), flush=True)
 
 
 def print_table(rows: list[dict]) -> None:
-    head = ["kernel", "variant", "verdict", "size", "time", "GB/s", "% peak", "vs torch", "vs compile", "build", "detail"]
+    """Print rows measured before as one table, each column as wide as its widest cell."""
     cells = [_cells(r) for r in rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
-    print("  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip())
-    for c in cells:
-        print("  ".join(x.ljust(w) for x, w in zip(c, widths)).rstrip())
+    table = Table([max([0, *(len(c[i]) for c in cells)]) for i in range(len(HEADER))])
+    table.print_header()
+    for r in rows:
+        table.print_row(r)

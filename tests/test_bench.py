@@ -98,6 +98,6 @@ def test_run_command_on_a_cpp_kernel(tmp_path):
     out = subprocess.run([sys.executable, "-m", "jitlab", "run", "kernels/add2_cpu.cpp", "--max-size", "200000"],
                          cwd=ROOT, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "vs torch" in out.stdout and "add2_cpu" in out.stdout and "1 passed, 0 failed" in out.stdout
+    assert "× faster than torch" in out.stdout and "add2_cpu" in out.stdout and "1 passed, 0 failed" in out.stdout
     rec = json.loads((tmp_path / "results" / "add2_cpu.jsonl").read_text().splitlines()[-1])
     assert rec["passed"] and rec["median_ms"] > 0 and rec["vs_torch"] > 0

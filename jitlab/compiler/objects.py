@@ -32,11 +32,12 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import cache, config, diagnostics, toolchain
+from .. import cache, config, diagnostics, progress, toolchain
 from ..errors import ToolchainError
 from ..parse import line_directive
 
@@ -149,12 +150,14 @@ def compile_all(units: list[Unit], flags: Flags, stem: str, sources: dict[str, s
     workers = max(2, min(8, os.cpu_count() or 2))
     cuda = any(u.compiler == "nvcc" for u in units)
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        futures = {pool.submit(_compile, u, flags, stem, None): u for u in first if u.compiler == "nvcc"}
-        futures.update({pool.submit(_compile_host, u, flags, stem, cuda): u for u in first if u.compiler == "cxx"})
+        # progress.submit: each thread names its unit in the build's live line.
+        futures = {progress.submit(pool, _compile, u, flags, stem, None): u for u in first if u.compiler == "nvcc"}
+        futures.update({progress.submit(pool, _compile_host, u, flags, stem, cuda): u
+                        for u in first if u.compiler == "cxx"})
         _collect(futures, done, sources)
         if later:
             wanted = [s for o in done.values() if o.unit.compiler == "cxx" for s in o.undefined]
-            futures = {pool.submit(_compile, u, flags, stem, None, instantiations(u.templates, wanted)): u
+            futures = {progress.submit(pool, _compile, u, flags, stem, None, instantiations(u.templates, wanted)): u
                        for u in later}
             _collect(futures, done, sources)
     return [done[u.name] for u in units]
@@ -244,7 +247,8 @@ def _compile(unit: Unit, flags: Flags, stem: str, pch: Path | None, extra: str =
             manifest = _trusted(folder)
             if manifest is None:
                 cache.reset_dir(folder)
-                manifest = _run_compiler(unit, text, cmd_flags, folder, pch, extension)
+                with progress.doing(f"compiling {unit.name}"):
+                    manifest = _run_compiler(unit, text, cmd_flags, folder, pch, extension)
                 cache.write_manifest(folder, manifest)
                 return _object(unit, folder, manifest, False, time.perf_counter() - t0, headers)
     return _object(unit, folder, manifest, True, 0.0, headers)
@@ -340,20 +344,21 @@ def precompiled_header(flags: Flags, cuda: bool, headers: str = "full") -> Path:
         return header
 
     def waiting():
-        print(f"jitlab: waiting for the precompiled torch header {name}, which another build is making ...",
-              flush=True)
+        progress.say(f"jitlab: waiting for the precompiled torch header {name}, which another build is making ...",
+                     file=sys.stdout)
 
     with cache.build_lock(name, root, on_wait=waiting):
         if _trusted(folder) is not None:
             return header
         cache.reset_dir(folder)
         header.write_text(text)
-        print(f"jitlab: precompiling torch's headers for host code ({headers}: once per toolchain, "
-              f"{'~1 min' if headers == 'full' else '~30 s'} on 2 cores) ...", flush=True)
+        progress.say(f"jitlab: precompiling torch's headers for host code ({headers}: once per toolchain, "
+                     f"{'~1 min' if headers == 'full' else '~30 s'} on 2 cores) ...", file=sys.stdout)
         t0 = time.perf_counter()
         gch = folder / "jitlab_torch.h.gch"
         cmd = [_tool(toolchain.cxx_path(), "c++"), "-x", "c++-header", str(header), "-o", str(gch), *cxx]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        with progress.doing(f"precompiling torch's headers ({headers})"):
+            proc = subprocess.run(cmd, capture_output=True, text=True)
         (folder / "build.log").write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
         if proc.returncode != 0:
             raise ToolchainError(f"jitlab: precompiling torch's headers failed (log: {folder / 'build.log'}):\n"

@@ -72,9 +72,9 @@ def _inspect(args) -> int:
             if args.ptx:
                 print(f"\n// PTX [{arch}]")
                 print(inspect.ptx(args.path, kernel=args.kernel, arch=arch), end="")
-            if args.sass:
-                print(f"\n// SASS [{arch}]")
-                print(inspect.sass(args.path, kernel=args.kernel, arch=arch), end="")
+            if args.sass or args.raw:
+                print(f"\n// SASS [{arch}]" + (" (cuobjdump -sass)" if args.raw else ""))
+                print(inspect.sass(args.path, kernel=args.kernel, arch=arch, raw=args.raw), end="")
     except CompileError as e:
         print(e, file=sys.stderr)
         return 1
@@ -144,10 +144,14 @@ def _export(args) -> int:
         out = export.export(args.path, args.out or f"{export.module_name(args.path, args.name)}_package",
                             name=args.name, force=args.force)
         name = export.module_name(args.path, args.name)
+        needs, missing = export.build_needs(args.path)
     except JitlabError as e:
         print(f"{args.path}: {e}", file=sys.stderr)
         return 1
     print(f"{args.path}: exported as the package `{name}` -> {out}")
+    print(f"  building it needs:  {needs}")
+    for what in missing:
+        print(f"  missing here:       {what}")
     print(f"  build and install:  pip install --no-build-isolation {out}")
     print(f"  then:               python -c \"import {name}; help({name})\"")
     return 0
@@ -192,7 +196,11 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--block", type=int, default=256, help="threads per block for the occupancy (default 256)")
     i.add_argument("--smem", type=int, default=0, metavar="BYTES", help="dynamic shared memory per block (default 0)")
     i.add_argument("--ptx", action="store_true", help="print the PTX with the source lines interleaved")
-    i.add_argument("--sass", action="store_true", help="print the SASS (needs cuobjdump: pip install nvidia-cuda-cuobjdump)")
+    i.add_argument("--sass", action="store_true",
+                   help="print the SASS with the source lines interleaved (needs nvdisasm, and cuobjdump for nvcc "
+                        "builds: pip install nvidia-cuda-nvdisasm nvidia-cuda-cuobjdump)")
+    i.add_argument("--raw", action="store_true",
+                   help="print the SASS as cuobjdump -sass lists it: encodings and padding, no source lines")
     i.set_defaults(func=_inspect)
     k = sub.add_parser("check", help="build and check snippets against their NAME.ref.py in a worker process "
                                      "(crashes and hangs end the worker, not jitlab)")
@@ -217,7 +225,8 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--size", type=int, help="input size (default: the ref's BENCH_SIZES, at most 2^24)")
     pr.add_argument("--kernel", help="only this kernel")
     pr.set_defaults(func=_profile)
-    e = sub.add_parser("export", help="write a snippet as an installable package (setup.py, the seeds' way)")
+    e = sub.add_parser("export", help="write a snippet as an installable package (setup.py, the seeds' way); "
+                                      "says what building it needs and what this environment lacks")
     e.add_argument("path", help="a .cu/.cpp file or a folder")
     e.add_argument("--out", help="the package folder (default: ./NAME_package)")
     e.add_argument("--name", help="the Python package name (default: the snippet's name)")
@@ -228,7 +237,10 @@ def parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_clean)
     for name, helptext in (("run", "build, check and time kernels against their torch references (default: kernels/)"),
                            ("demo", "the same as `run` over kernels/: every kernel against its torch reference")):
-        r = sub.add_parser(name, help=helptext)
+        r = sub.add_parser(name, help=helptext,
+                           epilog="Each row is printed as soon as it is measured. A build or a timing that passes "
+                                  "JITLAB_PROGRESS_AFTER seconds (default 2; off for never) shows what runs and "
+                                  "for how long; ratio columns read '× faster than torch'.")
         r.add_argument("paths", nargs="*", help="kernel files or folders (default: kernels/)")
         r.add_argument("--arch", help="archs to compile-check without a GPU (default sm_75,sm_80,sm_90)")
         r.add_argument("--max-size", type=int, default=None, help="skip sizes above this")

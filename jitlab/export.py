@@ -5,7 +5,8 @@ Seeds 000 and 002 build their kernels as a setuptools package with torch's ``CUD
 playground can be installed where jitlab is not::
 
     <out>/setup.py           CUDAExtension (a snippet with .cu files) or CppExtension, BuildExtension
-    <out>/pyproject.toml     setuptools backend; build with `pip install --no-build-isolation .`
+    <out>/pyproject.toml     setuptools backend and what it needs (setuptools, wheel); build with
+                             `pip install --no-build-isolation .`, against this environment's torch
     <out>/README.md          how to build, install and call it
     <out>/<name>/__init__.py imports torch, then the compiled extension ``<name>._C``
     <out>/csrc/...           the snippet's files and local headers, unchanged
@@ -25,6 +26,7 @@ A snippet with its own ``PYBIND11_MODULE(example_kernels, m)`` keeps it: the ext
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
 import keyword
 import os
 import re
@@ -34,10 +36,10 @@ from pathlib import Path
 
 import torch
 
-from . import builder, codegen, ctypes_map
+from . import builder, codegen, ctypes_map, toolchain
 from .errors import SnippetError
 from .launch import _py_name
-from .parse import Function, Param, SourceFile, parse_file
+from .parse import Function, Param, SourceFile, language_of, parse_file
 from .snippets import atomic_write
 
 CUDA_UNIT = "jitlab_cuda.cu"
@@ -159,6 +161,59 @@ def write(out: Path, files: dict[str, str]) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(target, text)
         os.chmod(target, 0o644)
+
+
+# ---- what building it needs -----------------------------------------------------------------------
+def build_needs(path) -> tuple[str, list[str]]:
+    """What building the exported package needs, and what of it this environment lacks.
+
+    The package builds where ``pip install --no-build-isolation`` runs, against that environment's
+    torch; this checks the environment jitlab runs in, the usual place to install it.
+
+    Args:
+        path: The snippet, as for :func:`export`.
+
+    Returns:
+        ``(needs, missing)``: one sentence saying what the package's ``setup.py`` needs; then one
+        line per thing this environment lacks, each naming the fix (empty when it can build here).
+
+    Raises:
+        SnippetError: The snippet cannot be read.
+    """
+    cuda = any(language_of(Path(p)) == "cuda" for p in builder.collect_sources(path))
+    needs = "a C++ compiler and torch (the extension is compiled against the torch it runs with)"
+    if cuda:
+        needs = ("a CUDA build of torch, nvcc (a CUDA toolkit) of the same CUDA major version and a C++ compiler "
+                 "(the package has CUDA sources)")
+    missing = []
+    if not toolchain.cxx_path():
+        missing.append("a C++ compiler ($CXX or `c++`): install one, e.g. `sudo apt-get install g++`")
+    if cuda and torch.version.cuda is None:
+        missing.append(f"a CUDA build of torch: this torch ({torch.__version__}) is CPU-only, so the package does not "
+                       "build here; install a CUDA build (https://pytorch.org/get-started/locally/)")
+    if cuda and not toolchain.nvcc_path():
+        major = f" {torch.version.cuda.split('.')[0]}.x" if torch.version.cuda else ""
+        missing.append(f"nvcc (looked in $CUDA_HOME/bin, on PATH and in {toolchain.DEFAULT_CUDA_HOME}): install the "
+                       f"CUDA toolkit{major} and set CUDA_HOME to its folder")
+    elif cuda and torch.version.cuda and (toolchain.nvcc_version() or "").split(".")[0] != torch.version.cuda.split(".")[0]:
+        missing.append(f"nvcc of torch's CUDA major version: nvcc is CUDA {toolchain.nvcc_version()}, torch was built "
+                       f"with CUDA {torch.version.cuda}; point CUDA_HOME at a CUDA {torch.version.cuda.split('.')[0]}.x toolkit")
+    setuptools = _version_of("setuptools")
+    if setuptools is None:
+        missing.append("setuptools: `pip install setuptools wheel`")
+    elif setuptools < (70, 1) and _version_of("wheel") is None:
+        missing.append(f"the `wheel` package, which setuptools {'.'.join(map(str, setuptools))} needs to build a wheel "
+                       "(else pip stops with `invalid command 'bdist_wheel'`): `pip install wheel` first")
+    return needs, missing
+
+
+def _version_of(dist: str) -> tuple[int, ...] | None:
+    """An installed distribution's version as numbers (``(65, 5, 0)``), without importing it; None if absent."""
+    try:
+        text = importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return tuple(int(n) for n in re.findall(r"\d+", text)[:3])
 
 
 # ---- the package's contents ---------------------------------------------------------------------
@@ -581,12 +636,37 @@ def _c_str(text: str) -> str:
 
 # ---- setup.py, pyproject.toml, __init__.py, README.md --------------------------------------------
 PYPROJECT = """\
-# setup.py imports torch, and the extension must be compiled against the torch it will run with:
-# build in this environment with `pip install --no-build-isolation .` (pip's default isolated build
-# starts from an environment without torch).
+# The extension must be compiled against the torch it will run with, so build in this environment:
+# `pip install --no-build-isolation .`. torch is not listed below: an isolated build would install
+# another torch to compile against. With --no-build-isolation pip installs none of these itself;
+# setup.py stops with the fix when torch or wheel is missing (only setuptools < 70.1 needs wheel).
 [build-system]
-requires = ["setuptools>=64"]
+requires = ["setuptools>=64", "wheel"]
 build-backend = "setuptools.build_meta"
+"""
+
+# setup.py's checks, before torch or setuptools can fail with a message that does not say what to do.
+SETUP_WHEEL_CHECK = """
+if {{"bdist_wheel", "dist_info"}} & set(sys.argv[1:]):  # pip is building a wheel
+    try:
+        from setuptools.command.bdist_wheel import bdist_wheel  # noqa: F401  (setuptools >= 70.1)
+    except ImportError:
+        try:
+            import wheel  # noqa: F401  (older setuptools build wheels with it)
+        except ImportError:
+            import setuptools
+            raise SystemExit(f"{name}: setuptools {{setuptools.__version__}} builds wheels only with the `wheel` package: "
+                             "`pip install wheel` (or `pip install -U 'setuptools>=70.1'`), then build again") from None
+"""
+
+SETUP_CUDA_CHECK = """
+if CUDA_HOME is None:  # torch would stop later with "CUDA_HOME environment variable is not set"
+    if torch.version.cuda is None:
+        raise SystemExit(f"{name}: this torch ({{torch.__version__}}) is a CPU build; building this CUDA extension needs "
+                         "a CUDA build of torch (https://pytorch.org/get-started/locally/) and nvcc of the same CUDA "
+                         "major version")
+    raise SystemExit(f"{name}: nvcc not found (looked at $CUDA_HOME, on PATH and in /usr/local/cuda): install the "
+                     f"CUDA toolkit {{torch.version.cuda.split('.')[0]}}.x (torch's CUDA) and set CUDA_HOME to its folder")
 """
 
 
@@ -599,7 +679,10 @@ def setup_py(pkg: Package) -> str:
     extra = ""
     if pkg.nvcc_flags:
         extra = f'            extra_compile_args={{"cxx": [], "nvcc": [{", ".join(repr(f) for f in pkg.nvcc_flags)}]}},\n'
-    arch = "\n# TORCH_CUDA_ARCH_LIST=\"9.0\" picks the GPU architectures (default: this machine's GPUs)." if cuda else ""
+    arch = ("\n# Needs nvcc and a CUDA build of torch of the same CUDA major version; TORCH_CUDA_ARCH_LIST=\"9.0\"\n"
+            "# picks the GPU architectures (default: this machine's GPUs).") if cuda else ""
+    imports = f"BuildExtension, {ext_class}" + (", CUDA_HOME" if cuda else "")
+    cuda_check = ("\nimport torch\n" + SETUP_CUDA_CHECK.format(name=pkg.name)) if cuda else ""
     return f'''\
 # {pkg.name}: {_sources(pkg)} ({_kind(pkg.plan)} snippet) as a package, made by `jitlab export`.
 #
@@ -609,15 +692,16 @@ def setup_py(pkg: Package) -> str:
 # csrc/ holds the snippet's files unchanged; setup.py compiles the generated jitlab_* units that
 # #include them (the units jitlab.load compiles).{arch}
 import os
+import sys
 
 from setuptools import setup
-
+{SETUP_WHEEL_CHECK.format(name=pkg.name)}
 try:
-    from torch.utils.cpp_extension import BuildExtension, {ext_class}
+    from torch.utils.cpp_extension import {imports}
 except ImportError as e:  # pip's isolated build environment has no torch
     raise SystemExit("{pkg.name}: building needs torch; install torch, then run `pip install --no-build-isolation .` "
                      "so that pip builds with it") from e
-
+{cuda_check}
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 setup(
@@ -700,8 +784,9 @@ pip install --no-build-isolation .
 
 `--no-build-isolation` builds against the torch installed in this environment: setup.py imports
 torch, and an extension must be compiled against the torch it runs with (pip's default isolated
-build starts without torch). Without installing: `python setup.py build_ext --inplace` here, then
-import from this folder.
+build starts without torch). It also installs none of pyproject.toml's build requirements: with
+setuptools older than 70.1, `pip install wheel` first.
+Without installing: `python setup.py build_ext --inplace` here, then import from this folder.
 {cuda}
 ## Use
 

@@ -2,8 +2,9 @@
 
 ``resources`` is the compile-only build's ptxas report; ``occupancy`` turns one kernel's report and a
 launch configuration into active blocks and warps per SM with the resource that limits them; ``ptx``
-and ``sass`` show the code nvcc made from exactly the unit jitlab builds, with the user's source
-lines next to the PTX; ``sass_diff`` compares two SASS listings instruction by instruction.
+and ``sass`` show the code made from exactly the unit jitlab builds, with the user's source lines
+between the instructions (the PTX's ``.loc``, the CUBIN's line table); ``sass_diff`` compares two
+SASS listings instruction by instruction and ``count_instructions`` counts an opcode with modifiers.
 
 (The module is ``jitlab.inspect``; it does not shadow the standard library's ``inspect``, which
 absolute imports always find first.)
@@ -16,6 +17,7 @@ import os
 import re
 import subprocess
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import builder, cache, diagnostics, toolchain
@@ -227,32 +229,228 @@ def _ptx_entry(text: str, kernel: str) -> str:
 
 # --- SASS ------------------------------------------------------------------------------------------
 
-def sass(path, kernel: str | None = None, arch: str = "sm_90", **options) -> str:
-    """The SASS of a compile-only ``-lineinfo`` build, from ``cuobjdump -sass``.
+def sass(path, kernel: str | None = None, arch: str = "sm_90", *, raw: bool = False, **options) -> str:
+    """The SASS of a compile-only ``-lineinfo`` build, each run of instructions after the source line it came from.
+
+    The CUBIN of ``arch`` (an NVRTC build's own file, or extracted from an nvcc build's object with
+    ``cuobjdump -xelf``) is disassembled by ``nvdisasm --print-line-info-inline``; the listing names each
+    kernel (``Function : <mangled> (<name>)``) and puts ``// file:line: text`` from your files before
+    the instructions of that line (``(inlined at file:line)`` for a ``__device__`` function's body).
+    Encodings, unused labels and the ``BRA``/``NOP`` padding after the last ``EXIT`` are left out.
 
     Args:
         path: The snippet, as for :func:`jitlab.build` (``options`` too: ``defines=``, ``cuda_cflags=``, ...).
         kernel: Only this kernel's function (unmangled name, else a substring of the mangled one).
         arch: One ``sm_XY`` arch.
+        raw: ``cuobjdump -sass``'s listing as it is instead: encodings and padding, no source lines.
+
+    Returns:
+        The listing; :func:`sass_diff`, :func:`instructions` and :func:`count_instructions` read it
+        (and the raw one) without the source lines.
 
     Raises:
-        ToolchainError: cuobjdump or nvdisasm (which cuobjdump runs) is missing, naming the pip package.
+        ToolchainError: nvdisasm, or cuobjdump (nvcc builds and ``raw``), is missing, naming the pip package.
         ArgumentError: No kernel of that name.
     """
     import jitlab
 
-    cuobjdump = _tool("cuobjdump")
     nvdisasm = _tool("nvdisasm")
+    cuobjdump = _tool("cuobjdump") if raw else None
     b = jitlab.build(path, arch=[arch], compile_only=True, **options)  # builds carry -lineinfo
+    if raw:
+        return _cuobjdump_sass(cuobjdump, nvdisasm, b.artifact, kernel)
+    with tempfile.TemporaryDirectory(prefix="jitlab-sass-") as tmp:
+        listings = [_nvdisasm(nvdisasm, cubin) for cubin in _cubins(b, b.archs[0], Path(tmp))]
+    functions = [f for listing in listings for f in parse_nvdisasm(listing)]
+    if kernel:
+        functions = _pick(functions, kernel, lambda f: f.name)
+    return render_sass(functions, _user_lines(b.plan))
+
+
+def _cuobjdump_sass(cuobjdump: str, nvdisasm: str, artifact: Path, kernel: str | None) -> str:
     env = dict(os.environ, PATH=str(Path(nvdisasm).parent) + os.pathsep + os.environ.get("PATH", ""),
-               NVDISASM_PATH=str(Path(nvdisasm).parent))
-    proc = subprocess.run([cuobjdump, "-sass", str(b.artifact)], capture_output=True, text=True, env=env)
+               NVDISASM_PATH=str(Path(nvdisasm).parent))  # cuobjdump runs nvdisasm
+    proc = subprocess.run([cuobjdump, "-sass", str(artifact)], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        raise ToolchainError(f"cuobjdump -sass {b.artifact} failed:\n{proc.stdout}{proc.stderr}")
+        raise ToolchainError(f"cuobjdump -sass {artifact} failed:\n{proc.stdout}{proc.stderr}")
     return _sass_function(proc.stdout, kernel) if kernel else proc.stdout
 
 
+def _cubins(b, arch: str, tmp: Path) -> list[Path]:
+    """The build's CUBINs for ``arch``: an NVRTC build's files, or those inside an nvcc build's object."""
+    own = b.manifest.get("cubins")
+    if own:
+        if arch not in own:
+            raise ToolchainError(f"{b.folder}: no CUBIN for {arch} (built: {', '.join(own)})")
+        return [b.folder / own[arch]]
+    if b.artifact.suffix == ".cubin":
+        return [b.artifact]
+    cuobjdump = _tool("cuobjdump")
+    proc = subprocess.run([cuobjdump, "-xelf", "all", str(b.artifact)], capture_output=True, text=True, cwd=tmp)
+    if proc.returncode != 0:
+        raise ToolchainError(f"cuobjdump -xelf all {b.artifact} failed:\n{proc.stdout}{proc.stderr}")
+    found = sorted(tmp.glob(f"*.{arch}.cubin"))
+    if not found:
+        have = ", ".join(sorted(p.name for p in tmp.glob("*.cubin"))) or "none"
+        raise ToolchainError(f"{b.artifact} holds no CUBIN for {arch} (CUBINs: {have})")
+    return found
+
+
+def _nvdisasm(nvdisasm: str, cubin: Path) -> str:
+    """Code sections only (``-c``), with the line table and its inlining (``-gi``)."""
+    proc = subprocess.run([nvdisasm, "-c", "-gi", str(cubin)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ToolchainError(f"nvdisasm -c -gi {cubin} failed:\n{proc.stdout}{proc.stderr}")
+    return proc.stdout
+
+
+def _user_lines(plan) -> dict[str, list[str]]:
+    """Real path → lines of every file of the snippet and every local header it includes."""
+    files = {os.path.realpath(f.path): f.text.splitlines() for f in plan.files}
+    for header in builder.local_headers(plan.files, plan.include_dirs):
+        try:
+            files.setdefault(os.path.realpath(header), Path(header).read_text(errors="replace").splitlines())
+        except OSError:
+            pass
+    return files
+
+
+@dataclass
+class SassFunction:
+    """One function of an nvdisasm listing.
+
+    Attributes:
+        name: The mangled symbol.
+        items: In order: ``("loc", [(file, line), ...])`` (innermost frame first, then the sites it is
+            inlined at), ``("label", name)`` and ``("ins", address, predicate, text)``.
+    """
+
+    name: str
+    items: list[tuple] = field(default_factory=list)
+
+
+_SECTION = re.compile(r"^//-+\s+\.text\.(\S+)\s+-+")
+_OTHER_SECTION = re.compile(r"^//-+\s")
+_LINE_INFO = re.compile(r"^\s*//## File ")
+_FRAME = re.compile(r'"([^"]*)", line (\d+)')
+_INSTR = re.compile(r"^\s*/\*([0-9a-fA-F]{4,})\*/\s*(.*?)\s*$")
+_PRED = re.compile(r"^(@!?U?P(?:\d+|T))\s+(.*)$")
+_LABEL = re.compile(r"^(\.L_x_\d+):\s*$")
+_LABEL_REF = re.compile(r"\.L_x_\d+")
+
+
+def parse_nvdisasm(text: str) -> list[SassFunction]:
+    """The functions of an ``nvdisasm -c -gi`` listing, padding after the last ``EXIT`` dropped."""
+    functions: list[SassFunction] = []
+    current: SassFunction | None = None
+    frames: list[tuple[str, int]] = []  # the //## lines before the next instruction, flattened
+    for line in text.splitlines():
+        if m := _SECTION.match(line):
+            current, frames = SassFunction(m.group(1)), []
+            functions.append(current)
+        elif _OTHER_SECTION.match(line):
+            current, frames = None, []
+        elif current is None:
+            continue
+        elif _LINE_INFO.match(line):
+            for f in ((path, int(n)) for path, n in _FRAME.findall(line)):
+                if not frames or frames[-1] != f:  # -gi prints the chain one frame per line, each with its caller
+                    frames.append(f)
+        elif m := _INSTR.match(line):
+            if frames:
+                current.items.append(("loc", frames))
+                frames = []
+            pred, body = _split_predicate(m.group(2))
+            current.items.append(("ins", int(m.group(1), 16), pred, body))
+        elif m := _LABEL.match(line.strip()):
+            current.items.append(("label", m.group(1)))
+    for f in functions:
+        _drop_padding(f.items)
+    return functions
+
+
+def _split_predicate(text: str) -> tuple[str, str]:
+    m = _PRED.match(text)
+    return (m.group(1), m.group(2)) if m else ("", text)
+
+
+def _drop_padding(items: list[tuple]) -> None:
+    """Remove what follows the last real instruction: ``NOP``s, the ``BRA`` to itself, their labels."""
+    labels: dict[str, int] = {}
+    pending: list[str] = []
+    for item in items:  # a label's address is the next instruction's
+        if item[0] == "label":
+            pending.append(item[1])
+        elif item[0] == "ins":
+            labels.update((name, item[1]) for name in pending)
+            pending = []
+    while items and (items[-1][0] in ("label", "loc") or _is_padding(*items[-1][1:], labels=labels)):
+        items.pop()
+
+
+def _is_padding(address: int, pred: str, body: str, labels: dict[str, int]) -> bool:
+    """``NOP``, or an unconditional ``BRA`` to its own address (``BRA 0x130`` / ``BRA `(.L_x_0)``)."""
+    op = body.split(None, 1)[0].rstrip(";") if body.split() else ""
+    if op == "NOP":
+        return True
+    if op != "BRA" or pred:
+        return False
+    m = re.search(r"`\((\.L_x_\d+)\)|\b0x([0-9a-fA-F]+)\b", body)
+    if not m:
+        return False
+    target = labels.get(m.group(1)) if m.group(1) else int(m.group(2), 16)
+    return target == address
+
+
+def render_sass(functions: list[SassFunction], sources: dict[str, list[str]]) -> str:
+    """The listing: per function a ``Function :`` header, then ``// file:line: text`` before the
+    instructions of each line of ``sources`` (real path → lines), labels only where a branch goes."""
+    out: list[str] = []
+    for f in functions:
+        name = builder._demangle(f.name)
+        out.append(f"\tFunction : {f.name}" + (f" ({name})" if name != f.name else ""))
+        used = {ref for item in f.items if item[0] == "ins" for ref in _LABEL_REF.findall(item[3])}
+        last = None
+        for item in f.items:
+            if item[0] == "loc":
+                where = _where(item[1], sources)
+                if where != last:
+                    out.append(f"\t// {where}")
+                    last = where
+            elif item[0] == "label" and item[1] in used:
+                out.append(f"\t{item[1]}:")
+            elif item[0] == "ins":
+                out.append(f"\t    /*{item[1]:04x}*/ {item[2]:>6} {item[3]}")
+        out.append("")
+    return "\n".join(out)
+
+
+def _where(frames: list[tuple[str, int]], sources: dict[str, list[str]]) -> str:
+    """``file:line: text`` of the innermost frame in the user's files (toolkit headers skipped), with
+    the user's call sites it is inlined at; the innermost frame's ``file:line`` if none is the user's."""
+    mine = [(os.path.realpath(p), n) for p, n in frames if os.path.realpath(p) in sources]
+    if not mine:
+        path, n = frames[0]
+        return f"{Path(path).name}:{n}"
+    (path, n), callers = mine[0], mine[1:]
+    lines = sources[path]
+    text = lines[n - 1].strip() if 1 <= n <= len(lines) else ""
+    where = f"{Path(path).name}:{n}: {text}"
+    if callers:
+        where += "  (inlined at " + ", ".join(f"{Path(p).name}:{c}" for p, c in callers) + ")"
+    return where
+
+
 _FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
+
+
+def _pick(items: list, kernel: str, name_of) -> list:
+    """The items whose symbol demangles to ``kernel`` (else contains it), or an ArgumentError naming the kernels."""
+    hits = [s for s in items if builder._demangle(name_of(s)) == kernel] or [s for s in items if kernel in name_of(s)]
+    if not hits:
+        known = ", ".join(builder._demangle(name_of(s)) for s in items) or "none"
+        raise ArgumentError(f"no kernel {kernel!r} in the SASS (kernels: {known})")
+    return hits
 
 
 def _sass_function(text: str, kernel: str) -> str:
@@ -267,35 +465,73 @@ def _sass_function(text: str, kernel: str) -> str:
                 sections.append(("", []))  # end of the last function
             else:
                 sections[-1][1].append(line)
-    named = [(n, body) for n, body in sections if n]
-    hits = [s for s in named if builder._demangle(s[0]) == kernel] or [s for s in named if kernel in s[0]]
-    if not hits:
-        known = ", ".join(builder._demangle(n) for n, _ in named) or "none"
-        raise ArgumentError(f"no kernel {kernel!r} in the SASS (kernels: {known})")
+    hits = _pick([s for s in sections if s[0]], kernel, lambda s: s[0])
     return "\n".join(line for _, body in hits for line in body).rstrip() + "\n"
 
+
+# --- reading listings: instructions, counts, diffs -------------------------------------------------
 
 _BRANCH = re.compile(r"^(@!?U?P\w+\s+)?(BRA|BRX|BSSY|CALL|JMP|JMX|SSY|PBK|PCNT|RET)\b")
 
 
-def normalize_sass(text: str) -> list[str]:
-    """Instruction text only: addresses (``/*0040*/``), encodings (``/* 0x... */``), branch targets,
-    the fatbin header's ``identifier`` and blank lines removed; whitespace collapsed."""
-    out = []
+def _functions_of(text: str) -> list[tuple[str, list[tuple[int, str, str]]]]:
+    """A listing (:func:`sass`'s or cuobjdump's) as ``(function, [(address, predicate, text), ...])``,
+    encodings and padding dropped; instructions before any ``Function :`` go under ``""``."""
+    out: list[tuple[str, list]] = [("", [])]
     for line in text.splitlines():
-        line = re.sub(r"/\*\s*0x[0-9a-fA-F]+\s*\*/", "", line)  # encodings
-        line = re.sub(r"/\*[0-9a-fA-F]{4,}\*/", "", line)  # addresses
-        line = " ".join(line.split())
-        if not line or line.startswith("identifier ="):
-            continue
-        if _BRANCH.match(line):
-            line = re.sub(r"0x[0-9a-fA-F]+", "<addr>", line)
-        out.append(line)
+        if m := _FUNCTION.match(line):
+            out.append((m.group(1), []))
+        elif m := _INSTR.match(line):
+            body = " ".join(re.sub(r"/\*\s*0x[0-9a-fA-F]+\s*\*/", "", m.group(2)).split())  # encodings
+            if body:
+                out[-1][1].append((int(m.group(1), 16), *_split_predicate(body)))
+    for _, ins in out:
+        while ins and _is_padding(*ins[-1], labels={}):
+            ins.pop()
+    return [f for f in out if f[0] or f[1]]
+
+
+def instructions(text: str) -> list[str]:
+    """The instructions of a listing in order (``@P0 EXIT ;``), whatever else the listing holds:
+    source lines, addresses, encodings, labels and the padding after ``EXIT`` are left out."""
+    return [f"{pred} {body}".strip() for _, ins in _functions_of(text) for _, pred, body in ins]
+
+
+def count_instructions(text: str, opcode: str) -> int:
+    """How many instructions of a listing have this opcode and at least these modifiers, in any order.
+
+    ``count_instructions(s, "LDG.E.128")`` counts ``LDG.E.128``, ``LDG.E.EF.128`` and
+    ``LDG.E.128.CONSTANT``; ``"LDG.128"`` any 128-bit global load; ``"FFMA"`` every FFMA.
+    """
+    want, *mods = opcode.upper().split(".")
+    n = 0
+    for ins in instructions(text):
+        parts = ins.split()[1 if ins.startswith("@") else 0].rstrip(";").split(".")
+        n += parts[0] == want and all(m in parts[1:] for m in mods)
+    return n
+
+
+def normalize_sass(text: str) -> list[str]:
+    """``Function : <name>`` lines and the instruction text only: source lines, addresses, encodings,
+    labels, branch targets (as ``<addr>``), the padding after ``EXIT`` and the rest removed."""
+    out = []
+    for name, ins in _functions_of(text):
+        if name:
+            out.append(f"Function : {name}")
+        for _, pred, body in ins:
+            line = f"{pred} {body}".strip()
+            if _BRANCH.match(line):
+                line = re.sub(r"`\(\.L_x_\d+\)|0x[0-9a-fA-F]+", "<addr>", line)
+            out.append(line)
     return out
 
 
 def sass_diff(old_sass: str, new_sass: str, old_name: str = "old", new_name: str = "new") -> str:
-    """A unified diff of two SASS listings that shows only instruction changes (``""`` when equal)."""
+    """A unified diff of two SASS listings that shows only instruction changes (``""`` when equal).
+
+    Either kind of listing works (:func:`sass`'s, with source lines, or ``raw=True``'s); source lines,
+    addresses, encodings and padding never show as changes.
+    """
     return "".join(difflib.unified_diff([line + "\n" for line in normalize_sass(old_sass)],
                                         [line + "\n" for line in normalize_sass(new_sass)],
                                         old_name, new_name))

@@ -13,14 +13,15 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
 import torch
 
-from jitlab import builder, toolchain
+from jitlab import builder, export as export_module, toolchain
 from jitlab.errors import SnippetError
-from jitlab.export import export, module_name
+from jitlab.export import build_needs, export, module_name
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels"
@@ -115,7 +116,104 @@ def test_pyproject_and_readme_say_how_to_build(tmp_path):
     assert 'build-backend = "setuptools.build_meta"' in (out / "pyproject.toml").read_text()
     readme = (out / "README.md").read_text()
     assert "pip install --no-build-isolation ." in readme and "python setup.py build_ext --inplace" in readme
+    assert "`pip install wheel` first" in readme
     assert "add2_cpu.add2_cpu(c, a, b, n)" in readme
+
+
+def test_pyproject_declares_setuptools_and_wheel_but_not_torch(tmp_path):
+    """[build-system] requires setuptools>=64 and wheel; torch is left out (an isolated build would compile against another torch)."""
+    out = export(KERNELS / "add2.cu", tmp_path / "pkg")
+    system = tomllib.loads((out / "pyproject.toml").read_text())["build-system"]
+    assert system == {"requires": ["setuptools>=64", "wheel"], "build-backend": "setuptools.build_meta"}
+
+
+def run_setup_py(out: Path, prelude: str, *argv: str) -> subprocess.CompletedProcess:
+    """Run the package's setup.py with ``argv`` after ``prelude`` (which fakes the environment)."""
+    code = f"{prelude}; import sys, runpy; sys.argv = ['setup.py', *{list(argv)!r}]; runpy.run_path('setup.py', run_name='__main__')"
+    return subprocess.run([sys.executable, "-c", code], cwd=out, capture_output=True, text=True, timeout=120)
+
+
+CPU_TORCH = "import torch, torch.utils.cpp_extension as ce; torch.version.cuda = None; ce.CUDA_HOME = None"
+NO_NVCC = "import torch, torch.utils.cpp_extension as ce; torch.version.cuda = '12.8'; ce.CUDA_HOME = None"
+
+
+def test_cuda_setup_py_on_a_cpu_torch_says_so(tmp_path):
+    """A CUDA package's setup.py with a CPU torch stops at once naming a CUDA build of torch, not torch's raw CUDA_HOME error."""
+    out = export(KERNELS / "add2.cu", tmp_path / "pkg")
+    r = run_setup_py(out, CPU_TORCH, "build_ext", "--inplace")
+    assert r.returncode != 0, r.stdout
+    assert "add2: this torch (" in r.stderr and "is a CPU build" in r.stderr and "a CUDA build of torch" in r.stderr
+    assert "CUDA_HOME environment variable is not set" not in r.stderr
+    assert not (out / "build").exists()  # stopped before compiling anything
+
+
+def test_cuda_setup_py_without_nvcc_names_the_toolkit(tmp_path):
+    """A CUDA torch but no nvcc: setup.py names the CUDA toolkit of torch's major version and CUDA_HOME."""
+    out = export(KERNELS / "square_matrix.cu", tmp_path / "pkg")
+    r = run_setup_py(out, NO_NVCC, "build_ext", "--inplace")
+    assert r.returncode != 0 and "square_matrix: nvcc not found" in r.stderr
+    assert "CUDA toolkit 12.x" in r.stderr and "set CUDA_HOME" in r.stderr
+
+
+def test_cpp_setup_py_does_not_ask_for_cuda(tmp_path):
+    """A C++ package's setup.py has no CUDA check: with a CPU torch it gets as far as setuptools (--name)."""
+    out = export(KERNELS / "add2_cpu.cpp", tmp_path / "pkg")
+    assert "CUDA_HOME" not in (out / "setup.py").read_text()
+    r = run_setup_py(out, CPU_TORCH, "--name")
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "add2_cpu", r.stderr
+
+
+OLD_SETUPTOOLS = "import sys; sys.modules['setuptools.command.bdist_wheel'] = None; sys.modules['wheel'] = None"
+
+
+def test_setup_py_building_a_wheel_without_wheel_names_pip_install_wheel(tmp_path):
+    """Setuptools < 70.1 (no bdist_wheel of its own) and no `wheel`: pip's dist_info step stops with `pip install wheel`."""
+    out = export(KERNELS / "add2_cpu.cpp", tmp_path / "pkg")
+    for command in ("dist_info", "bdist_wheel"):
+        r = run_setup_py(out, OLD_SETUPTOOLS, command)
+        assert r.returncode != 0 and "builds wheels only with the `wheel` package: `pip install wheel`" in r.stderr
+    assert run_setup_py(out, OLD_SETUPTOOLS, "--name").returncode == 0  # no wheel is built: no need for it
+
+
+def _versions(setuptools, wheel):
+    return lambda dist: {"setuptools": setuptools, "wheel": wheel}.get(dist)
+
+
+def test_build_needs_of_a_cuda_package_on_a_cpu_torch(monkeypatch):
+    """A CUDA snippet needs nvcc and a CUDA torch; with a CPU torch and no nvcc, both are missing, each with its fix."""
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(toolchain, "nvcc_path", lambda: None)
+    monkeypatch.setattr(export_module, "_version_of", _versions((80, 9, 0), None))
+    needs, missing = build_needs(KERNELS / "add2.cu")
+    assert "nvcc" in needs and "a CUDA build of torch" in needs
+    assert len(missing) == 2
+    assert missing[0].startswith("a CUDA build of torch: this torch (") and "pytorch.org" in missing[0]
+    assert missing[1].startswith("nvcc (looked in $CUDA_HOME/bin") and "set CUDA_HOME" in missing[1]
+
+
+def test_build_needs_names_a_cuda_major_version_mismatch(monkeypatch):
+    """torch built with CUDA 12.8 and nvcc 13.0: the mismatch is missing, naming a 12.x toolkit."""
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(toolchain, "nvcc_path", lambda: "/opt/cuda/bin/nvcc")
+    monkeypatch.setattr(toolchain, "nvcc_version", lambda: "13.0.88")
+    monkeypatch.setattr(export_module, "_version_of", _versions((80, 9, 0), None))
+    _, missing = build_needs(KERNELS / "square_matrix.cu")
+    assert missing == ["nvcc of torch's CUDA major version: nvcc is CUDA 13.0.88, torch was built with CUDA 12.8; "
+                       "point CUDA_HOME at a CUDA 12.x toolkit"]
+
+
+def test_build_needs_of_a_cpp_package(monkeypatch):
+    """A C++ snippet needs no CUDA; old setuptools without `wheel` is missing `pip install wheel`, new setuptools is not."""
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(export_module, "_version_of", _versions((80, 9, 0), None))
+    needs, missing = build_needs(KERNELS / "add2_cpu.cpp")
+    assert "nvcc" not in needs and "CUDA" not in needs and missing == []
+    monkeypatch.setattr(export_module, "_version_of", _versions((65, 5, 0), None))
+    _, missing = build_needs(KERNELS / "add2_cpu.cpp")
+    assert missing == ["the `wheel` package, which setuptools 65.5.0 needs to build a wheel (else pip stops with "
+                       "`invalid command 'bdist_wheel'`): `pip install wheel` first"]
+    monkeypatch.setattr(export_module, "_version_of", _versions((65, 5, 0), (0, 45, 1)))
+    assert build_needs(KERNELS / "add2_cpu.cpp")[1] == []
 
 
 def test_own_pybind_module_keeps_its_name(tmp_path):
@@ -263,6 +361,17 @@ def test_cli_export_prints_the_folder_and_two_commands(tmp_path):
     assert str(out) in r.stdout
     assert f"pip install --no-build-isolation {out}" in r.stdout
     assert 'python -c "import add2_cpu; help(add2_cpu)"' in r.stdout
+    assert "  building it needs:  a C++ compiler and torch" in r.stdout
+
+
+def test_cli_export_of_a_cuda_snippet_says_it_needs_cuda(tmp_path):
+    """`jitlab export kernels/add2.cu` says building needs nvcc and a CUDA torch, and on a CPU torch that this one is not."""
+    r = jl("export", KERNELS / "add2.cu", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    needs = next(line for line in r.stdout.splitlines() if line.startswith("  building it needs:"))
+    assert "nvcc" in needs and "a CUDA build of torch" in needs
+    if torch.version.cuda is None:
+        assert f"  missing here:       a CUDA build of torch: this torch ({torch.__version__}) is CPU-only" in r.stdout
 
 
 def test_cli_export_options_and_refusal(tmp_path):
@@ -285,13 +394,19 @@ def test_cli_bad_name_exits_1(tmp_path):
 # ---- really building them -------------------------------------------------------------------------
 @pytest.mark.slow
 def test_torch_style_cpp_package_builds_installs_and_imports(tmp_path):
-    """square_matrix_cpu.cpp and seed 004's hello (no #include at all) as one package: pip install, import, call."""
+    """square_matrix_cpu.cpp and seed 004's hello (no #include at all) as one package: `jitlab export`, the pip
+    command it prints (into a folder), import, call."""
     snippet = tmp_path / "cpp_ops"
     snippet.mkdir()
     for name in ("square_matrix_cpu.cpp", "hello_cpp.cpp"):
         shutil.copy(KERNELS / name, snippet)
-    out = export(snippet, tmp_path / "pkg")
-    pip_install(out, tmp_path / "site")
+    exported = jl("export", snippet, "--out", tmp_path / "pkg", cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    printed = next(line for line in exported.stdout.splitlines() if "build and install:" in line).split(":", 1)[1].split()
+    assert printed == ["pip", "install", "--no-build-isolation", str(tmp_path / "pkg")]
+    r = subprocess.run([sys.executable, "-m", *printed, "--no-index", "--no-deps", "--target", str(tmp_path / "site")],
+                       env=build_env(), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     r = run_without_jitlab("""
         import torch, cpp_ops
         x = torch.randn(3, 5)

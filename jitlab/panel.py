@@ -562,9 +562,8 @@ class Watcher:
             self.ready.set()
 
     def _compare(self) -> None:
-        try:
-            text = self.path.read_text(encoding="utf-8", errors="surrogateescape")
-        except OSError:  # between an editor's delete and rename, or deleted: wait for the next change
+        text = self._settled_text()
+        if text is None:  # between an editor's delete and rename, or deleted: wait for the next change
             return
         if text == self.known() or text == self._seen:
             self._seen = text
@@ -574,6 +573,21 @@ class Watcher:
             self.on_change(text)
         except Exception as e:  # a failing callback must not end the watch; the error is kept
             self.errors.append(e)
+
+    def _settled_text(self, pause: float = 0.05, tries: int = 20) -> str | None:
+        """The file's text once two reads ``pause`` apart agree: a writer that truncates and then
+        writes (``Path.write_text``, many editors) is not caught half-way, as an empty file."""
+        last = None
+        for _ in range(tries):
+            try:
+                text = self.path.read_text(encoding="utf-8", errors="surrogateescape")
+            except OSError:
+                return None
+            if text == last:
+                return text
+            last = text
+            time.sleep(pause)
+        return last
 
 
 # ---------------------------------------------------------------------- the panel

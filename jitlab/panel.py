@@ -769,7 +769,7 @@ class Playground:
     def _show(self, r: StepResult) -> None:
         self.last = r
         self.status.value = r.status
-        self.result.value = r.html or (f"<pre>{html.escape(r.log)}</pre>" if r.log.strip() else "")
+        self.result.value = r.html or _log_html(r)
         if r.png:
             self.plot.value = r.png
         self.plot.layout.display = None if r.png else "none"
@@ -802,6 +802,15 @@ class Playground:
         self.stop()
         for w in self._widgets:
             w.close()
+
+
+def _log_html(r: StepResult) -> str:
+    """A step's log under a "log" toggle: folded after a success (the status line says it all), open
+    after a failure (the compiler's message is what to read)."""
+    if not r.log.strip():
+        return ""
+    return (f"<details{'' if r.ok else ' open'}><summary>log</summary>"
+            f"<pre>{html.escape(r.log)}</pre></details>")
 
 
 class _Ticker:

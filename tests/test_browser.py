@@ -271,6 +271,8 @@ def test_playground_build_and_check_in_chromium(request):
         print("\nstatus after Build:", status)
         assert "built in" in status, f"a fresh cache, yet no build: {status!r}"
         assert list((workdir / "cache").glob("add2_cpu_*")), "the build is not in the test's JITLAB_CACHE_DIR"
+        # A successful build shows one status line; its log is folded under "log", not spread out.
+        assert result.inner_text().strip() in ("", "log"), f"the build log is not folded:\n{result.inner_text()}"
         status = _click_and_wait(panel, "Check", r"PASS|FAIL")
         print("status after Check:", status)
         expect(result).to_contain_text("PASS", timeout=STEP_S * 1000)

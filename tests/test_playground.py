@@ -400,3 +400,14 @@ def test_watcher_polling_catches_a_change(tmp_path):
     finally:
         w.stop()
     assert not w.alive
+
+
+def test_build_log_sits_behind_a_toggle_folded_after_success():
+    """A successful step's log is folded under "log"; a failed one's is open."""
+    from jitlab.panel import StepResult, _log_html
+
+    ok = _log_html(StepResult("build", True, "built", log="[1/3] c++ -c ..."))
+    bad = _log_html(StepResult("build", False, "compile error", log="k.cpp:3:1: error: ..."))
+    assert ok.startswith("<details><summary>log</summary>") and "[1/3] c++" in ok
+    assert bad.startswith("<details open><summary>log</summary>") and "k.cpp:3:1: error" in bad
+    assert _log_html(StepResult("build", True, "built", log="  \n")) == ""

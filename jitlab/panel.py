@@ -596,6 +596,9 @@ EDITOR_CSS = """<style>
 .jitlab-editor textarea { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
   font-size: 13px; line-height: 1.35; white-space: pre; tab-size: 4; }
 .jitlab-status { font-family: ui-monospace, Menlo, Consolas, monospace; }
+/* A long status (a FAIL with its reason) wraps instead of being clipped at the panel's edge. */
+.widget-label.jitlab-status { white-space: pre-wrap; overflow-wrap: anywhere; overflow: visible;
+  text-overflow: clip; height: auto; line-height: 1.4; }
 .jitlab-result pre { font-size: 12px; max-height: 30em; overflow: auto; }
 .jitlab-result table { border-collapse: collapse; font-size: 12px; }
 .jitlab-result td, .jitlab-result th { padding: 2px 8px; border-bottom: 1px solid #ddd; text-align: right; }

@@ -298,4 +298,8 @@ def test_playground_build_and_check_in_chromium(request):
         print("result:", text)
         assert "FAIL" in status, status
         assert "differ" in text, f"no reason from the checker in the result:\n{text}"
+        # The FAIL status is long: it must wrap, never be clipped (its box holds all its text).
+        box = panel.locator(".jitlab-status")
+        sizes = box.evaluate("e => [e.scrollWidth, e.clientWidth, e.scrollHeight, e.clientHeight]")
+        assert sizes[0] <= sizes[1] + 1 and sizes[2] <= sizes[3] + 1, f"status clipped (scroll/client w, h): {sizes}"
         assert "PASS" not in text, f"the result area still shows the earlier verdict:\n{text}"

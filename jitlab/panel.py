@@ -97,6 +97,9 @@ class Session:
         self.text = self.read()  # what the panel last loaded or saved: its own saves are not "changes"
         self.module = None
         self._built, self._built_text = "", None  # "built in N s" / "cache hit", and the text it was for
+        # How each build this session used came about: a later cache hit of a build it made itself
+        # still reads "built in N s" after Check/Bench, so their status agrees with Build's.
+        self._origins: dict[str, str] = {}
 
     # ------------------------------------------------------------------ the file
 
@@ -145,9 +148,16 @@ class Session:
             self.module = None
             return StepResult("build", False, f"error: {_first_line(e)}", log=str(e), seconds=time.perf_counter() - t0)
         self._built, self._built_text = _build_state(m.build), self.text
+        self._origins.setdefault(m.build.name, self._built)
         self.module = m
         status = f"{self._built}; functions: {', '.join(m.functions) or 'none'}"
         return StepResult("build", True, status, log=m.build.log, seconds=time.perf_counter() - t0, value=m)
+
+    @property
+    def _origin(self) -> str:
+        """How the current build came about: ``built in N s`` if this session made it, else ``cache hit``."""
+        m = self.module
+        return self._origins.get(m.build.name, self._built) if m is not None else self._built
 
     def _compile_only(self, t0: float) -> StepResult:
         """Without a GPU a ``.cu`` snippet can still be compiled (nvcc only) for the usual archs."""
@@ -225,7 +235,7 @@ class Session:
             for vname, fn, sizes in runner.variants(ref)
         ]
         ok = all(v.passed for v in verdicts)
-        return StepResult("check", ok, f"{_verdict_status(verdicts)} ({self._built})",
+        return StepResult("check", ok, f"{_verdict_status(verdicts)} ({self._origin})",
                           log="\n\n".join(map(str, verdicts)), html="".join(v._repr_html_() for v in verdicts),
                           seconds=time.perf_counter() - t0, value=verdicts)
 
@@ -239,7 +249,7 @@ class Session:
         else:
             first = out.message.strip().splitlines()[0] if out.message.strip() else ""
             status = f"FAIL [{out.category}]: {first}" + (f" at {out.where}" if out.where else "")
-        return StepResult("check", out.passed, f"{status} ({self._built})", log=str(out), html=out._repr_html_(),
+        return StepResult("check", out.passed, f"{status} ({self._origin})", log=str(out), html=out._repr_html_(),
                           seconds=time.perf_counter() - t0, value=out.verdicts)
 
     def bench(self) -> StepResult:
@@ -254,7 +264,7 @@ class Session:
                 results.append(self.name, {**r.to_dict(), "build": self.module.build.name})
         ok = all(r.verdict.passed for r in rows)
         png = bench_figure(rows, f"{self.name} ({self.device})") if any(r.timing for r in rows) else None
-        return StepResult("bench", ok, f"{_bench_status(rows)} ({self._built})", log="\n".join(map(str, rows)),
+        return StepResult("bench", ok, f"{_bench_status(rows)} ({self._origin})", log="\n".join(map(str, rows)),
                           html=bench_table(rows), seconds=time.perf_counter() - t0, png=png, value=rows)
 
     def _bench_one(self, ref, vname: str, fn, size: int):

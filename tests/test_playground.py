@@ -411,3 +411,14 @@ def test_build_log_sits_behind_a_toggle_folded_after_success():
     assert ok.startswith("<details><summary>log</summary>") and "[1/3] c++" in ok
     assert bad.startswith("<details open><summary>log</summary>") and "k.cpp:3:1: error" in bad
     assert _log_html(StepResult("build", True, "built", log="  \n")) == ""
+
+
+def test_check_after_build_reports_the_same_build(add2):
+    """Build says "built in N s"; the Check after it (whose own build step is a cache hit of that very
+    build) says the same, not "cache hit"."""
+    s = Session(add2, isolate=False)
+    built = s.build()
+    assert built.status.startswith("built in ")
+    assert s.build().status.startswith("cache hit")  # the panel's Check starts with a build step
+    checked = s.check()
+    assert checked.ok and f"({built.status.split(';')[0]})" in checked.status, (built.status, checked.status)

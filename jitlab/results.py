@@ -38,6 +38,15 @@ def history(kernel: str) -> list[dict]:
     return out
 
 
+def chart_kind(rows: list[dict]) -> str:
+    """``"lines"`` (GB/s over size) when some version was timed at several sizes, else ``"bars"``:
+    a line through one point per version is a lone dot."""
+    sizes = {}
+    for r in rows:
+        sizes.setdefault(r["variant"], set()).add(r["size"])
+    return "lines" if any(len(v) > 1 for v in sizes.values()) else "bars"
+
+
 def plot(kernel: str, rows: list[dict], peak_gbps: float | None = None, path: Path | None = None) -> Path:
     """Plot GB/s over size (time if no byte count) for each variant and torch; returns the PNG path.
 
@@ -54,19 +63,29 @@ def plot(kernel: str, rows: list[dict], peak_gbps: float | None = None, path: Pa
 
     use_bw = all(r.get("gbps") for r in rows)
     fig, ax = plt.subplots(figsize=(7, 4))
-    for variant in dict.fromkeys(r["variant"] for r in rows):
-        pts = sorted((r["size"], r["gbps"] if use_bw else r["median_ms"]) for r in rows if r["variant"] == variant)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=variant)
+    series = {variant: sorted((r["size"], r["gbps"] if use_bw else r["median_ms"]) for r in rows
+                              if r["variant"] == variant) for variant in dict.fromkeys(r["variant"] for r in rows)}
     ref = sorted({(r["size"], r.get("torch_gbps") if use_bw else r.get("torch_ms")) for r in rows if r.get("torch_ms")})
-    if ref:
-        ax.plot([p[0] for p in ref], [p[1] for p in ref], marker="s", linestyle="--", color="black", label="torch")
+    if chart_kind(rows) == "bars":  # one size each (`jitlab run` times the largest): a bar per version
+        bars = [(name, *pts[0]) for name, pts in series.items()] + ([("torch", *ref[-1])] if ref else [])
+        one_size = len({size for _, size, _ in bars}) == 1
+        ax.bar([name if one_size else f"{name}\n(size {size})" for name, size, _ in bars], [v for *_, v in bars],
+               color=["C%d" % i for i in range(len(series))] + (["black"] if ref else []))
+        ax.set_xlabel(f"version, at size {bars[0][1]}" if one_size else "version (the size it was timed at)")
+        ax.tick_params(axis="x", labelrotation=20)
+    else:
+        for variant, pts in series.items():
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=variant)
+        if ref:
+            ax.plot([p[0] for p in ref], [p[1] for p in ref], marker="s", linestyle="--", color="black", label="torch")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("size")
     if use_bw and peak_gbps:
         ax.axhline(peak_gbps, color="red", linestyle=":", label=f"measured copy peak {peak_gbps:.0f} GB/s")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("size")
     ax.set_ylabel("GB/s" if use_bw else "time (ms)")
     ax.set_title(kernel)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     path = path or results_dir() / f"{kernel}.png"
     fig.savefig(path, dpi=110)

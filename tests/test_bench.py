@@ -90,6 +90,17 @@ def test_history_and_plot(tmp_path, monkeypatch):
     assert [h["size"] for h in hist] == [2**k for k in range(10, 14)]
     png = results.plot("demo", rows, peak_gbps=100.0)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert results.chart_kind(rows) == "lines"
+
+
+def test_plot_of_one_size_per_version_is_a_bar_chart(tmp_path, monkeypatch):
+    """`jitlab run` times each version at one size: bars per version (with torch), not lone dots."""
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(tmp_path))
+    rows = [{"variant": v, "size": 2**20, "median_ms": 1.0, "gbps": g, "torch_ms": 1.1, "torch_gbps": 900.0}
+            for v, g in (("original", 400.0), ("kernel1", 950.0))]
+    assert results.chart_kind(rows) == "bars"
+    png = results.plot("demo", rows, peak_gbps=1000.0)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_run_command_on_a_cpp_kernel(tmp_path):

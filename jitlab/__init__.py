@@ -103,7 +103,7 @@ def __getattr__(name):
 
         return Module
     if name == "check":
-        from .checker import check
+        from .isolate import check
 
         return check
     if name == "bench":

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import html
-import os
 from dataclasses import dataclass, field
 
 import torch
@@ -176,9 +175,8 @@ def check(run, reference=None, inputs=None, *, sizes=None, seeds=(0,), device: s
           **snippet_options):
     """Compare ``run(inp)`` with ``reference(inp)`` over every size and seed.
 
-    ``check(path, isolate=True, sanitize=None, timeout=60, variant=None, debug=False)`` checks a
-    snippet file against its ``NAME.ref.py`` instead, by default in a worker process (see
-    :func:`jitlab.isolate.check_snippet`): a crash or a hang ends the worker, not this process.
+    ``jitlab.check(path, ...)`` checks a snippet file against its ``NAME.ref.py`` instead: that is
+    :func:`jitlab.isolate.check`, the layer above, which sends callables here.
 
     Args:
         run: The candidate: ``run(inp) -> output`` (a tensor, a tuple of tensors, or a string);
@@ -203,10 +201,6 @@ def check(run, reference=None, inputs=None, *, sizes=None, seeds=(0,), device: s
     Raises:
         ArgumentError: A callable without ``reference``, ``inputs`` and ``sizes``, or path-only options.
     """
-    if isinstance(run, (str, os.PathLike)):
-        from .isolate import check_snippet
-
-        return check_snippet(run, sizes=sizes, **snippet_options)
     if reference is None or inputs is None or sizes is None or snippet_options:
         from .errors import ArgumentError
 

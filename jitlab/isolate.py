@@ -235,3 +235,18 @@ def check_snippet(path, *, isolate: bool = True, timeout: float = DEFAULT_TIMEOU
     if not isolate:
         return jobs.run_job(job)
     return worker().run(job, timeout)
+
+
+#: Options of :func:`jitlab.checker.check` that only mean something for two callables.
+_CALLABLE_ONLY = ("seeds", "device", "tolerance_override", "tf32", "name", "block")
+
+
+def check(run, reference=None, inputs=None, *, sizes=None, **options):
+    """``jitlab.check``: a snippet path is checked against its ``NAME.ref.py`` by
+    :func:`check_snippet` (in a worker by default); two callables are compared in this process by
+    :func:`jitlab.checker.check`, which documents the arguments."""
+    if isinstance(run, (str, os.PathLike)):
+        return check_snippet(run, sizes=sizes, **{k: v for k, v in options.items() if k not in _CALLABLE_ONLY})
+    from .checker import check as compare
+
+    return compare(run, reference, inputs, sizes=sizes, **options)

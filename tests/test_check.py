@@ -186,8 +186,10 @@ def test_thread_attribution_for_1d_and_2d_launches():
 
 
 def test_package_exports_the_functions():
-    """jitlab.check / jitlab.bench / jitlab.ab are the functions, whatever was imported before."""
+    """jitlab.check / jitlab.bench / jitlab.ab are the functions, whatever was imported before
+    (jitlab.check is isolate's: snippet paths there, callables to checker.check)."""
+    from jitlab import isolate
     from jitlab.benchmark import bench
     from jitlab.timing import ab
 
-    assert jitlab.check is check and jitlab.bench is bench and jitlab.ab is ab
+    assert jitlab.check is isolate.check and jitlab.bench is bench and jitlab.ab is ab

@@ -42,6 +42,18 @@ def cache(tmp_path, monkeypatch) -> Path:
     return d
 
 
+@pytest.fixture
+def ip(cache, tmp_path, monkeypatch):
+    """An IPython shell in a fresh folder with `%load_ext jitlab` (the %%cuda / %%cpp magics)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.chdir(tmp_path)
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "jitlab")
+    yield shell
+    InteractiveShell.clear_instance()
+
+
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory) -> Path:
     """A cache shared by the tests that build torch-style snippets (tens of seconds each)."""

@@ -1041,17 +1041,6 @@ def test_cu_with_a_byte_order_mark_compiles(cache, tmp_path, engine):
 
 # ---- 5. %%cpp / %%cuda saves ----------------------------------------------------------------------
 
-@pytest.fixture
-def ip(cache, tmp_path, monkeypatch):
-    from IPython.core.interactiveshell import InteractiveShell
-
-    monkeypatch.chdir(tmp_path)
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jitlab")
-    yield shell
-    InteractiveShell.clear_instance()
-
-
 KERNEL = "__global__ void k(float* y) {{ y[threadIdx.x] = {}; }}\n"
 
 

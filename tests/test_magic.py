@@ -9,17 +9,6 @@ import jitlab
 from jitlab import snippets
 
 
-@pytest.fixture
-def ip(cache, tmp_path, monkeypatch):
-    from IPython.core.interactiveshell import InteractiveShell
-
-    monkeypatch.chdir(tmp_path)
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jitlab")
-    yield shell
-    InteractiveShell.clear_instance()
-
-
 SCALE = "void scale(float* y, const float* x, int n) {\n  for (int i = 0; i < n; ++i) y[i] = %s * x[i];\n}\n"
 
 

@@ -80,15 +80,20 @@ def read_manifest(folder: Path) -> dict | None:
 
 
 def write_manifest(folder: Path, data: dict) -> None:
-    """Write the manifest atomically (temp file, fsync, ``os.replace``): it marks the build complete."""
-    data = {"format": config.FORMAT_VERSION, **data}
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".manifest-", suffix=".tmp")
+    """Write the manifest atomically: it marks the build complete."""
+    write_json(folder / MANIFEST, {"format": config.FORMAT_VERSION, **data})
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write a JSON file atomically (temp file beside it, fsync, ``os.replace``): readers see the old
+    file or the whole new one, never a part."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, folder / MANIFEST)
+        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -119,17 +119,12 @@ def _read_memo(path: Path) -> dict | None:
 
 
 def _write_memo(path: Path, data: dict) -> None:
-    """Best effort, atomically: a cache that cannot be written only costs the lookup next time."""
-    import json
-    import os
-    import tempfile
+    """Best effort: a cache that cannot be written only costs the lookup next time."""
+    from .. import cache
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".nvrtc-", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
+        cache.write_json(path, data)
     except OSError:
         pass
 

@@ -32,7 +32,7 @@ def edited(text: str, k: int) -> str:
 
 
 def panel_rounds(path: Path, rounds: int) -> list[float]:
-    from jitlab.panel import Playground
+    from jitlab.notebook.panel import Playground
 
     pg = Playground(path, watch=False)
     pg.run("check")  # first build and a warm worker, as after opening the panel
@@ -52,7 +52,7 @@ def panel_rounds(path: Path, rounds: int) -> list[float]:
 
 
 def session_rounds(path: Path, rounds: int, isolate: bool) -> list[float]:
-    from jitlab.panel import Session
+    from jitlab.notebook.session import Session
 
     s = Session(path, isolate=isolate)
     s.check()

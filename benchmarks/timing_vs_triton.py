@@ -40,7 +40,7 @@ def cases():
 def main() -> int:
     from triton.testing import do_bench
 
-    from jitlab.timing import time_cuda
+    from jitlab.judge.timing import time_cuda
 
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(f"{'kernel':<28}{'jitlab median':>15}{'(n)':>7}{'do_bench median':>17}{'ratio':>8}")

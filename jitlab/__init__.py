@@ -16,9 +16,8 @@ by a key over everything that changes the binary; other processes reuse them.
 
 from __future__ import annotations
 
-
-from .builder import Build, Options
-from .errors import (
+from jitlab import config
+from jitlab.errors import (
     ArgumentError,
     CacheError,
     CompileError,
@@ -27,107 +26,56 @@ from .errors import (
     SnippetError,
     ToolchainError,
 )
+from jitlab.jit.api import build, clean, load
+from jitlab.jit.builder import Build
+from jitlab.jit.flags import Options
 
-__version__ = "0.1.0"
+__version__ = config.VERSION
 __all__ = [
-    "load", "build", "clean", "check", "bench", "ab", "sanitize", "profile", "playground", "Build", "Options", "Module",
+    "load", "build", "clean", "check", "bench", "ab", "roofline", "sanitize", "profile", "playground", "Build", "Options", "Module",
     "JitlabError", "CompileError", "SnippetError", "ToolchainError", "LaunchError", "ArgumentError", "CacheError",
 ]
 
 
-def _options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug=False, engine="auto") -> Options:
-    if isinstance(arch, str):
-        arch = [a for a in arch.split(",") if a.strip()]
-    return Options(mode=mode, arch=list(arch) if arch else None, defines=dict(defines or {}),
-                   cflags=list(cflags or ()), cuda_cflags=list(cuda_cflags or ()),
-                   ldflags=list(ldflags or ()), compile_only=compile_only, debug=debug, engine=engine)
-
-
-def load(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None, ldflags=None,
-         debug: bool = False, engine: str = "auto"):
-    """Build a snippet (or find it in the cache) and return its functions.
-
-    Args:
-        path: A ``.cu``/``.cpp`` file, a folder of them (a multi-file snippet), or a list.
-        *more: Further files of the same snippet.
-        mode: ``"auto"`` (kernel-only unless the snippet uses torch), ``"kernel"`` or ``"torch"``.
-        arch: Archs to build for, e.g. ``"sm_90"`` or ``["sm_80", "sm_90"]``; default: this GPU.
-        defines: Preprocessor macros, e.g. ``{"BLOCK": 256}``.
-        cflags: Extra host compiler flags.
-        cuda_cflags: Extra nvcc flags.
-        ldflags: Extra linker flags.
-        debug: Build for debugging: ``-G`` device code, ``-g -O0`` host code, asserts on. Pair it
-            with ``jitlab.check(path, isolate=True)``, whose worker also sets ``CUDA_LAUNCH_BLOCKING``.
-        engine: ``"auto"`` (NVRTC, in process, for a kernel-only ``.cu`` it compiles; nvcc otherwise,
-            with the reason in the build output), ``"nvrtc"`` or ``"nvcc"``.
-
-    Returns:
-        A module whose attributes are the snippet's kernels and host functions. Kernels take
-        tensors for pointers, numbers for scalars, and ``grid=``, ``block=``, ``shared_mem=``,
-        ``stream=`` (default: torch's current stream).
-
-    Raises:
-        SnippetError: Unreadable snippet, nothing to call, or a type jitlab cannot pass.
-        ToolchainError: Missing nvcc/ninja/compiler, CUDA version mismatch, or no GPU for a ``.cu``.
-        CompileError: The compiler's first errors at your file and line; ``.log`` has the rest.
-    """
-    from .loader import load_or_rebuild
-
-    paths = [path, *more] if more else path
-    return load_or_rebuild(paths, _options(mode, arch, defines, cflags, cuda_cflags, ldflags, False, debug, engine))
-
-
-def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None,
-          ldflags=None, compile_only: bool = False, debug: bool = False, engine: str = "auto") -> Build:
-    """Build a snippet without loading it; ``compile_only=True`` needs no GPU (nvcc, or NVRTC).
-
-    Returns:
-        The :class:`Build`: ``.cached``, ``.seconds``, ``.folder``, ``.resources`` (per kernel, per arch).
-    """
-    from .builder import build as _build
-
-    paths = [path, *more] if more else path
-    return _build(paths, _options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug, engine))
-
-
-def clean(older_than_days: float | None = None) -> int:
-    """Delete cached builds (all, or those unused for ``older_than_days``); returns how many."""
-    from .cache import clean as _clean
-
-    return _clean(older_than_s=None if older_than_days is None else older_than_days * 86400)
+#: ``jitlab.exercises`` and ``from jitlab import inspect`` in the lessons: the modules behind them.
+_PUBLIC_MODULES = {"exercises": "jitlab.notebook.exercises", "inspect": "jitlab.tools.inspect"}
 
 
 def __getattr__(name):
     if name == "Module":
-        from .loader import Module
+        from jitlab.jit.loader import Module
 
         return Module
     if name == "check":
-        from .isolate import check
+        from jitlab.worker.isolate import check
 
         return check
     if name == "bench":
-        from .benchmark import bench
+        from jitlab.judge.benchmark import bench
 
         return bench
     if name == "sanitize":
-        from .sanitizer import sanitize
+        from jitlab.worker.sanitizer import sanitize
 
         return sanitize
     if name == "profile":
-        from .profiler import profile
+        from jitlab.worker.profiler import profile
 
         return profile
+    if name == "roofline":
+        from jitlab.judge.roofline import Chart
+
+        return Chart
     if name == "ab":
-        from .timing import ab
+        from jitlab.judge.timing import ab
 
         return ab
-    if name == "exercises":  # a submodule: `from . import` would ask this __getattr__ again
+    if name in _PUBLIC_MODULES:  # modules the lessons use by their short public names
         import importlib
 
-        return importlib.import_module(".exercises", __name__)
+        return importlib.import_module(_PUBLIC_MODULES[name])
     if name == "playground":
-        from .panel import playground
+        from jitlab.notebook.panel import playground
 
         return playground
     raise AttributeError(f"module 'jitlab' has no attribute {name!r}")
@@ -137,6 +85,6 @@ def __getattr__(name):
 
 def load_ipython_extension(ipython):
     """``%load_ext jitlab``: the ``%%cuda`` and ``%%cpp`` cell magics."""
-    from .magic import load_ipython_extension as _load
+    from jitlab.notebook.magic import load_ipython_extension as _load
 
     _load(ipython)

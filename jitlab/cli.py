@@ -6,18 +6,20 @@ import argparse
 import sys
 import time
 
-from .errors import CompileError, JitlabError
+from jitlab import config
+from jitlab.errors import CompileError, JitlabError
+from jitlab.jit import api
+from jitlab.worker import isolate, profiler, sanitizer
 
 
 def _build(args) -> int:
-    import jitlab
 
     defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.define or [])
     status = 0
     for path in args.paths:
         t0 = time.perf_counter()
         try:
-            b = jitlab.build(path, mode=args.mode, arch=args.arch, defines=defines,
+            b = api.build(path, mode=args.mode, arch=args.arch, defines=defines,
                              cuda_cflags=args.nvcc_flag, cflags=args.cflag, compile_only=args.compile_only,
                              engine=args.engine)
         except CompileError as e:
@@ -49,7 +51,7 @@ def print_resources(resources: dict) -> None:
 
 
 def _inspect(args) -> int:
-    from . import inspect
+    from jitlab.tools import inspect
 
     archs = [a for a in (args.arch or "sm_90").split(",") if a.strip()]
     try:
@@ -94,12 +96,11 @@ def _snippet_options(args) -> dict:
 
 
 def _check(args) -> int:
-    import jitlab
 
     status = 0
     for path in args.paths:
         try:
-            out = jitlab.check(path, isolate=not args.in_process, timeout=args.timeout,
+            out = isolate.check(path, isolate=not args.in_process, timeout=args.timeout,
                                sizes=args.size or None, **_snippet_options(args))
         except JitlabError as e:
             print(f"{path}: {e}", file=sys.stderr)
@@ -124,21 +125,19 @@ def _report(path, make, ok) -> int:
 
 
 def _sanitize(args) -> int:
-    import jitlab
 
-    return _report(args.path, lambda: jitlab.sanitize(args.path, tool=args.tool, sizes=args.size or None,
+    return _report(args.path, lambda: sanitizer.sanitize(args.path, tool=args.tool, sizes=args.size or None,
                                                       **_snippet_options(args)), lambda r: r.clean)
 
 
 def _profile(args) -> int:
-    import jitlab
 
-    return _report(args.path, lambda: jitlab.profile(args.path, variant=args.variant, size=args.size,
+    return _report(args.path, lambda: profiler.profile(args.path, variant=args.variant, size=args.size,
                                                      kernel=args.kernel), lambda p: p.available)
 
 
 def _export(args) -> int:
-    from . import export
+    from jitlab.tools import export
 
     try:
         out = export.export(args.path, args.out or f"{export.module_name(args.path, args.name)}_package",
@@ -158,18 +157,17 @@ def _export(args) -> int:
 
 
 def _clean(args) -> int:
-    import jitlab
-    from .config import cache_dir
+    from jitlab.config import cache_dir
 
-    n = jitlab.clean(older_than_days=args.older_than_days)
+    n = api.clean(older_than_days=args.older_than_days)
     print(f"removed {n} build folder{'s' if n != 1 else ''} from {cache_dir()}")
     return 0
 
 
 def _run(args) -> int:
-    from . import runner
+    from jitlab.judge import runner
 
-    archs = tuple(a for a in args.arch.split(",") if a) if args.arch else runner.DEFAULT_ARCHS
+    archs = tuple(a for a in args.arch.split(",") if a) if args.arch else config.DEFAULT_ARCHS
     failed = runner.main(args.paths, archs, args.max_size, time_it=not args.no_bench,
                          compile_reference=not args.no_compile)
     return 1 if failed else 0
@@ -205,7 +203,8 @@ def parser() -> argparse.ArgumentParser:
     k = sub.add_parser("check", help="build and check snippets against their NAME.ref.py in a worker process "
                                      "(crashes and hangs end the worker, not jitlab)")
     k.add_argument("paths", nargs="+", help="kernel files or folders with a NAME.ref.py beside them")
-    k.add_argument("--timeout", type=float, default=60.0, help="seconds before a hung kernel is stopped (default 60)")
+    k.add_argument("--timeout", type=float, default=config.CHECK_TIMEOUT,
+                   help=f"seconds before a hung kernel is stopped (default {config.CHECK_TIMEOUT:g})")
     k.add_argument("--in-process", action="store_true", help="run in this process instead of a worker")
     k.add_argument("--show-output", action="store_true", help="print what the kernel printed even when it passes")
     k.set_defaults(func=_check)
@@ -242,7 +241,7 @@ def parser() -> argparse.ArgumentParser:
                                   "JITLAB_PROGRESS_AFTER seconds (default 2; off for never) shows what runs and "
                                   "for how long; ratio columns read '× faster than torch'.")
         r.add_argument("paths", nargs="*", help="kernel files or folders (default: kernels/)")
-        r.add_argument("--arch", help="archs to compile-check without a GPU (default sm_75,sm_80,sm_90)")
+        r.add_argument("--arch", help=f"archs to compile-check without a GPU (default {','.join(config.DEFAULT_ARCHS)})")
         r.add_argument("--max-size", type=int, default=None, help="skip sizes above this")
         r.add_argument("--no-bench", action="store_true", help="check only, do not time")
         r.add_argument("--no-compile", action="store_true", help="do not time torch.compile of the reference")

@@ -6,6 +6,10 @@ import os
 from pathlib import Path
 
 #: Bumped whenever generated code or the cache layout changes; part of every build key.
+VERSION = "0.1.0"  # the package's version (jitlab.__version__)
+#: The folder that holds the jitlab package (a checkout's root, or site-packages): child processes
+#: get it first on PYTHONPATH so they import this jitlab.
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
 FORMAT_VERSION = 3
 
 #: Extensions jitlab treats as sources and headers when given a folder.
@@ -29,9 +33,8 @@ def cache_dir() -> Path:
     env = getenv("JITLAB_CACHE_DIR")
     if env:
         return Path(env).expanduser().resolve()
-    project = Path(__file__).resolve().parent.parent
-    if (project / "build_cache").is_dir() and (project / "jitlab").is_dir():
-        return project / "build_cache"
+    if (SOURCE_ROOT / "build_cache").is_dir() and (SOURCE_ROOT / "jitlab").is_dir():
+        return SOURCE_ROOT / "build_cache"
     return Path.cwd() / "build_cache"
 
 
@@ -44,6 +47,12 @@ def pch_dir() -> Path:
     env = getenv("JITLAB_PCH_DIR")
     return Path(env).expanduser().resolve() if env else cache_dir() / "pch"
 
+
+#: Archs a CUDA snippet is compile-checked for where no GPU says which one (``jitlab run`` without
+#: a GPU, the playground's Build): Colab's T4, the A100, the H100.
+DEFAULT_ARCHS = ("sm_75", "sm_80", "sm_90")
+#: Seconds an isolated check may run before its worker is stopped (an endless loop, a deadlock).
+CHECK_TIMEOUT = 60.0
 
 #: Seconds a build waits for another process holding the same build's lock, unless
 #: ``$JITLAB_LOCK_TIMEOUT`` says otherwise (``inf`` waits for ever).
@@ -64,7 +73,7 @@ def lock_timeout() -> float:
     try:
         return max(0.0, float(raw))
     except ValueError:
-        from .errors import CacheError
+        from jitlab.errors import CacheError
 
         raise CacheError(f"JITLAB_LOCK_TIMEOUT={raw!r} is not a number of seconds; set it to one, e.g. "
                          f"JITLAB_LOCK_TIMEOUT=600 (or inf to wait for ever)") from None

@@ -24,7 +24,7 @@ import threading
 _libc = ctypes.CDLL(None)
 
 
-def _flush_c() -> None:
+def flush_c() -> None:
     _libc.fflush(None)
 
 
@@ -33,7 +33,7 @@ def _flush_all() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, OSError, ValueError):
             stream.flush()
-    _flush_c()
+    flush_c()
 
 
 def _is_real_fd(stream, fd: int) -> bool:
@@ -213,7 +213,7 @@ def _synced_and_flushed(sync: bool):
         if sync:
             _sync()
     finally:
-        _flush_c()
+        flush_c()
 
 
 def _sync() -> None:

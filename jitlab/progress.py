@@ -10,7 +10,7 @@ stderr is a pipe or a file, where units that start later get one line each inste
 A timer thread waits out the threshold, so a quick step never touches the terminal; it is stopped
 and joined when the step ends, error or not. Steps show on the main thread only: the playground's
 build thread has its own status line and ``jitlab run``'s parallel compile-checks print their rows.
-A worker process (``python -m jitlab.jobs``) never shows progress, since what it prints is reported
+A worker process (``python -m jitlab.worker.jobs``) never shows progress, since what it prints is reported
 as the kernel's output. ``JITLAB_PROGRESS_AFTER=off`` turns progress off; ``0`` shows every step.
 """
 
@@ -25,7 +25,7 @@ import threading
 import time
 import warnings
 
-from . import config
+from jitlab import config
 
 #: Seconds a step runs before it shows progress, unless ``$JITLAB_PROGRESS_AFTER`` says otherwise.
 DEFAULT_AFTER = 2.0
@@ -51,9 +51,9 @@ def threshold() -> float | None:
 
 
 def _in_worker() -> bool:
-    """Whether this process is a jitlab worker (``python -m jitlab.jobs``), whose output is the kernel's."""
+    """Whether this process is a jitlab worker (``python -m jitlab.worker.jobs``), whose output is the kernel's."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return getattr(spec, "name", "") == "jitlab.jobs"
+    return getattr(spec, "name", "") == "jitlab.worker.jobs"
 
 
 class Step:

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .errors import SnippetError
+from jitlab.errors import SnippetError
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 

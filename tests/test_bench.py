@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from jitlab import results
-from jitlab.benchmark import bench
-from jitlab.timing import Timing, ab, time_cpu
+from jitlab.judge import results
+from jitlab.judge.benchmark import bench
+from jitlab.judge.timing import Timing, ab, time_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 

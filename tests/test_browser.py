@@ -254,8 +254,40 @@ def _click_and_wait(panel, button: str, pattern: str, timeout: float = STEP_S) -
                          f"{text!r}\nresult area:\n{result}")
 
 
+SCREENS = ROOT / "build_cache" / "screens"  # not committed: build_cache/ is ignored
+
+
+def _shot(page, panel, state: str) -> None:
+    """Keep a screenshot of the panel in ``state`` (build_cache/screens/panel-STATE.png) to look at."""
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    panel.scroll_into_view_if_needed()
+    panel.screenshot(path=str(SCREENS / f"panel-{state}.png"))
+
+
+def _type_into_editor(page, panel, text: str) -> None:
+    """Replace the CodeMirror editor's text as a person would: click, select all, type (insert_text:
+    typing key by key would let the editor re-indent)."""
+    panel.locator(".jitlab-editor .cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(text)
+
+
+def _wait_status(panel, before: str, pattern: str, timeout: float = STEP_S) -> str:
+    status = panel.locator(".jitlab-status")
+    deadline, text = time.monotonic() + timeout, before
+    while time.monotonic() < deadline:
+        text = status.inner_text()
+        if text != before and re.search(pattern, text):
+            return text
+        time.sleep(0.2)
+    raise AssertionError(f"the status never matched {pattern!r} in {timeout} s: {text!r}\n"
+                         f"result area:\n{panel.locator('.jitlab-result').inner_text()}")
+
+
 def test_playground_build_and_check_in_chromium(request):
-    """Build and Check in the browser read PASS; a wrong kernel typed into the editor reads FAIL."""
+    """Build and Check in the browser read PASS; a wrong kernel typed into the editor reads FAIL; a
+    syntax error after Shift-Enter in the editor reads "compile error" with its line marked; Bench
+    times it. A screenshot of each state is kept in build_cache/screens/."""
     _require_tools()  # in the test itself, so a missing tool reads FAILED, not ERROR or SKIPPED
     from playwright.sync_api import expect
 
@@ -266,6 +298,10 @@ def test_playground_build_and_check_in_chromium(request):
         for name in ("Build", "Check", "Bench"):
             expect(panel.get_by_role("button", name=name, exact=True)).to_be_visible()
         result = panel.locator(".jitlab-result")
+        # A real code editor: line numbers, C++ highlighting.
+        expect(panel.locator(".jitlab-editor .cm-lineNumbers")).to_be_visible()
+        assert panel.locator(".jitlab-editor .cm-content [class*='tok-'], .jitlab-editor .cm-content span").count() > 0
+        _shot(page, panel, "ready")
 
         status = _click_and_wait(panel, "Build", BUILT)
         print("\nstatus after Build:", status)
@@ -273,6 +309,7 @@ def test_playground_build_and_check_in_chromium(request):
         assert list((workdir / "cache").glob("add2_cpu_*")), "the build is not in the test's JITLAB_CACHE_DIR"
         # A successful build shows one status line; its log is folded under "log", not spread out.
         assert result.inner_text().strip() in ("", "log"), f"the build log is not folded:\n{result.inner_text()}"
+        _shot(page, panel, "built")
         status = _click_and_wait(panel, "Check", r"PASS|FAIL")
         print("status after Check:", status)
         expect(result).to_contain_text("PASS", timeout=STEP_S * 1000)
@@ -280,14 +317,26 @@ def test_playground_build_and_check_in_chromium(request):
         print("result:", text)
         assert "PASS" in status and "FAIL" not in status, status
         assert "PASS" in text and "FAIL" not in text, text
+        _shot(page, panel, "pass")
+
+        # A syntax error, then Shift-Enter in the editor (build and check): the status names the line
+        # and the editor marks it.
+        source = (workdir / SNIPPET).read_text()
+        broken_line = next(i for i, ln in enumerate(source.splitlines(), 1) if "a[i] + b[i]" in ln)
+        _type_into_editor(page, panel, source.replace("a[i] + b[i]", "a[i] + b[i] +"))
+        before = panel.locator(".jitlab-status").inner_text()
+        page.keyboard.press("Shift+Enter")
+        status = _wait_status(panel, before, r"compile error")
+        print("status after Shift-Enter on a syntax error:", status)
+        assert f"add2_cpu.cpp:{broken_line + 1}" in status or f"add2_cpu.cpp:{broken_line}" in status, status
+        marked = panel.locator(".jitlab-editor .cm-jitlab-error-line")
+        expect(marked.first).to_be_visible(timeout=10_000)
+        _shot(page, panel, "compile-error")
 
         # A wrong kernel, typed into the panel's editor: c = a - b.
-        source = (workdir / SNIPPET).read_text()
         wrong = source.replace("a[i] + b[i]", "a[i] - b[i]")
         assert wrong != source
-        textarea = panel.locator(".jitlab-editor textarea")
-        textarea.fill(wrong)
-        textarea.dispatch_event("change")  # synced even if the editor waits for the edit to end
+        _type_into_editor(page, panel, wrong)
         status = _click_and_wait(panel, "Build", BUILT)
         print("status after Build:", status)
         assert "built in" in status, f"an edited kernel, yet no build: {status!r}"
@@ -303,3 +352,16 @@ def test_playground_build_and_check_in_chromium(request):
         sizes = box.evaluate("e => [e.scrollWidth, e.clientWidth, e.scrollHeight, e.clientHeight]")
         assert sizes[0] <= sizes[1] + 1 and sizes[2] <= sizes[3] + 1, f"status clipped (scroll/client w, h): {sizes}"
         assert "PASS" not in text, f"the result area still shows the earlier verdict:\n{text}"
+        assert panel.locator(".jitlab-editor .cm-jitlab-error-line").count() == 0, "a fixed line is still marked"
+        _shot(page, panel, "fail")
+
+        # Ctrl-S in the editor saves (the file on disk is the editor's text), then Bench times it.
+        _type_into_editor(page, panel, source)
+        before = panel.locator(".jitlab-status").inner_text()
+        page.keyboard.press("Control+s")
+        _wait_status(panel, before, r"saved")
+        assert (workdir / SNIPPET).read_text() == source
+        status = _click_and_wait(panel, "Bench", r"bench|FAIL")
+        print("status after Bench:", status)
+        assert status.startswith("bench:"), status
+        _shot(page, panel, "bench")

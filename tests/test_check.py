@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import jitlab
-from jitlab.checker import TOLERANCES, check, tolerance
+from jitlab.judge.checker import TOLERANCES, check, tolerance
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SIZES = [1, 31, 127, 128, 129, 1001]
@@ -178,7 +178,7 @@ def test_half_within_tolerance_passes():
 
 def test_thread_attribution_for_1d_and_2d_launches():
     """Wrong elements name the (blockIdx, threadIdx) of the usual index formulas."""
-    from jitlab.checker import _thread_of
+    from jitlab.judge.checker import _thread_of
 
     assert _thread_of((300,), (1000,), (4, 1, 1, 256, 1, 1), None) == "block (1,) thread (44,)"
     assert _thread_of((1100,), (2000,), (4, 1, 1, 256, 1, 1), None) == "block (0,) thread (76,)"  # grid-stride pass 2
@@ -188,8 +188,8 @@ def test_thread_attribution_for_1d_and_2d_launches():
 def test_package_exports_the_functions():
     """jitlab.check / jitlab.bench / jitlab.ab are the functions, whatever was imported before
     (jitlab.check is isolate's: snippet paths there, callables to checker.check)."""
-    from jitlab import isolate
-    from jitlab.benchmark import bench
-    from jitlab.timing import ab
+    from jitlab.judge.benchmark import bench
+    from jitlab.judge.timing import ab
+    from jitlab.worker import isolate
 
     assert jitlab.check is isolate.check and jitlab.bench is bench and jitlab.ab is ab

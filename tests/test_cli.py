@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from jitlab import toolchain
+from jitlab.jit import toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels"

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from jitlab import codegen
 from jitlab.errors import SnippetError
-from jitlab.parse import parse_file
+from jitlab.jit import codegen
+from jitlab.jit.parse import parse_file
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import jitlab
-from jitlab import cache as jcache
+from jitlab.jit import cache as jcache
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,7 +98,7 @@ def test_new_process_reuses_the_cache(cache, write):
 def test_stale_lock_files_do_not_hang(cache, write):
     """A build killed half-way leaves torch's `lock` in an unfinished folder and our .lock: load still works."""
     p = write("scale.cpp", scale_src("2.0f"))
-    plan, _, parts = jitlab.builder.prepare(p, jitlab.Options())
+    plan, _, parts = jitlab.jit.builder.prepare(p, jitlab.Options())
     name = jcache.module_name(plan.stem, jcache.build_key(parts))
     folder = cache / name
     folder.mkdir(parents=True)
@@ -115,7 +115,7 @@ def test_corrupt_binary_is_rebuilt_with_a_warning(cache, write):
     m = jitlab.load(p)
     so = m.build.artifact
     name = m.build.name
-    jitlab.loader._loaded.pop(name)  # as if in a new process
+    jitlab.jit.loader._loaded.pop(name)  # as if in a new process
     broken = so.with_suffix(".broken")
     broken.write_bytes(b"\x7fELF not really")
     os.replace(broken, so)  # a new inode: the copy this process has mapped stays intact
@@ -128,7 +128,7 @@ def test_unreadable_manifest_is_a_miss(cache, write):
     """A truncated manifest is treated as an unfinished build, never a crash."""
     p = write("scale.cpp", scale_src("2.0f"))
     m = jitlab.load(p)
-    jitlab.loader._loaded.pop(m.build.name)
+    jitlab.jit.loader._loaded.pop(m.build.name)
     (m.build.folder / "jitlab.json").write_text('{"format": ')
     m2 = jitlab.load(p)
     assert not m2.build.cached and run_scale(m2).tolist()[1] == 2

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import jitlab
-from jitlab import toolchain
-from jitlab.builder import parse_resource_usage
+from jitlab.jit import toolchain
+from jitlab.jit.resources import parse_resource_usage
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels"

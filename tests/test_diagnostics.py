@@ -6,8 +6,8 @@ import pickle
 
 import pytest
 
-from jitlab.diagnostics import MAX_SHOWN, compile_error, parse_log, render
 from jitlab.errors import CompileError, Diagnostic
+from jitlab.jit.diagnostics import MAX_SHOWN, compile_error, parse_log, render
 
 CU = """\
 __global__ void k(float* y, int n) {
@@ -204,7 +204,7 @@ def test_tabs_are_columns_of_eight(write):
 def test_single_digit_arch_is_rejected():
     """'9' names no arch (sm_90 does): refused before nvcc sees it."""
     from jitlab.errors import ToolchainError
-    from jitlab.toolchain import normalize_arch
+    from jitlab.jit.toolchain import normalize_arch
 
     with pytest.raises(ToolchainError):
         normalize_arch("9")

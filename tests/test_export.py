@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import os
 import shutil
+import string
 import subprocess
 import sys
 import textwrap
@@ -19,9 +20,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from jitlab import builder, export as export_module, toolchain
 from jitlab.errors import SnippetError
-from jitlab.export import build_needs, export, module_name
+from jitlab.jit import messages, toolchain
+from jitlab.jit.sources import collect_sources
+from jitlab.tools import export as export_module
+from jitlab.tools.export import build_needs, export, module_name
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels"
@@ -90,7 +93,7 @@ def test_cuda_functions_are_declared_for_the_module_unit(tmp_path):
 def test_every_shipped_kernel_exports_with_its_files_unchanged(tmp_path, snippet):
     """Each kernel in kernels/ exports; csrc/ holds its sources and local headers byte for byte; setup.py parses."""
     out = export(snippet, tmp_path / "pkg")
-    sources = builder.collect_sources(snippet)
+    sources = collect_sources(snippet)
     for src in sources:
         assert (out / "csrc" / src.name).read_bytes() == src.read_bytes()
     for header in (snippet.glob("*.h") if snippet.is_dir() else []):
@@ -248,6 +251,17 @@ def test_kernel_only_cuda_package(tmp_path):
     assert "c10::ScalarType::Float, c10::DeviceType::CUDA, true);" in module  # c: float*, an output
     assert "checked_int<int32_t>(a3, fn, 4, \"n\", \"int\")" in module
     assert "-U__CUDA_NO_HALF_OPERATORS__" in (out / "setup.py").read_text()  # as jitlab builds kernel-only units
+
+
+def test_cpp_checks_raise_the_messages_jitlab_load_raises():
+    """Each jit.messages text as the C++ wrappers' message arguments: with its fields as marker literals,
+    the pieces concatenate to the text Python formats (chopped at spaces, nothing lost or added)."""
+    texts = {n: t for n, t in vars(messages).items() if n.isupper() and isinstance(t, str)}
+    assert {"DTYPE", "NOT_CUDA", "NOT_CPU", "WRITTEN_LEAF", "INT_RANGE", "SHARED_MEM", "LAUNCH_FAILED"} <= set(texts)
+    for text in texts.values():
+        fields = {f for _, f, _, _ in string.Formatter().parse(text) if f}
+        cxx = export_module._cxx(text, **{f: f'"<{f}>"' for f in fields})
+        assert "".join(ast.literal_eval(f"({cxx},)")) == text.format(**{f: f"<{f}>" for f in fields})
 
 
 def test_half_scalar_crosses_as_its_bits(tmp_path):
@@ -463,6 +477,8 @@ def test_kernel_only_cpp_package_builds_in_place_and_checks_arguments(tmp_path):
             except (TypeError, ValueError, RuntimeError) as e:
                 print(type(e).__name__, str(e).splitlines()[0])
         k.check_positive(1)
+        with torch.no_grad():  # as torch's in-place ops: a leaf that requires grad may be written outside autograd
+            k.add2_cpu(torch.zeros(5, requires_grad=True), a, b, 5)
         print(k.add2_cpu.__doc__.splitlines()[2])
     """, cwd=out)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -472,7 +488,8 @@ def test_kernel_only_cpp_package_builds_in_place_and_checks_arguments(tmp_path):
                         "convert with `.to(torch.float32)`")
     assert lines[4].startswith("ValueError add2_cpu(): argument 2 `a` (const float*) takes a contiguous tensor")
     assert lines[5].startswith("ValueError add2_cpu(): argument 1 `c` (float*) takes a CPU tensor")
-    assert lines[6].startswith("ValueError add2_cpu(): argument 1 `c` (float*) is written (non-const pointer) but requires grad")
+    assert lines[6].startswith("ValueError add2_cpu(): argument 1 `c` (float*) is written (non-const pointer) but is a "
+                               "leaf tensor that requires grad")
     assert lines[7].startswith("TypeError add2_cpu(): incompatible function arguments")  # pybind: no float for int64_t
     assert lines[8] == "ValueError count_true(): argument 2 `n` (unsigned char) must be in [0, 255], got 300; use a wider C type (int64_t) in the snippet"
     assert lines[9] == "RuntimeError check_positive() raised a C++ exception: n must be >= 0"

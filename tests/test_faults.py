@@ -77,15 +77,17 @@ from pathlib import Path
 
 import pytest
 import torch
-
-import jitlab
-from jitlab import builder, codegen, isolate, jobs, launch, parse, snippets
-from jitlab import cache as jcache
-from jitlab.errors import CacheError, CompileError, SnippetError
-from jitlab.parse import line_directive, parse_file
-
 from conftest import ROOT
 
+import jitlab
+from jitlab import snippets
+from jitlab.errors import CacheError, CompileError, SnippetError
+from jitlab.jit import builder, codegen, launch, parse
+from jitlab.jit import cache as jcache
+from jitlab.jit.flags import Options
+from jitlab.jit.parse import line_directive, parse_file
+from jitlab.jit.sources import user_include_dirs
+from jitlab.worker import isolate, jobs, proc
 
 # ==================================================================================================
 # A. Process and cache faults
@@ -167,7 +169,7 @@ def test_ctrl_c_during_a_check_does_not_hand_its_answer_to_the_next_check(worker
 def test_a_stale_answer_in_the_pipe_is_skipped_by_its_job_id(worker):
     """An answer nobody collected (a job sent by a caller that gave up) is never taken for the next job's."""
     assert worker.run(jobs.Job("check", str(ADD2)), 120).passed
-    jobs._write_frame(worker.proc.stdin, jobs.Job("check", str(ADD2), id=-1))  # answered with a pass
+    proc.write_frame(worker.proc.stdin, jobs.Job("check", str(ADD2), id=-1))  # answered with a pass
     out = worker.run(jobs.Job("check", str(FAULTS / "segv_cpu.cpp")), 120)
     assert out.category == jobs.CRASH, out
 
@@ -805,7 +807,7 @@ def test_flag_include_headers_are_in_each_units_object_key(write, tmp_path):
     inc = header_folder(tmp_path, "2")
     p = write("t.cpp", "#include <torch/extension.h>\n#include \"cfg.h\"\n"
                        "torch::Tensor scale(torch::Tensor x) { return x * FACTOR; }\n")
-    opts = builder.Options(cflags=["-I" + str(inc)])
+    opts = Options(cflags=["-I" + str(inc)])
     before, _, parts_before = builder.prepare(p, opts)
     (inc / "factor.h").write_text("#define FACTOR 5\n")
     after, _, parts_after = builder.prepare(p, opts)
@@ -835,12 +837,12 @@ def test_toolchain_include_folders_are_not_user_folders(tmp_path):
     """torch's and CUDA's include folders passed as flags are the toolchain's (its fingerprint covers them)."""
     from torch.utils import cpp_extension
 
-    from jitlab import toolchain
+    from jitlab.jit import toolchain
 
     mine = tmp_path / "mine"
     flags = [*(f"-I{d}" for d in cpp_extension.include_paths("cpu")),
              "-isystem", str(toolchain.cuda_home() / "include"), f"-I{mine}", "-I/usr/include"]
-    assert builder.user_include_dirs(builder.Options(cflags=flags, cuda_cflags=[f"--include-path={mine}"])) \
+    assert user_include_dirs(Options(cflags=flags, cuda_cflags=[f"--include-path={mine}"])) \
         == [str(mine.resolve())]
 
 

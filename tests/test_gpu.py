@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import jitlab
-from jitlab import runner
+from jitlab.judge import refs, runner
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ def gpu_cache(shared_cache, monkeypatch):
         monkeypatch.setenv("JITLAB_CACHE_DIR", str(shared_cache))
 
 
-@pytest.mark.parametrize("kernel", runner.find_kernels(KERNELS), ids=lambda k: k.name)
+@pytest.mark.parametrize("kernel", refs.find_kernels(KERNELS), ids=lambda k: k.name)
 def test_shipped_kernel_matches_torch(kernel):
     """Each kernel in kernels/ (every version) builds and passes the checker at every listed size."""
     rows = runner.run_kernel(kernel, "cuda" if kernel.is_cuda else "cpu", time_it=False)
@@ -313,7 +313,7 @@ def test_checker_race_without_syncthreads(wrong_cu):
 # ---- timing on the GPU -------------------------------------------------------------------------
 def test_time_cuda_cold_and_hot():
     """Event timing of a 256 MiB copy: cold and hot labelled, plausible bandwidth, samples kept."""
-    from jitlab.timing import time_cuda
+    from jitlab.judge.timing import time_cuda
 
     x = torch.empty(1 << 26, device="cuda")
     y = torch.empty_like(x)
@@ -326,7 +326,7 @@ def test_time_cuda_cold_and_hot():
 
 def test_peaks_are_measured_once_and_cached():
     """Copy bandwidth and matmul FLOP/s are measured, then read back from peaks.json."""
-    from jitlab.peaks import peaks
+    from jitlab.judge.peaks import peaks
 
     p = peaks()
     assert p["copy_gbps"] > 500 and p["matmul_bf16_tflops"] > 10

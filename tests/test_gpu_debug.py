@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import jitlab
-from jitlab import isolate, jobs, profiler
+from jitlab.worker import isolate, jobs, profiler
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +44,7 @@ def test_memcheck_is_clean_for_a_correct_kernel():
 
 
 def test_racecheck_reports_the_shared_memory_race_at_its_lines():
-    report = jitlab.check(FAULTS / "race.cu", sanitize="racecheck")
+    report = jitlab.sanitize(FAULTS / "race.cu", tool="racecheck")
     assert report.findings, report.output[-3000:]
     f = report.findings[0]
     assert Path(f.file).name == "race.cu" and f.line in (8, 9), str(f)

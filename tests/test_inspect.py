@@ -1,4 +1,4 @@
-"""jitlab.inspect without a GPU: occupancy from the limits table, PTX and SASS from the real nvcc, the CLI."""
+"""jitlab.tools.inspect without a GPU: occupancy from the limits table, PTX and SASS from the real nvcc, the CLI."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 import jitlab
-from jitlab import cli, inspect, toolchain
+from jitlab import cli
+from jitlab.jit import toolchain
+from jitlab.tools import inspect, listing
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels"
@@ -152,7 +154,7 @@ def test_sass_raw_is_cuobjdumps_listing(cache):
     """raw=True: cuobjdump -sass as it is (encodings, padding); sass_diff finds no change against the interleaved one."""
     raw = inspect.sass(KERNELS / "saxpy.cu", kernel="saxpy", arch="sm_90", raw=True)
     assert "Function : _Z5saxpyPfPKffi" in raw and "/* 0x" in raw and "NOP" in raw
-    assert inspect.sass_diff(raw, inspect.sass(KERNELS / "saxpy.cu", kernel="saxpy", arch="sm_90")) == ""
+    assert listing.sass_diff(raw, inspect.sass(KERNELS / "saxpy.cu", kernel="saxpy", arch="sm_90")) == ""
 
 
 @needs_nvdisasm
@@ -161,12 +163,12 @@ def test_sass_diff_shows_the_changed_instruction(cache, write):
     k1 = write("v1/k.cu", "__global__ void k(float* y, float a) { y[threadIdx.x] = y[threadIdx.x] + a; }\n")
     k2 = write("v2/k.cu", "__global__ void k(float* y, float a) { y[threadIdx.x] = y[threadIdx.x] * a; }\n")
     old, new = inspect.sass(k1, arch="sm_90"), inspect.sass(k2, arch="sm_90")
-    diff = inspect.sass_diff(old, new)
+    diff = listing.sass_diff(old, new)
     changed = [line for line in diff.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
     assert any(line.startswith("-") and "FADD" in line for line in changed)
     assert any(line.startswith("+") and "FMUL" in line for line in changed)
     assert not any("/*" in line or "//" in line for line in changed)
-    assert inspect.sass_diff(old, old) == ""
+    assert listing.sass_diff(old, old) == ""
 
 
 @needs_nvdisasm
@@ -177,7 +179,7 @@ def test_sass_diff_ignores_moved_source_lines(cache, write):
     k2 = write("v2/k.cu", "// the same kernel, two lines lower\n\n" + body)
     old, new = inspect.sass(k1, arch="sm_90"), inspect.sass(k2, arch="sm_90")
     assert "k.cu:2:" in old and "k.cu:4:" in new
-    assert inspect.sass_diff(old, new) == ""
+    assert listing.sass_diff(old, new) == ""
 
 
 # An nvdisasm -c -gi listing, cut down: line info with an inlining chain, a loop label, the padding.
@@ -213,9 +215,9 @@ def test_render_sass_from_an_nvdisasm_listing():
     """Source lines from the line table, inlining as `(inlined at ...)`, used labels kept, padding after EXIT gone."""
     sources = {"/src/k.cu": ["__device__ float sq(float v) {", "    return v * v + 1.0f;", "}", "",
                              "__global__ void k(float* y) {", "", "    y[0] = sq(y[0]);", "}"]}
-    functions = inspect.parse_nvdisasm(NVDISASM)
+    functions = listing.parse_nvdisasm(NVDISASM)
     assert [f.name for f in functions] == ["_Z1kPfPKfi"]
-    lines = [line.strip() for line in inspect.render_sass(functions, sources).splitlines() if line.strip()]
+    lines = [line.strip() for line in listing.render_sass(functions, sources).splitlines() if line.strip()]
     assert lines == [
         "Function : _Z1kPfPKfi (k)",
         "// k.cu:5: __global__ void k(float* y) {",
@@ -248,13 +250,13 @@ CUOBJDUMP = """\
 
 def test_count_instructions_matches_modifiers_in_any_order():
     """count_instructions(s, "LDG.E.128") counts LDG.E.EF.128 and LDG.E.128.CONSTANT too; not LDG.E.64 or STG."""
-    assert inspect.count_instructions(CUOBJDUMP, "LDG.E.128") == 3
-    assert inspect.count_instructions(CUOBJDUMP, "LDG.128") == 3
-    assert inspect.count_instructions(CUOBJDUMP, "ldg") == 4
-    assert inspect.count_instructions(CUOBJDUMP, "LDG.EF.128") == 1
-    assert inspect.count_instructions(CUOBJDUMP, "NOP") == 0  # the padding is not code
-    assert inspect.instructions(CUOBJDUMP)[2] == "@P0 LDG.E.128.CONSTANT R12, desc[UR4][R2.64] ;"
-    assert inspect.instructions(CUOBJDUMP)[-1] == "EXIT ;"
+    assert listing.count_instructions(CUOBJDUMP, "LDG.E.128") == 3
+    assert listing.count_instructions(CUOBJDUMP, "LDG.128") == 3
+    assert listing.count_instructions(CUOBJDUMP, "ldg") == 4
+    assert listing.count_instructions(CUOBJDUMP, "LDG.EF.128") == 1
+    assert listing.count_instructions(CUOBJDUMP, "NOP") == 0  # the padding is not code
+    assert listing.instructions(CUOBJDUMP)[2] == "@P0 LDG.E.128.CONSTANT R12, desc[UR4][R2.64] ;"
+    assert listing.instructions(CUOBJDUMP)[-1] == "EXIT ;"
 
 
 def test_missing_nvdisasm_names_the_pip_package(monkeypatch):

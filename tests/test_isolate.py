@@ -4,12 +4,14 @@ ends in the right category while this process goes on (GPU faults: tests/test_gp
 from __future__ import annotations
 
 import pytest
+from conftest import ROOT
 
 import jitlab
-from jitlab import builder, cli, isolate, jobs, sanitizer, toolchain
+from jitlab import cli
 from jitlab.errors import ArgumentError, SnippetError, ToolchainError
-
-from conftest import ROOT
+from jitlab.jit import builder, toolchain
+from jitlab.jit.flags import Options, compile_flags
+from jitlab.worker import isolate, jobs, sanitizer
 
 FAULTS = ROOT / "tests" / "fixtures" / "faults"
 ADD2 = ROOT / "kernels" / "add2_cpu.cpp"
@@ -142,12 +144,12 @@ def test_device_assert_location_from_the_drivers_message():
 
 def test_debug_build_uses_G_and_keeps_asserts(write):
     p = write("k.cu", "__global__ void k(float* y) { y[0] = 1; }\n")
-    plan, archs, _ = builder.prepare(p, builder.Options(arch=["sm_90"]))
-    _, normal = builder._flags(plan, archs, builder.Options())
-    _, debug = builder._flags(plan, archs, builder.Options(debug=True))
+    plan, archs, _ = builder.prepare(p, Options(arch=["sm_90"]))
+    _, normal = compile_flags(plan, archs, Options())
+    _, debug = compile_flags(plan, archs, Options(debug=True))
     assert "-lineinfo" in normal and "-G" not in normal
     assert "-G" in debug and "-UNDEBUG" in debug and "-lineinfo" not in debug
-    keys = {builder.prepare(p, builder.Options(arch=["sm_90"], debug=d))[2]["debug"] for d in (False, True)}
+    keys = {builder.prepare(p, Options(arch=["sm_90"], debug=d))[2]["debug"] for d in (False, True)}
     assert keys == {False, True}  # a debug build is its own cache entry
 
 

@@ -8,7 +8,6 @@ import torch
 import jitlab
 from jitlab import snippets
 
-
 SCALE = "void scale(float* y, const float* x, int n) {\n  for (int i = 0; i < n; ++i) y[i] = %s * x[i];\n}\n"
 
 

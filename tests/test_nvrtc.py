@@ -81,7 +81,7 @@ def test_new_process_hit_reads_nvrtc_version_from_the_cache(scale):
     first = _nvrtc(scale, arch="sm_90")
     memo = config.cache_dir() / ".nvrtc.json"
     seen = json.loads(memo.read_text())
-    assert seen["version"] == jitlab.compiler.nvrtc.version() and Path(seen["library"]).is_file()
+    assert seen["version"] == jitlab.jit.nvrtc.version() and Path(seen["library"]).is_file()
     code = (f"import sys, jitlab; b = jitlab.build({str(scale)!r}, compile_only=True, arch='sm_90', engine='nvrtc'); "
             f"print(b.cached, b.name, 'cuda.bindings.nvrtc' in sys.modules)")
     run = lambda: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
@@ -173,7 +173,7 @@ __global__ void halves(__half* h, __nv_bfloat16* b, int n) {
 
 def test_inspect_reads_the_cubin():
     """jitlab inspect's figures and SASS come from the NVRTC build's CUBIN."""
-    from jitlab import inspect as jinspect
+    from jitlab.tools import inspect as jinspect
 
     row_sum = KERNELS / "exercises" / "row_sum.cu"
     b = jitlab.build(row_sum, compile_only=True, arch="sm_90")
@@ -190,10 +190,10 @@ def test_unknown_engine_names_the_choices(scale):
 
 
 def _suitable(p: Path) -> bool:
-    from jitlab import builder
-    from jitlab.compiler import nvrtc
+    from jitlab.jit import builder, nvrtc
+    from jitlab.jit.flags import Options
 
-    return nvrtc.unsuitable(builder.prepare(p, builder.Options(arch=["sm_90"]))[0]) is None
+    return nvrtc.unsuitable(builder.prepare(p, Options(arch=["sm_90"]))[0]) is None
 
 
 SHIPPED = [p for p in sorted([*KERNELS.glob("*.cu"), *KERNELS.glob("exercises/*.cu"),

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 import jitlab
-from jitlab import builder, jobs
-from jitlab.compiler import nvrtc
 from jitlab.errors import LaunchError
+from jitlab.jit import builder, nvrtc
+from jitlab.jit.flags import Options
+from jitlab.worker import jobs
 
 pytestmark = pytest.mark.gpu
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
@@ -24,7 +25,7 @@ def _nvrtc_snippets() -> list[Path]:
     """The kernel-only .cu snippets in kernels/ and kernels/exercises/ that NVRTC can take."""
     out = []
     for p in sorted([*KERNELS.glob("*.cu"), *(KERNELS / "exercises").glob("*.cu")]):
-        plan = builder.prepare(p, builder.Options(arch=["sm_90"]))[0]
+        plan = builder.prepare(p, Options(arch=["sm_90"]))[0]
         if nvrtc.unsuitable(plan) is None:
             out.append(p)
     return out

@@ -14,7 +14,7 @@ import pytest
 
 import jitlab
 from jitlab import CompileError
-from jitlab.compiler import objects
+from jitlab.jit import objects
 
 FEATURES = Path(__file__).parent / "fixtures" / "split" / "features.cu"
 ARCH = "sm_75"

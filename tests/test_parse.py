@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from jitlab.errors import SnippetError
-from jitlab.parse import parse_file
+from jitlab.jit.parse import parse_file
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 

@@ -17,7 +17,9 @@ import pytest
 
 import jitlab
 from jitlab import snippets
-from jitlab.panel import Playground, Session, Watcher
+from jitlab.notebook.panel import Playground
+from jitlab.notebook.session import Session
+from jitlab.notebook.watch import Watcher
 
 RIGHT = "c[i] = a[i] + b[i];"
 WRONG = "c[i] = a[i] - b[i];"
@@ -404,13 +406,14 @@ def test_watcher_polling_catches_a_change(tmp_path):
 
 def test_build_log_sits_behind_a_toggle_folded_after_success():
     """A successful step's log is folded under "log"; a failed one's is open."""
-    from jitlab.panel import StepResult, _log_html
+    from jitlab.notebook.panel import log_html
+    from jitlab.notebook.session import StepResult
 
-    ok = _log_html(StepResult("build", True, "built", log="[1/3] c++ -c ..."))
-    bad = _log_html(StepResult("build", False, "compile error", log="k.cpp:3:1: error: ..."))
+    ok = log_html(StepResult("build", True, "built", log="[1/3] c++ -c ..."))
+    bad = log_html(StepResult("build", False, "compile error", log="k.cpp:3:1: error: ..."))
     assert ok.startswith("<details><summary>log</summary>") and "[1/3] c++" in ok
     assert bad.startswith("<details open><summary>log</summary>") and "k.cpp:3:1: error" in bad
-    assert _log_html(StepResult("build", True, "built", log="  \n")) == ""
+    assert log_html(StepResult("build", True, "built", log="  \n")) == ""
 
 
 def test_check_after_build_reports_the_same_build(add2):

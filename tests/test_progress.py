@@ -15,8 +15,11 @@ from types import SimpleNamespace
 import pytest
 
 import jitlab
-from jitlab import benchmark, isolate, jobs, panel, progress, runner
-from jitlab.compiler import objects
+from jitlab import progress
+from jitlab.jit import objects
+from jitlab.judge import benchmark, runner
+from jitlab.notebook import report
+from jitlab.worker import isolate, jobs
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels"
@@ -214,6 +217,6 @@ def test_run_and_panel_headers_say_faster(capsys):
     head, row = capsys.readouterr().out.splitlines()
     assert "× faster than torch" in head and "× faster than compile" in head
     assert "0.50× (2.00× slower)" in row
-    html = panel.bench_table([res])
+    html = report.bench_table([res])
     assert "<th>× faster than torch</th>" in html and "<th>× faster than torch.compile</th>" in html
     assert "0.50× (2.00× slower)" in html

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from jitlab import builder, codegen
-from jitlab.compiler import split
-from jitlab.parse import parse_file
+from jitlab.jit import builder, codegen, split
+from jitlab.jit.flags import Options
+from jitlab.jit.parse import parse_file
 
 FEATURES = Path(__file__).parent / "fixtures" / "split" / "features.cu"
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
@@ -134,7 +134,7 @@ def test_fallback_is_in_the_plan_with_its_reason(write):
     path = write("acc.cu", "#include <torch/extension.h>\n"
                            "__global__ void k(torch::PackedTensorAccessor32<float, 1> x) {}\n"
                            "torch::Tensor f(torch::Tensor x) { return x; }\n")
-    plan, _, _ = builder.prepare(path, builder.Options(arch=["sm_90"], compile_only=True))
+    plan, _, _ = builder.prepare(path, Options(arch=["sm_90"], compile_only=True))
     assert [u.name for u in plan.units] == ["acc.cu", "bind.cpp"]
     assert plan.units[0].compiler == "nvcc" and plan.units[0].torch
     assert plan.notes == ["acc.cu built as one translation unit: line 2: kernel `k` uses torch (torch::), "
@@ -145,7 +145,7 @@ def test_plan_units_of_multi_file_seeds():
     """Seeds 000 and 001 (kernel .cu without torch, binding .cpp): one nvcc unit and one host unit each."""
     for folder, expect in (("two_norm", {"two_norm_kernel.cu": "nvcc", "two_norm_bind.cpp": "cxx"}),
                            ("add2_seed", {"add2.cu": "nvcc", "add2.cpp": "cxx"})):
-        plan, _, _ = builder.prepare(KERNELS / folder, builder.Options(arch=["sm_90"], compile_only=True))
+        plan, _, _ = builder.prepare(KERNELS / folder, Options(arch=["sm_90"], compile_only=True))
         units = {u.name: u.compiler for u in plan.units}
         assert {k: v for k, v in units.items() if k in expect} == expect
         assert not any(u.torch for u in plan.units if u.compiler == "nvcc")
@@ -153,7 +153,7 @@ def test_plan_units_of_multi_file_seeds():
 
 def test_binding_unit_binds_what_load_inline_would():
     """Without the snippet's own module, the binding unit defines every exported function as functions= would."""
-    plan, _, _ = builder.prepare(KERNELS / "square_matrix.cu", builder.Options(arch=["sm_90"], compile_only=True))
+    plan, _, _ = builder.prepare(KERNELS / "square_matrix.cu", Options(arch=["sm_90"], compile_only=True))
     bind = next(u for u in plan.units if u.name == "bind.cpp")
     assert bind.module and bind.compiler == "cxx"
     for fn in plan.exported:

@@ -14,7 +14,7 @@ import torch
 from torch.utils import cpp_extension
 
 import jitlab
-from jitlab import toolchain
+from jitlab.jit import toolchain
 
 # The cached functions themselves (a test may replace the module attribute with a lambda).
 CACHED = [toolchain.nvcc_path, toolchain.nvcc_version, toolchain.cxx_path, toolchain._cxx_version,
@@ -34,7 +34,7 @@ def fresh_toolchain(monkeypatch):
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setattr(cpp_extension, "CUDA_HOME", None)
-    monkeypatch.setattr(jitlab.toolchain, "DEFAULT_CUDA_HOME", str(Path(__file__).parent / "no-cuda-here"))
+    monkeypatch.setattr(jitlab.jit.toolchain, "DEFAULT_CUDA_HOME", str(Path(__file__).parent / "no-cuda-here"))
     _clear()
     yield
     _clear()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jitlab import profiler, sanitizer
+from jitlab.worker import profiler, sanitizer
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / "tests" / "fixtures" / "tools"

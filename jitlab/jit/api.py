@@ -1,0 +1,72 @@
+"""The jit layer's front door: ``load``, ``build`` and ``clean`` with their keyword options.
+
+``jitlab.load``/``jitlab.build``/``jitlab.clean`` are these functions; modules of the layers above
+import them from here, never from the package root.
+"""
+
+from __future__ import annotations
+
+from jitlab.jit.builder import Build
+from jitlab.jit.flags import Options
+
+
+def options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug=False, engine="auto") -> Options:
+    if isinstance(arch, str):
+        arch = [a for a in arch.split(",") if a.strip()]
+    return Options(mode=mode, arch=list(arch) if arch else None, defines=dict(defines or {}),
+                   cflags=list(cflags or ()), cuda_cflags=list(cuda_cflags or ()),
+                   ldflags=list(ldflags or ()), compile_only=compile_only, debug=debug, engine=engine)
+
+
+def load(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None, ldflags=None,
+         debug: bool = False, engine: str = "auto"):
+    """Build a snippet (or find it in the cache) and return its functions.
+
+    Args:
+        path: A ``.cu``/``.cpp`` file, a folder of them (a multi-file snippet), or a list.
+        *more: Further files of the same snippet.
+        mode: ``"auto"`` (kernel-only unless the snippet uses torch), ``"kernel"`` or ``"torch"``.
+        arch: Archs to build for, e.g. ``"sm_90"`` or ``["sm_80", "sm_90"]``; default: this GPU.
+        defines: Preprocessor macros, e.g. ``{"BLOCK": 256}``.
+        cflags: Extra host compiler flags.
+        cuda_cflags: Extra nvcc flags.
+        ldflags: Extra linker flags.
+        debug: Build for debugging: ``-G`` device code, ``-g -O0`` host code, asserts on. Pair it
+            with ``jitlab.check(path, isolate=True)``, whose worker also sets ``CUDA_LAUNCH_BLOCKING``.
+        engine: ``"auto"`` (NVRTC, in process, for a kernel-only ``.cu`` it compiles; nvcc otherwise,
+            with the reason in the build output), ``"nvrtc"`` or ``"nvcc"``.
+
+    Returns:
+        A module whose attributes are the snippet's kernels and host functions. Kernels take
+        tensors for pointers, numbers for scalars, and ``grid=``, ``block=``, ``shared_mem=``,
+        ``stream=`` (default: torch's current stream).
+
+    Raises:
+        SnippetError: Unreadable snippet, nothing to call, or a type jitlab cannot pass.
+        ToolchainError: Missing nvcc/ninja/compiler, CUDA version mismatch, or no GPU for a ``.cu``.
+        CompileError: The compiler's first errors at your file and line; ``.log`` has the rest.
+    """
+    from jitlab.jit.loader import load_or_rebuild  # loader imports builder: load it when first used
+
+    paths = [path, *more] if more else path
+    return load_or_rebuild(paths, options(mode, arch, defines, cflags, cuda_cflags, ldflags, False, debug, engine))
+
+
+def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None,
+          ldflags=None, compile_only: bool = False, debug: bool = False, engine: str = "auto") -> Build:
+    """Build a snippet without loading it; ``compile_only=True`` needs no GPU (nvcc, or NVRTC).
+
+    Returns:
+        The :class:`Build`: ``.cached``, ``.seconds``, ``.folder``, ``.resources`` (per kernel, per arch).
+    """
+    from jitlab.jit.builder import build as _build
+
+    paths = [path, *more] if more else path
+    return _build(paths, options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug, engine))
+
+
+def clean(older_than_days: float | None = None) -> int:
+    """Delete cached builds (all, or those unused for ``older_than_days``); returns how many."""
+    from jitlab.jit.cache import clean as _clean
+
+    return _clean(older_than_s=None if older_than_days is None else older_than_days * 86400)

@@ -1,0 +1,282 @@
+"""Build and cache: a plan → a build folder named by its key → a binary, compiled at most once.
+
+``build()`` is the single entry point. A cache hit parses and hashes the snippet (milliseconds) and
+compiles nothing; a miss takes a per-build lock, compiles with the engine it chose (NVRTC in process,
+the object cache's units, or :mod:`jitlab.jit.inline`'s ``load_inline``/nvcc) and writes the manifest
+last. What goes into the key comes from :mod:`jitlab.jit.sources` (files and headers) and
+:mod:`jitlab.jit.flags` (options and flags).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from jitlab import config, progress
+from jitlab.errors import SnippetError
+from jitlab.jit import cache, codegen, diagnostics, inline, linker, nvrtc, objects, toolchain
+from jitlab.jit.flags import (
+    ENGINES,
+    Options,
+    object_flags,
+)
+from jitlab.jit.parse import parse_file
+from jitlab.jit.resources import demangle, parse_resource_usage
+from jitlab.jit.sources import (
+    collect_sources,
+    describe,
+    file_names,
+    local_headers,
+    sources_by_path,
+    user_include_dirs,
+    with_header_deps,
+)
+
+
+@dataclass
+class Build:
+    """One build in the cache.
+
+    Attributes:
+        name: Module name (the snippet's name plus the key).
+        folder: The build folder.
+        plan: What was generated.
+        manifest: The manifest (artifact, hash, timings, resource usage).
+        cached: ``True`` when nothing was compiled.
+        seconds: Wall time of this build call (0 for a cache hit's compile).
+        archs: The archs built for.
+    """
+
+    name: str
+    folder: Path
+    plan: codegen.Plan
+    manifest: dict
+    cached: bool
+    seconds: float
+    archs: list[str]
+
+    @property
+    def artifact(self) -> Path:
+        return self.folder / self.manifest["artifact"]
+
+    @property
+    def compile_only(self) -> bool:
+        return bool(self.manifest.get("compile_only"))
+
+    @property
+    def resources(self) -> dict:
+        """Per-kernel resource usage from ptxas: registers, shared/local/constant memory, spills."""
+        return self.manifest.get("resources", {})
+
+    @property
+    def engine(self) -> str:
+        """``"nvrtc"`` or ``"nvcc"``: what compiled the CUDA code."""
+        return self.manifest.get("engine", "nvcc")
+
+    @property
+    def notes(self) -> list[str]:
+        """One line for each choice the build made that a user may want to know (engine, split, headers)."""
+        return list(self.manifest.get("notes", self.plan.notes))
+
+    @property
+    def log(self) -> str:
+        """The compiler output of the build (warnings and ptxas resource usage)."""
+        p = self.folder / "build.log"
+        return p.read_text(errors="replace") if p.is_file() else ""
+
+
+def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
+    """Parse and plan a snippet; return the plan, the archs and the key's parts. Compiles nothing."""
+    sources = collect_sources(paths)
+    files = [parse_file(p) for p in sources]
+    stem = codegen.stem_of([Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)])
+    plan = codegen.plan(files, stem, opts.mode)
+    user_dirs = user_include_dirs(opts)
+    per_file = {str(f.path): local_headers([f], plan.include_dirs, user_dirs) for f in files}
+    plan.units = with_header_deps(plan.units, per_file)
+    archs: list[str] = []
+    if plan.cuda:
+        archs = [toolchain.normalize_arch(a) for a in opts.arch] if opts.arch else [toolchain.current_arch()]
+    parts = {
+        "format": config.FORMAT_VERSION,
+        "kind": plan.kind,
+        "cpp": plan.cpp_sources,
+        "cuda": plan.cuda_sources,
+        "functions": plan.functions,
+        "units": [(u.name, u.compiler, u.text, u.torch, u.module, sorted(u.templates)) for u in plan.units],
+        "include_dirs": plan.include_dirs,
+        "headers": {path: digest for headers in per_file.values() for path, digest in headers.items()},
+        "flags": [sorted((k, str(v)) for k, v in opts.defines.items()), opts.cflags, opts.cuda_cflags, opts.ldflags],
+        "archs": archs,
+        "compile_only": opts.compile_only,
+        "debug": opts.debug,
+        "toolchain": toolchain.fingerprint(plan.cuda),
+    }
+    return plan, archs, parts
+
+
+def build(paths, opts: Options | None = None) -> Build:
+    """Build a snippet, or find it in the cache.
+
+    Args:
+        paths: A ``.cu``/``.cpp`` file, a folder of them, or a list.
+        opts: Build options.
+
+    Returns:
+        The build; ``build.cached`` says whether anything was compiled.
+
+    Raises:
+        SnippetError: The snippet cannot be read or mapped.
+        ToolchainError: A build tool is missing.
+        CompileError: The compiler rejected the code.
+    """
+    opts = opts or Options()
+    t0 = time.perf_counter()
+    plan, archs, parts = prepare(paths, opts)
+    engine, why = choose_engine(plan, opts)
+    if engine == "nvrtc":
+        try:
+            return _build_keyed(plan, archs, {**parts, "engine": "nvrtc", "nvrtc": nvrtc.version()}, opts, "nvrtc",
+                                [], t0)
+        except nvrtc.NvrtcError as e:
+            # An error in the user's code is reported at once (nvcc would say the same, a second
+            # later); one that only NVRTC has (a header it lacks, host code) goes to nvcc instead.
+            if opts.engine == "nvrtc" or not nvrtc.only_nvrtc_fails(e.log, list(sources_by_path(plan))):
+                raise diagnostics.compile_error(describe(plan, archs, "NVRTC"), e.log, sources_by_path(plan)) from None
+            why = f"NVRTC could not compile it ({_first_error(e.log)})"
+    notes = [f"built with nvcc: {why}"] if why else []
+    return _build_keyed(plan, archs, parts, opts, "nvcc", notes, t0)
+
+
+def choose_engine(plan: codegen.Plan, opts: Options) -> tuple[str, str]:
+    """Which compiler builds the plan's CUDA code, and (for nvcc, where NVRTC was a candidate) why.
+
+    ``auto`` takes NVRTC for a kernel-only ``.cu`` it can compile (:func:`nvrtc.unsuitable`) and nvcc
+    for everything else; ``nvrtc`` refuses what NVRTC cannot build, naming why and the fix.
+
+    Raises:
+        SnippetError: ``engine`` is unknown, or ``"nvrtc"`` for a snippet NVRTC cannot build.
+    """
+    if opts.engine not in ENGINES:
+        raise SnippetError(f"engine={opts.engine!r}: use one of {', '.join(map(repr, ENGINES))}")
+    if opts.engine == "nvcc" or not plan.cuda:
+        return "nvcc", ""
+    flags = [*opts.cflags, *opts.cuda_cflags, *opts.ldflags]
+    why = (nvrtc.unsuitable(plan) or (f"compiler flags given ({' '.join(flags)})" if flags else None)
+           or nvrtc.unavailable())
+    if why is None:
+        return "nvrtc", ""
+    if opts.engine == "nvrtc":
+        raise SnippetError(f"engine='nvrtc' cannot build {file_names(plan)}: {why}; "
+                           f"use engine='auto' or 'nvcc'")
+    return "nvcc", why if plan.kind == "kernel" else ""
+
+
+def _first_error(log: str) -> str:
+    line = next((ln for ln in log.splitlines() if "error" in ln), log.strip().splitlines()[0] if log.strip() else "")
+    return line.strip()[:200]
+
+
+def _build_keyed(plan: codegen.Plan, archs: list[str], parts: dict, opts: Options, engine: str, notes: list[str],
+                 t0: float) -> Build:
+    """Find the build of this key in the cache, or make it under the key's lock."""
+    key = cache.build_key(parts)
+    name = cache.module_name(plan.stem, key)
+    folder = cache.entry_dir(name)
+    manifest = _trusted_manifest(folder, name)
+    if manifest is not None:
+        return Build(name, folder, plan, manifest, True, time.perf_counter() - t0, archs)
+    if engine == "nvcc":
+        toolchain.check(plan.cuda, opts.compile_only)
+
+    with cache.build_lock(name):  # says whom it waits for; a CacheError if the cache cannot be written
+        manifest = _trusted_manifest(folder, name, quiet=True)  # another process may have finished it
+        if manifest is not None:
+            return Build(name, folder, plan, manifest, True, time.perf_counter() - t0, archs)
+        # Silent when quick; past $JITLAB_PROGRESS_AFTER seconds a line, a live line naming what compiles, a line.
+        with progress.Step(f"building {describe(plan, archs, 'NVRTC' if engine == 'nvrtc' else 'nvcc')}",
+                           f"built {file_names(plan)}"):
+            for note in notes:
+                progress.say(f"jitlab: {note}")
+            cache.reset_dir(folder)
+            if engine == "nvrtc":
+                manifest = _build_nvrtc(plan, folder, archs, opts)
+            elif plan.units:
+                manifest = _build_objects(plan, name, folder, archs, opts)
+            elif opts.compile_only:
+                manifest = inline.compile_only(plan, name, folder, archs, opts)
+            else:
+                manifest = inline.load_inline(plan, name, folder, archs, opts)
+            manifest["notes"] = [*notes, *manifest.get("notes", [])]
+            manifest.update(seconds=round(time.perf_counter() - t0, 3), archs=archs, kind=plan.kind, engine=engine,
+                            sources=[str(f.path) for f in plan.files], built_at=time.time())
+            cache.write_manifest(folder, manifest)
+    if config.verbose():
+        print((folder / "build.log").read_text(errors="replace"), file=sys.stderr)
+    return Build(name, folder, plan, manifest, False, time.perf_counter() - t0, archs)
+
+
+def _build_nvrtc(plan: codegen.Plan, folder: Path, archs: list[str], opts: Options) -> dict:
+    """A kernel-only ``.cu`` compiled in process by NVRTC: one CUBIN per arch, the first one the artifact."""
+    cubins = nvrtc.compile_cubins(plan, archs, opts.defines, opts.debug)
+    files = {}
+    for c in cubins:
+        path = folder / f"{plan.stem}.{c.arch}.cubin"
+        path.write_bytes(c.code)
+        files[c.arch] = path.name
+    log = "\n".join(c.log for c in cubins)
+    (folder / "build.log").write_text(log)
+    resources = parse_resource_usage(log)
+    for c in cubins:  # some cuda.core versions hand over no log for a clean compile: read the CUBIN
+        if not all(c.arch in resources.get(k, {}) for k in c.names):
+            for kernel, per_arch in nvrtc.resource_usage(folder / files[c.arch], c.arch).items():
+                resources.setdefault(demangle(kernel), {}).update(per_arch)
+    first = folder / files[archs[0]]
+    return {"artifact": first.name, "size": first.stat().st_size, "sha256": cache.file_sha256(first),
+            "cubins": files, "kernels": cubins[0].names, "resources": resources,
+            "compile_only": opts.compile_only, "nvrtc": nvrtc.version()}
+
+
+def _trusted_manifest(folder: Path, name: str, quiet: bool = False) -> dict | None:
+    manifest = cache.read_manifest(folder)
+    if manifest is None:
+        return None
+    problem = cache.verify_artifact(folder, manifest)
+    if problem:
+        if not quiet:
+            warnings.warn(f"jitlab: cached build {name} is corrupt ({problem}); rebuilding", stacklevel=3)
+        return None
+    return manifest
+
+
+def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> dict:
+    """A torch-style build: each unit compiled once into the object cache, then linked (or, compile-only,
+    kept as one relocatable object)."""
+    for note in plan.notes:
+        progress.say(f"jitlab: {note}")
+    flags = object_flags(plan, archs, opts)
+    if opts.compile_only and not plan.cuda:
+        raise SnippetError(f"{describe(plan, archs)}: compile_only applies to CUDA snippets; C++ snippets build and run here")
+    objs = objects.compile_all(plan.units, flags, plan.stem, sources_by_path(plan))
+    notes = [*plan.notes, *(f"{o.unit.name} compiled with all of torch/extension.h: it names something outside "
+                            f"jitlab's smaller precompiled header set ({o.unit.headers}), so its edits take longer"
+                            for o in objs if o.headers == "full" and o.unit.headers != "full")]
+    for note in notes[len(plan.notes):]:
+        progress.say(f"jitlab: {note}")
+    log = "\n".join(o.log for o in objs)
+    (folder / "build.log").write_text(log)
+    if opts.compile_only:
+        artifact = linker.relocatable(objs, folder)
+    else:
+        try:
+            artifact = linker.link(objs, name, folder, flags)
+        except objects.UnitError as e:
+            raise diagnostics.compile_error(f"{describe(plan, archs)} (link)", e.log, sources_by_path(plan)) from None
+    return {"artifact": artifact.name, "size": artifact.stat().st_size, "sha256": cache.file_sha256(artifact),
+            "resources": parse_resource_usage("\n".join(o.log for o in objs if o.unit.compiler == "nvcc")),
+            "compile_only": opts.compile_only, "notes": notes,
+            "units": [{"name": o.unit.name, "compiler": o.unit.compiler, "cached": o.cached,
+                       "seconds": round(o.seconds, 3), "headers": o.headers} for o in objs]}

@@ -1,0 +1,384 @@
+"""The persistent build cache: one folder per build, named by a key over everything that changes it.
+
+Layout (``$JITLAB_CACHE_DIR``, default ``build_cache/``)::
+
+    build_cache/
+      saxpy_3f9c0a1b2c4d5e6f/      one build: load_inline's build directory
+        main.cpp cuda.cu build.ninja saxpy_3f9c….so
+        jitlab.json                the manifest, written last and atomically: its presence means "complete"
+      saxpy_3f9c0a1b2c4d5e6f.lock  flock()ed while a process builds it (released by the OS if it dies);
+                                   holds the builder's PID, host, command and start time meanwhile
+
+A folder without a manifest is an unfinished build (killed, failed, or in progress elsewhere): the
+process holding the lock wipes and rebuilds it. A manifest whose ``.so`` does not match its recorded
+hash is a corrupt entry: it is rebuilt with a one-line warning. Other processes reuse every entry.
+
+A process waiting for another's build says whom it waits for and gives up after
+``$JITLAB_LOCK_TIMEOUT`` seconds (a builder stopped with Ctrl-Z holds its lock for ever). A cache that
+cannot be written (read-only, a file in the way, a full disk) is a :class:`~jitlab.errors.CacheError`
+naming the fix; a build that ran out of space is removed, so it holds no space the user must free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from jitlab import config
+from jitlab.errors import CacheError
+
+MANIFEST = "jitlab.json"
+#: Folders inside the cache that hold other caches (per-unit objects, precompiled headers), not builds.
+SUBCACHES = ("objects", "pch")
+
+
+def build_key(parts: dict) -> str:
+    """A 16-hex-digit key over a JSON-serializable description of the build."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def module_name(stem: str, key: str) -> str:
+    """A Python identifier that carries the key: two different builds never share an import name."""
+    safe = "".join(c if c.isalnum() else "_" for c in stem).strip("_") or "snippet"
+    if safe[0].isdigit():
+        safe = "k" + safe
+    return f"{safe}_{key}"
+
+
+def entry_dir(name: str, root: Path | None = None) -> Path:
+    """The folder of one build."""
+    return (root or config.cache_dir()) / name
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_manifest(folder: Path) -> dict | None:
+    """The manifest of a complete build, or ``None`` (missing or unreadable is a miss, never a crash)."""
+    try:
+        data = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == config.FORMAT_VERSION else None
+
+
+def write_manifest(folder: Path, data: dict) -> None:
+    """Write the manifest atomically: it marks the build complete."""
+    write_json(folder / MANIFEST, {"format": config.FORMAT_VERSION, **data})
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write a JSON file atomically (temp file beside it, fsync, ``os.replace``): readers see the old
+    file or the whole new one, never a part."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def verify_artifact(folder: Path, manifest: dict) -> str | None:
+    """Why the manifest's artifact cannot be trusted, or ``None`` if it matches its recorded hash."""
+    art = folder / manifest.get("artifact", "")
+    if not manifest.get("artifact") or not art.is_file():
+        return f"{art.name or 'artifact'} is missing"
+    if art.stat().st_size != manifest.get("size"):
+        return f"{art.name} has {art.stat().st_size} bytes, expected {manifest.get('size')}"
+    if file_sha256(art) != manifest.get("sha256"):
+        return f"{art.name} does not match its recorded hash"
+    return None
+
+
+#: Seconds between a waiting build's reports of whom it waits for.
+LOCK_REPORT_EVERY = 10.0
+_LOCK_POLL = 0.1  # seconds between tries of a held lock
+
+
+@contextlib.contextmanager
+def build_lock(name: str, root: Path | None = None, on_wait=None, timeout: float | None = None):
+    """Hold an exclusive ``flock`` on ``<name>.lock`` while building ``name`` (the folder ``root/name``).
+
+    The kernel releases the lock when the holder exits, so a lock file left by a killed build never
+    blocks anyone. The holder writes its PID, host, command and start time into the lock file; a
+    waiter prints them at once and every :data:`LOCK_REPORT_EVERY` seconds. A build inside that fails
+    to write the cache (read-only, full disk) is raised as a :class:`CacheError`, and a build that ran
+    out of space is removed.
+
+    Args:
+        name: The build (its folder's name).
+        root: The cache folder holding it; default :func:`config.cache_dir`.
+        on_wait: Called once if another process holds the lock.
+        timeout: Seconds to wait for another holder; default ``$JITLAB_LOCK_TIMEOUT``
+            (:func:`config.lock_timeout`).
+
+    Raises:
+        CacheError: The cache cannot be written, or the lock is still held after ``timeout`` seconds
+            (the message names the holder's PID, the lock file and the fix).
+    """
+    root = root or config.cache_dir()
+    path = root / f"{name}.lock"
+    timeout = config.lock_timeout() if timeout is None else timeout  # a bad setting says so before a wait
+    with writing(root):
+        root.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a+")
+    with f:
+        if not _try_lock(f):
+            if on_wait:
+                on_wait()
+            _wait_for_lock(f, path, timeout)
+        try:
+            _claim(f)
+            with writing(root / name, discard=True):
+                yield
+        finally:
+            with contextlib.suppress(OSError):
+                os.ftruncate(f.fileno(), 0)  # no holder any more
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _try_lock(f) -> bool:
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _wait_for_lock(f, path: Path, timeout: float) -> None:
+    """Take the lock once its holder lets go, saying whom we wait for; ``CacheError`` after ``timeout`` s."""
+    t0 = time.monotonic()
+    next_report = t0
+    while not _try_lock(f):
+        now = time.monotonic()
+        if now - t0 >= timeout:
+            raise CacheError(_lock_timeout_message(path, lock_holder(path), now - t0))
+        if now >= next_report:
+            print(f"jitlab: waiting for {_describe_holder(lock_holder(path))} to finish building "
+                  f"{path.stem}; waited {int(now - t0)} s of {timeout:g} s (JITLAB_LOCK_TIMEOUT)",
+                  file=sys.stderr, flush=True)
+            next_report += LOCK_REPORT_EVERY
+        time.sleep(max(0.0, min(_LOCK_POLL, t0 + timeout - now)))
+
+
+def _claim(f) -> None:
+    """Write who holds the lock into its file (best effort: a full disk must not stop the build)."""
+    holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
+              "command": " ".join(sys.argv)[:200]}
+    with contextlib.suppress(OSError):  # unbuffered: nothing is left to fail again when the file closes
+        os.ftruncate(f.fileno(), 0)
+        os.write(f.fileno(), json.dumps(holder).encode())
+
+
+def lock_holder(path: Path) -> dict:
+    """What a lock file says about its holder (``pid``, ``host``, ``since``, ``command``), or ``{}``."""
+    try:
+        holder = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _describe_holder(holder: dict) -> str:
+    """``PID 123 (python train.py, building for 40 s)``, or ``another process``."""
+    pid = holder.get("pid")
+    if not pid:
+        return "another process"
+    notes = []
+    if holder.get("host") not in (None, socket.gethostname()):
+        notes.append(f"on host {holder['host']}")
+    elif pid == os.getpid():
+        notes.append("this process, another thread")
+    if holder.get("command"):
+        notes.append(str(holder["command"]))
+    if isinstance(holder.get("since"), (int, float)):
+        notes.append(f"building for {time.time() - holder['since']:.0f} s")
+    return f"PID {pid}" + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _lock_timeout_message(path: Path, holder: dict, waited: float) -> str:
+    pid = holder.get("pid")
+    here = holder.get("host") in (None, socket.gethostname())
+    state = _process_state(pid) if pid and here else None
+    head = f"jitlab: gave up after {waited:.0f} s waiting for the build lock {path}, held by {_describe_holder(holder)}"
+    slow = "if it is just slow, raise JITLAB_LOCK_TIMEOUT (seconds; inf waits for ever)"
+    if state == "T":
+        return (f"{head}: it is stopped (Ctrl-Z, SIGSTOP). Let it go on (`kill -CONT {pid}`, or `fg` in its "
+                f"shell) or end it (`kill -9 {pid}`), then load again")
+    if state is not None:
+        return f"{head}. If it is stuck, end it (`kill {pid}`); {slow}"
+    return (f"{head}. If that process is stuck, end it{f' (`kill {pid}` on its host)' if pid else ''}; {slow}; "
+            f"`fuser -v {path}` shows which process holds the lock")
+
+
+def _process_state(pid: int) -> str | None:
+    """The state letter of a local process (``R``, ``S``, ``T`` for stopped …), ``None`` if unknown or gone."""
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    return stat.rpartition(")")[2].split()[0] if ")" in stat else None
+
+
+_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_NO_SPACE_TEXT = ("No space left on device", "Disk quota exceeded")
+_LOW_SPACE = 1 << 20  # bytes: nothing builds in less
+
+
+@contextlib.contextmanager
+def writing(where: Path, discard: bool = False):
+    """The body, with a failure to write ``where`` raised as a :class:`CacheError` naming the fix.
+
+    Covers an ``OSError`` (read-only, permissions, a file in the way, a full disk) and a build that
+    failed because the disk filled up (its compiler or linker says so, or the disk has under 1 MiB
+    left). ``discard=True`` removes ``where`` (a half-written build) when the disk is full.
+    """
+    try:
+        yield
+    except CacheError:
+        raise
+    except OSError as e:
+        error = unwritable(where, e)
+        if error is None:
+            raise
+        if discard and e.errno in _FULL:
+            shutil.rmtree(where, ignore_errors=True)
+        raise error from e
+    except Exception as e:  # a compiler or linker that could not write its output
+        said = f"{e}\n{getattr(e, 'log', '')}"
+        if not (any(t in said for t in _NO_SPACE_TEXT) or _free_bytes(where) < _LOW_SPACE):
+            raise
+        if discard:
+            shutil.rmtree(where, ignore_errors=True)
+        first = said.strip().splitlines()[0].removeprefix("jitlab: ") if said.strip() else type(e).__name__
+        raise disk_full(where, _first_line_with(said, _NO_SPACE_TEXT) or first) from e
+
+
+def unwritable(where: Path, e: OSError) -> CacheError | None:
+    """The :class:`CacheError` for an ``OSError`` met writing ``where``, or ``None`` if it is another failure."""
+    setting = _setting_for(where)
+    if e.errno in _FULL:
+        return disk_full(where, e.strerror or str(e))
+    if e.errno in (errno.EEXIST, errno.ENOTDIR):
+        blocker = _file_in_the_way(Path(e.filename) if e.filename else where)
+        if blocker is not None:
+            return CacheError(f"jitlab: cannot use {where} as a build cache: {blocker} is a file, not a folder; "
+                              f"move that file away, or set {setting} to a folder")
+        return None
+    if e.errno in _READ_ONLY:
+        what = "is on a read-only file system" if e.errno == errno.EROFS else "is not writable by this user"
+        return CacheError(f"jitlab: the build cache {_cache_root(where)} {what} ({e.strerror}: {e.filename}); "
+                          f"builds already in it still load, a new one needs a writable cache: set {setting} to "
+                          f"a writable folder")
+    return None
+
+
+def disk_full(where: Path, said: str) -> CacheError:
+    """The :class:`CacheError` of a build that ran out of disk space in ``where``."""
+    return CacheError(f"jitlab: no space left on the disk holding {_cache_root(where)} "
+                      f"({_free_bytes(where) // 1024} KiB free) while writing {where} ({said.strip()}); "
+                      f"free disk space there (`jitlab clean` deletes cached builds, `df -h {_cache_root(where)}` "
+                      f"shows the disk), or set {_setting_for(where)} to a folder on a disk with room")
+
+
+def _first_line_with(text: str, words: tuple[str, ...]) -> str:
+    return next((ln.strip() for ln in text.splitlines() if any(w in ln for w in words)), "")
+
+
+def _free_bytes(where: Path) -> int:
+    """Free bytes on the disk holding ``where`` (its nearest existing folder); large if unknown."""
+    for p in (where, *where.parents):
+        if p.is_dir():
+            try:
+                return shutil.disk_usage(p).free
+            except OSError:
+                break
+    return 1 << 62
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    """The file (not folder) at ``path`` or at its nearest existing ancestor, if there is one."""
+    for p in (path, *path.parents):
+        if p.exists():
+            return None if p.is_dir() else p
+    return None
+
+
+def _cache_root(where: Path) -> Path:
+    """The cache folder (build cache or precompiled headers) that ``where`` lies in."""
+    for root in (config.pch_dir(), config.cache_dir()):
+        if where == root or root in where.parents:
+            return root
+    return where
+
+
+def _setting_for(where: Path) -> str:
+    """The variable that moves the cache ``where`` lies in."""
+    pch = config.pch_dir()
+    if config.getenv("JITLAB_PCH_DIR") and (where == pch or pch in where.parents):
+        return "JITLAB_PCH_DIR"
+    return "JITLAB_CACHE_DIR"
+
+
+def reset_dir(folder: Path) -> None:
+    """Remove an unfinished or corrupt build folder and make it anew, empty."""
+    if folder.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+
+
+def entries(root: Path | None = None) -> list[tuple[Path, dict | None]]:
+    """Every build folder with its manifest (``None`` if unfinished), newest first."""
+    root = root or config.cache_dir()
+    if not root.is_dir():
+        return []
+    found = [(p, read_manifest(p)) for p in root.iterdir()
+             if p.is_dir() and not p.name.startswith(".") and p.name not in SUBCACHES]
+    return sorted(found, key=lambda e: e[0].stat().st_mtime, reverse=True)
+
+
+def clean(root: Path | None = None, older_than_s: float | None = None) -> int:
+    """Delete build folders (all, or those not used for ``older_than_s``); returns how many.
+
+    The object and precompiled-header caches inside it are cleaned by the same rule. Folders being
+    built by another process (lock held) are left alone.
+    """
+    root = root or config.cache_dir()
+    removed = sum(clean(root / sub, older_than_s) for sub in SUBCACHES if (root / sub).is_dir())
+    now = time.time()
+    for folder, _ in entries(root):
+        if older_than_s is not None and now - folder.stat().st_mtime < older_than_s:
+            continue
+        lock = root / f"{folder.name}.lock"
+        with open(lock, "a+") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+        lock.unlink(missing_ok=True)
+    return removed

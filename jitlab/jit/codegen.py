@@ -1,0 +1,513 @@
+"""Code generation: parsed snippet files → the sources, declarations and shims ``load_inline`` builds.
+
+Two plans:
+
+* **kernel-only** (no torch in the snippet): the user's code, then ``extern "C"`` shims — one per
+  ``__global__`` kernel (launch with a grid/block/stream, return ``cudaGetLastError()``) and one per
+  host function (call it, catch C++ exceptions). No torch header is compiled; Python calls the
+  shims through ctypes.
+* **torch-style**: the user's code with torch's headers, C++ declarations of the exported host
+  functions for ``cpp_sources`` and the ``functions=`` list (or the snippet's own
+  ``PYBIND11_MODULE``, renamed to the build's module name).
+
+Every user file is copied in after a ``#line 1 "<its path>"`` directive, so compiler messages point
+at the user's file and line, never at a generated one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jitlab.errors import SnippetError
+from jitlab.jit import ctypes_map
+from jitlab.jit import split as split_mod
+from jitlab.jit.objects import Unit, includes_umbrella
+from jitlab.jit.parse import Function, SourceFile, line_directive
+
+GENERATED = "jitlab-generated"
+
+TORCH_CUDA_HEADERS = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
+TORCH_CPP_HEADERS = "#include <torch/extension.h>\n"
+# Input-check macros the seeds and tutorials use without defining them.
+CHECK_MACROS = """\
+#ifndef CHECK_CUDA
+#define CHECK_CUDA(x) TORCH_CHECK((x).device().is_cuda(), #x " must be a CUDA tensor")
+#endif
+#ifndef CHECK_CONTIGUOUS
+#define CHECK_CONTIGUOUS(x) TORCH_CHECK((x).is_contiguous(), #x " must be contiguous")
+#endif
+#ifndef CHECK_INPUT
+#define CHECK_INPUT(x) CHECK_CUDA(x); CHECK_CONTIGUOUS(x)
+#endif
+"""
+
+
+@dataclass
+class Plan:
+    """What to build and how to call it.
+
+    Attributes:
+        stem: Human part of the module name (the snippet's name).
+        kind: ``"kernel"`` (ctypes shims, no torch headers) or ``"torch"`` (pybind via load_inline).
+        cuda: Whether there is a CUDA translation unit.
+        cpp_sources: Contents of ``main.cpp``, in order.
+        cuda_sources: Contents of ``cuda.cu``, in order.
+        functions: The ``functions=`` list for ``load_inline`` (``None`` when the snippet binds itself).
+        include_dirs: Folders searched for the snippet's local headers.
+        exported: Functions callable from Python.
+        skipped: ``(name, reason)`` for functions not exported.
+        files: The parsed user files.
+        has_printf: Whether any file prints.
+        printing: Python names of the functions that may print (directly or through what they call or
+            launch): only these have their C-level output forwarded, so the others time cleanly.
+        units: Torch-style plans: the translation units, each compiled to its own cached object
+            (device units for nvcc without torch, host units for the host compiler).
+        notes: One line per file built as one unit instead of split, saying why.
+    """
+
+    stem: str
+    kind: str
+    cuda: bool
+    cpp_sources: list[str]
+    cuda_sources: list[str]
+    functions: list[str] | None
+    include_dirs: list[str]
+    exported: list[Function]
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    files: list[SourceFile] = field(default_factory=list)
+    has_printf: bool = False
+    printing: set[str] = field(default_factory=set)
+    units: list[Unit] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def device_sources(self) -> list[str]:
+        """The texts nvcc compiles (the device units of a torch-style plan), for PTX and inspection."""
+        if self.units:
+            return [u.text for u in self.units if u.compiler == "nvcc"]
+        return self.cuda_sources
+
+    @property
+    def device_needs_torch(self) -> bool:
+        """Whether nvcc must see torch's headers (a torch-style file built as one unit)."""
+        if self.units:
+            return any(u.torch for u in self.units if u.compiler == "nvcc")
+        return self.kind == "torch" and any(f.uses_torch for f in self.files if f.language == "cuda")
+
+
+def printing_functions(files: list[SourceFile]) -> set[str]:
+    """Python names whose call may print: printf in their body or in anything they call, transitively.
+
+    For a snippet with its own ``PYBIND11_MODULE``, each ``m.def("name", &f)`` maps the Python name to f.
+    """
+    by_name = {fn.name: fn for f in files for fn in f.functions}
+    memo: dict[str, bool] = {}
+
+    def prints(name: str, seen: frozenset = frozenset()) -> bool:
+        if name in memo:
+            return memo[name]
+        fn = by_name.get(name)
+        result = bool(fn) and (fn.prints or any(prints(c, seen | {name}) for c in fn.calls if c not in seen))
+        memo[name] = result
+        return result
+
+    names = {py: cpp for f in files for py, cpp in f.pybind_defs.items()}
+    if not names:
+        names = {n: n for n in by_name}
+    return {py for py, cpp in names.items() if prints(cpp)}
+
+
+def with_line_directive(f: SourceFile, text: str | None = None) -> str:
+    """The file's text after ``#line 1 "<path>"``, so diagnostics name the user's file and line."""
+    body = f.text if text is None else text
+    return f"{line_directive(f.path)}{body}\n"
+
+
+def plan(files: list[SourceFile], stem: str, mode: str = "auto") -> Plan:
+    """Decide kernel-only or torch-style, and generate the sources.
+
+    Args:
+        files: Parsed snippet files (headers are not in this list).
+        stem: The snippet's name.
+        mode: ``"auto"``, ``"kernel"`` or ``"torch"``.
+
+    Raises:
+        SnippetError: If there is nothing to call, a kernel-only signature cannot be mapped, or a
+            CUDA snippet's path has a character the CUDA toolchain cannot take.
+    """
+    if mode not in ("auto", "kernel", "torch"):
+        raise SnippetError(f"mode={mode!r}: use 'auto', 'kernel' or 'torch'")
+    _check_cuda_paths(files)
+    uses_torch = any(f.uses_torch for f in files)
+    if mode == "kernel" and uses_torch:
+        torchy = next(f for f in files if f.uses_torch)
+        raise SnippetError(
+            f"{torchy.path}: mode='kernel' but this file uses torch (headers, torch:: types or PYBIND11_MODULE); "
+            f"drop mode= to build it torch-style"
+        )
+    kind = "torch" if (mode == "torch" or (mode == "auto" and (uses_torch or _needs_pybind(files)))) else "kernel"
+    _require_something_to_call(files)
+    if kind == "kernel":
+        return _kernel_plan(files, stem)
+    return _torch_plan(files, stem)
+
+
+def _check_cuda_paths(files: list[SourceFile]) -> None:
+    """Refuse a CUDA snippet with a double quote in its path, before nvcc or NVRTC fail on it obscurely.
+
+    nvcc's option parser rejects a quote in ``-I`` (the snippet's folder is one), and ptxas one in
+    the file name that line info (``-lineinfo``) records, however the ``#line`` directive escapes it.
+    """
+    if not any(f.language == "cuda" for f in files):
+        return
+    for f in files:
+        if '"' in str(f.path):
+            raise SnippetError(f'{f.path}: the CUDA toolchain cannot compile a snippet whose path has a double '
+                               f'quote (`"`): nvcc and ptxas reject it; rename the folder or file without it')
+
+
+def _needs_pybind(files: list[SourceFile]) -> bool:
+    """C++ library types in an exported signature (``std::string hello()``) need pybind, not ctypes."""
+    return any(
+        fn.kind == "host" and not fn.static and ("std::" in fn.returns or any("std::" in p.base for p in fn.params))
+        for f in files for fn in f.functions
+    )
+
+
+def _require_something_to_call(files: list[SourceFile]) -> None:
+    if any(f.functions or f.pybind_module for f in files):
+        return
+    f = files[0]
+    hint = ""
+    if f.parse_error:
+        line, col = f.parse_error
+        src = f.text.splitlines()[line - 1] if line <= len(f.text.splitlines()) else ""
+        hint = f"\n  the parser stopped at {f.path}:{line}:{col}:\n    {src}\n    {' ' * (col - 1)}^"
+    raise SnippetError(
+        f"{', '.join(str(x.path) for x in files)}: no __global__ kernel or host function found; a snippet "
+        f"defines at least one, e.g. `__global__ void scale(float* y, const float* x, float a, int n)`{hint}"
+    )
+
+
+def _kernel_plan(files: list[SourceFile], stem: str) -> Plan:
+    cu = [f for f in files if f.language == "cuda"]
+    cpp = [f for f in files if f.language == "cpp"]
+    exported, skipped = [], []
+    for f in files:
+        for fn in f.functions:
+            if fn.internal:
+                skipped.append((fn.name, internal_reason(fn)))
+                continue
+            if fn.template:
+                skipped.append((fn.name, "template: instantiate it from a non-template kernel to call it"))
+                continue
+            ctypes_map.check_mappable(fn)
+            exported.append(fn)
+    _check_unique(exported, "rename one (a kernel-only snippet's files of one language are compiled together)")
+    cuda_sources, cpp_sources = [], []
+    if cu:
+        cuda_sources = (
+            ["#include <cuda_runtime.h>\n#include <cassert>\n#include <exception>\n"]
+            + [with_line_directive(f) for f in cu]
+            + [line_directive(f"{GENERATED}.cu") + shim_unit(functions_of(exported, cu), cuda=True)]
+        )
+    cpp_sources = ["#include <exception>\n"] + [with_line_directive(f) for f in cpp]
+    if cpp:
+        cpp_sources.append(line_directive(f"{GENERATED}.cpp") + shim_unit(functions_of(exported, cpp), cuda=False))
+    return Plan(
+        stem=stem,
+        kind="kernel",
+        cuda=bool(cu),
+        cpp_sources=cpp_sources,
+        cuda_sources=cuda_sources,
+        functions=None,
+        include_dirs=_include_dirs(files),
+        exported=exported,
+        skipped=skipped,
+        files=files,
+        has_printf=any(f.has_printf for f in files),
+        printing=printing_functions(files),
+    )
+
+
+def _torch_plan(files: list[SourceFile], stem: str) -> Plan:
+    cu = [f for f in files if f.language == "cuda"]
+    cpp = [f for f in files if f.language == "cpp"]
+    binds_itself = any(f.pybind_module for f in files)
+    exported, skipped = [], []
+    for f in files:
+        for fn in f.functions:
+            if binds_itself:
+                continue  # its own PYBIND11_MODULE decides what Python sees
+            reason = _not_bindable(fn)
+            if reason:
+                skipped.append((fn.name, reason))
+            else:
+                exported.append(fn)
+    _check_unique(exported, "rename one, or mark one `static` to keep it out of Python")
+    if not binds_itself and not exported:
+        raise SnippetError(
+            f"{', '.join(str(f.path) for f in files)}: no host function to bind; a torch-style snippet defines "
+            f"e.g. `torch::Tensor square(torch::Tensor x)`; kernels alone need no torch (drop the torch include)"
+        )
+    cuda_sources = []
+    if cu:
+        needs_torch = any(f.uses_torch for f in cu)
+        cuda_sources = [(TORCH_CUDA_HEADERS + CHECK_MACROS) if needs_torch else "#include <cuda_runtime.h>\n#include <cassert>\n"]
+        cuda_sources += [with_line_directive(f, rename_module(f)) for f in cu]
+    cpp_sources = [TORCH_CPP_HEADERS + CHECK_MACROS]
+    cpp_sources += [with_line_directive(f, rename_module(f)) for f in cpp]
+    declared = [fn for fn in exported if fn.path not in {str(f.path) for f in cpp}]
+    if declared:
+        cpp_sources.append(line_directive(f"{GENERATED}.cpp") + declarations(declared))
+    units, notes = torch_units(files, exported, binds_itself)
+    return Plan(
+        stem=stem,
+        kind="torch",
+        cuda=bool(cu),
+        cpp_sources=cpp_sources,
+        cuda_sources=cuda_sources,
+        functions=None if binds_itself else [fn.name for fn in exported],
+        include_dirs=_include_dirs(files),
+        exported=exported,
+        skipped=skipped,
+        files=files,
+        has_printf=any(f.has_printf for f in files),
+        printing=printing_functions(files),
+        units=units,
+        notes=notes,
+    )
+
+
+def torch_units(files: list[SourceFile], exported: list[Function], binds_itself: bool) -> tuple[list[Unit], list[str]]:
+    """The translation units of a torch-style snippet, and a note for each file not split.
+
+    A ``.cu`` file that uses torch is split (:func:`jitlab.jit.split.split`) into a device unit
+    and a host unit; one that cannot be split correctly is one nvcc unit with torch's headers, as
+    ``load_inline`` builds it. A ``.cu`` without torch is one nvcc unit; a ``.cpp`` is a host unit.
+    Without the snippet's own ``PYBIND11_MODULE``, a generated binding unit defines the module.
+    """
+    units, notes = [], []
+    dirs = _include_dirs(files)
+    for f in files:
+        stem = f.path.stem
+        text = rename_module(f)
+        owns_module = bool(f.pybind_module)
+        headers = split_mod.header_texts(f, dirs)
+        # The smallest precompiled torch header set for its host code (jitlab.jit.objects.HEADERS).
+        umbrella = any(includes_umbrella(h) for h in headers.values())
+        if f.language == "cpp":
+            units.append(Unit(f"{stem}.cpp", "cxx", CHECK_MACROS + with_line_directive(f, text), torch=True,
+                              module=owns_module, headers="full" if umbrella else "bind", source=str(f.path)))
+            continue
+        if not f.uses_torch:
+            units.append(Unit(f"{stem}.cu", "nvcc", "#include <cuda_runtime.h>\n#include <cassert>\n"
+                              + with_line_directive(f), source=str(f.path)))
+            continue
+        s = split_mod.split(dataclasses.replace(f, text=text), headers)
+        if s.reason:
+            notes.append(f"{f.path.name} built as one translation unit: {s.reason}")
+            units.append(Unit(f"{stem}.cu", "nvcc", TORCH_CUDA_HEADERS + CHECK_MACROS + with_line_directive(f, text),
+                              torch=True, module=owns_module, source=str(f.path)))
+            continue
+        units.append(Unit(f"{stem}.device.cu", "nvcc", s.device, templates=frozenset(s.templates), source=str(f.path)))
+        host = s.host.replace(line_directive(f.path), CHECK_MACROS + line_directive(f.path), 1)
+        units.append(Unit(f"{stem}.host.cpp", "cxx", host, torch=True, module=owns_module,
+                          headers="full" if umbrella else "bind" if owns_module else "host", source=str(f.path)))
+    if not binds_itself:
+        units.append(Unit("bind.cpp", "cxx", binding_unit(exported), torch=True, module=True, headers="bind"))
+    return units, notes
+
+
+def binding_unit(fns: list[Function]) -> str:
+    """The generated binding unit: declarations, then the module ``load_inline``'s ``functions=`` makes."""
+    defs = "".join(f'  m.def("{fn.name}", torch::wrap_pybind_function({fn.name}), "{fn.name}");\n' for fn in fns)
+    return (line_directive(f"{GENERATED}.cpp") + declarations(fns)
+            + f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{defs}}}\n")
+
+
+def declarations(fns: list[Function]) -> str:
+    """C++ declarations of ``fns``, one per line, for a unit that calls them without defining them."""
+    return "".join(f"{fn.signature()};\n" for fn in fns)
+
+
+def functions_of(fns: list[Function], files: list[SourceFile]) -> list[Function]:
+    """The functions among ``fns`` that ``files`` define, in order."""
+    paths = {str(f.path) for f in files}
+    return [fn for fn in fns if fn.path in paths]
+
+
+def preludes(plan: Plan) -> tuple[str, str]:
+    """What the plan puts before the user's C++ and CUDA code (headers, CHECK_* macros): ``(cpp, cuda)``.
+
+    The first entry of each source list; ``""`` for a unit the plan does not have.
+    """
+    return (plan.cpp_sources[0] if plan.cpp_sources else ""), (plan.cuda_sources[0] if plan.cuda_sources else "")
+
+
+def shim_unit(fns: list[Function], cuda: bool) -> str:
+    """The code generated after the user's code in a kernel-only unit: error helpers, then one shim per function.
+
+    Args:
+        fns: The unit's exported kernels and host functions.
+        cuda: A CUDA unit (kernels launch, host calls report CUDA errors) or a C++ one.
+    """
+    shims = [launch_shim(fn) if fn.kind == "global" else call_shim(fn, cuda=cuda) for fn in fns]
+    return _runtime_helpers(cuda=cuda, prefix="jitlab_" if cuda else "jitlab_cpp_") + "\n".join(shims)
+
+
+def _not_bindable(fn: Function) -> str:
+    if fn.kind == "global":
+        return "kernel: launched by the snippet's host functions"
+    if fn.template:
+        return "template"
+    if fn.internal:
+        return internal_reason(fn)
+    if "::" in fn.qualname:
+        return "in a namespace: bind it from a top-level function"
+    types = [fn.returns] + [p.base for p in fn.params]
+    if any(p.pointer for p in fn.params) or "*" in fn.returns or any(
+        t.split()[-1].startswith(("cuda", "CU", "dim3", "__half", "__nv_")) for t in types if t.split()
+    ):
+        return "takes raw pointers or CUDA types (a launcher or helper): call it from a function taking tensors"
+    return ""
+
+
+def internal_reason(fn: Function) -> str:
+    """Why an internal helper (``static``, ``inline``, ``constexpr``, anonymous namespace) is not exported."""
+    if fn.internal == "anonymous namespace":
+        return "in an anonymous namespace, a helper for the snippet's own code; move it out to call it from Python"
+    return f"`{fn.internal}`, a helper for the snippet's own code; drop `{fn.internal}` to call it from Python"
+
+
+def rename_module(f: SourceFile) -> str:
+    """The file's text with its ``PYBIND11_MODULE(name, m)`` renamed to the build's module name.
+
+    Seeds write ``PYBIND11_MODULE(example_kernels, m)``; the import name must carry the build key,
+    so the copy (never the user's file) uses ``TORCH_EXTENSION_NAME``. Line numbers are unchanged.
+    """
+    if not f.pybind_module or f.pybind_module[0] == "TORCH_EXTENSION_NAME":
+        return f.text
+    _, start, end = f.pybind_module
+    raw = f.text.encode("utf-8")
+    return (raw[:start] + b"TORCH_EXTENSION_NAME" + raw[end:]).decode("utf-8")
+
+
+def _check_unique(fns: list[Function], fix: str) -> None:
+    """Raise if two exported functions share a name; ``fix`` is the advice that fits the plan."""
+    seen: dict[str, Function] = {}
+    for fn in fns:
+        if fn.name in seen:
+            other = seen[fn.name]
+            raise SnippetError(
+                f"{fn.path}:{fn.line}: `{fn.name}` is also defined at {other.path}:{other.line}; "
+                f"Python needs one function per name: {fix}"
+            )
+        seen[fn.name] = fn
+
+
+def _include_dirs(files: list[SourceFile]) -> list[str]:
+    dirs: list[str] = []
+    for f in files:
+        d = str(f.path.parent)
+        if d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+def _runtime_helpers(cuda: bool, prefix: str = "jitlab_") -> str:
+    """Error reporting shared by the shims: CUDA error strings and the last C++ exception."""
+    lines = [
+        "static thread_local char jitlab_exception_what[1024];",
+        "static void jitlab_remember(const char* what) {",
+        "  int i = 0; for (; what && what[i] && i < 1023; ++i) jitlab_exception_what[i] = what[i];",
+        "  jitlab_exception_what[i] = 0;",
+        "}",
+        f'extern "C" const char* {prefix}last_exception() {{ return jitlab_exception_what; }}',
+    ]
+    if cuda:
+        lines += [
+            'extern "C" const char* jitlab_error_string(int e) { return cudaGetErrorString((cudaError_t)e); }',
+            'extern "C" const char* jitlab_error_name(int e) { return cudaGetErrorName((cudaError_t)e); }',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _shim_params(fn: Function) -> tuple[list[str], list[str]]:
+    """Shim parameter declarations and the argument expressions that pass them on."""
+    decls, args = [], []
+    for i, p in enumerate(fn.params):
+        name = f"a{i}"
+        if p.pointer:
+            decls.append(f"void* {name}")
+            const = "const " if p.const else ""
+            args.append(f"({const}{p.base}*){name}")
+        elif p.base in ctypes_map.BITS16_TYPES:
+            decls.append(f"unsigned short {name}")
+            args.append(f"*reinterpret_cast<const {ctypes_map.BITS16_TYPES[p.base]}*>(&{name})")
+        else:
+            decls.append(f"{p.base} {name}")
+            args.append(name)
+    return decls, args
+
+
+def launch_prototype(fn: Function) -> str:
+    """The ``extern "C"`` signature (no semicolon) of a kernel's launch shim: what another unit declares to call it."""
+    decls, _ = _shim_params(fn)
+    head = ["unsigned gx", "unsigned gy", "unsigned gz", "unsigned bx", "unsigned by", "unsigned bz",
+            "unsigned smem", "void* stream"]
+    return f'extern "C" int jitlab_launch_{fn.name}({", ".join(head + decls)})'
+
+
+def call_prototype(fn: Function) -> str:
+    """The ``extern "C"`` signature (no semicolon) of a host function's call shim; a result comes back through ``ret``."""
+    decls, _ = _shim_params(fn)
+    returns = fn.returns.strip()
+    if returns != "void":
+        decls = [f"{returns}* ret"] + decls
+    return f'extern "C" int jitlab_call_{fn.name}({", ".join(decls)})'
+
+
+def launch_shim(fn: Function) -> str:
+    """``extern "C"`` launcher for one kernel: grid, block, shared memory, stream, then its arguments."""
+    _, args = _shim_params(fn)
+    return (
+        f"{launch_prototype(fn)} {{\n"
+        f"  {fn.qualname}<<<dim3(gx, gy, gz), dim3(bx, by, bz), smem, (cudaStream_t)stream>>>({', '.join(args)});\n"
+        f"  return (int)cudaGetLastError();\n"
+        f"}}\n"
+        f'extern "C" int jitlab_attributes_{fn.name}(int* out) {{\n'
+        f"  cudaFuncAttributes a; cudaError_t e = cudaFuncGetAttributes(&a, (const void*){fn.qualname});\n"
+        f"  out[0] = a.numRegs; out[1] = (int)a.sharedSizeBytes; out[2] = (int)a.localSizeBytes;\n"
+        f"  out[3] = (int)a.constSizeBytes; out[4] = a.maxThreadsPerBlock; out[5] = a.binaryVersion;\n"
+        f"  return (int)e;\n"
+        f"}}\n"
+    )
+
+
+def call_shim(fn: Function, cuda: bool) -> str:
+    """``extern "C"`` wrapper for one host function: returns through a pointer, catches C++ exceptions.
+
+    Returns 0 on success, -1 for a C++ exception (message kept for Python), or a CUDA error code.
+    """
+    _, args = _shim_params(fn)
+    call = f"{fn.qualname}({', '.join(args)})"
+    body = f"*ret = {call};" if fn.returns.strip() != "void" else f"{call};"
+    after = "return (int)cudaGetLastError();" if cuda else "return 0;"
+    return (
+        f"{call_prototype(fn)} {{\n"
+        f"  try {{ {body} }}\n"
+        f"  catch (const std::exception& e) {{ jitlab_remember(e.what()); return -1; }}\n"
+        f'  catch (...) {{ jitlab_remember("unknown C++ exception"); return -1; }}\n'
+        f"  {after}\n"
+        f"}}\n"
+    )
+
+
+def stem_of(paths: list[Path]) -> str:
+    """The snippet's name: the file stem, or the folder name for a multi-file snippet."""
+    if len(paths) == 1 and paths[0].is_file():
+        return paths[0].stem
+    return paths[0].name if paths[0].is_dir() else paths[0].stem

@@ -1,0 +1,133 @@
+"""What a user sets, and the compiler flags it becomes.
+
+:class:`Options` is everything a user can set that changes the binary. ``compile_flags`` turns it into
+the host and nvcc flags ``load_inline`` is given; ``nvcc_command`` is nvcc with exactly those flags
+(compile-only builds, ``jitlab inspect``'s PTX); ``object_flags`` splits them by compiler for the
+object cache's torch-style units (precompiled header first, the user's flags after). Nothing here
+compiles: these are command lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jitlab.jit import codegen, objects, toolchain
+
+
+@dataclass
+class Options:
+    """Everything a user can set that changes the binary.
+
+    Attributes:
+        mode: ``"auto"``, ``"kernel"`` or ``"torch"``.
+        arch: Archs to build for (``["sm_90"]``); default: the current GPU.
+        defines: Preprocessor macros (``{"BLOCK": 256}``).
+        cflags: Extra host compiler flags.
+        cuda_cflags: Extra nvcc flags.
+        ldflags: Extra linker flags.
+        compile_only: Compile CUDA to an object without linking or loading (machines without a GPU).
+        debug: A debug build: device code with ``-G`` (no optimization, full debug info), host code
+            with ``-g -O0``, and ``assert`` on even if a flag defines ``NDEBUG``.
+        engine: ``"auto"``, ``"nvrtc"`` or ``"nvcc"`` (see :func:`jitlab.jit.builder.choose_engine`).
+    """
+
+    mode: str = "auto"
+    arch: list[str] | None = None
+    defines: dict[str, object] = field(default_factory=dict)
+    cflags: list[str] = field(default_factory=list)
+    cuda_cflags: list[str] = field(default_factory=list)
+    ldflags: list[str] = field(default_factory=list)
+    compile_only: bool = False
+    debug: bool = False
+    engine: str = "auto"
+
+
+#: What ``Options.engine`` may be.
+ENGINES = ("auto", "nvrtc", "nvcc")
+
+
+def compile_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> tuple[list[str], list[str]]:
+    """The build's host and nvcc flags, ``(cflags, cuda_cflags)``, as ``load_inline`` is given them."""
+    defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
+    # Optimize kernel-only C++ (a tiny unit, it is the kernel); torch-style units keep load_inline's
+    # defaults, so they build no slower than plain load_inline. nvcc optimizes device code by default.
+    cflags = [*(["-O2"] if plan.kind == "kernel" else []), *defines, *opts.cflags]
+    # -lineinfo maps every SASS instruction to the snippet's line (through codegen's #line
+    # directives) at no run-time cost, so compute-sanitizer, ncu and `jitlab inspect` name the
+    # user's file and line without a second build. -G implies it.
+    cuda = [*toolchain.gencode_flags(archs), "--resource-usage", "-G" if opts.debug else "-lineinfo",
+            *defines, *opts.cuda_cflags]
+    if opts.debug:
+        cflags += ["-g", "-O0", "-UNDEBUG"]
+        cuda += ["-UNDEBUG"]
+    if plan.kind == "kernel":
+        # torch's nvcc flags disable CUDA's half/bfloat16 operators to avoid clashes with its own
+        # types; a kernel-only unit has no torch headers, so give the user CUDA's defaults back.
+        cuda = ["-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+                "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__", *cuda]
+    return cflags, cuda
+
+
+def nvcc_command(plan: codegen.Plan, name: str, archs: list[str], opts: Options, what: list[str]) -> list[str]:
+    """nvcc with the flags load_inline would use for the plan's CUDA unit.
+
+    Args:
+        name: The module name (``-DTORCH_EXTENSION_NAME``).
+        what: The input and what to make, e.g. ``["-c", "cuda.cu", "-o", "cuda.o"]`` or
+            ``["-ptx", "cuda.cu", "-o", "cuda.ptx"]``.
+    """
+
+    includes = [f"-I{d}" for d in plan.include_dirs]
+    if plan.device_needs_torch:
+        includes += _torch_includes("-isystem=")
+    return [toolchain.nvcc_path(), *what, f"-DTORCH_EXTENSION_NAME={name}", *includes, *_nvcc_flags(plan, archs, opts)]
+
+
+def _torch_defines() -> list[str]:
+    return ["-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={toolchain.fingerprint(False)['abi']}"]
+
+
+def _torch_includes(prefix: str) -> list[str]:
+    from torch.utils import cpp_extension
+
+    return [f"{prefix}{d}" for d in cpp_extension.include_paths("cpu") + [_python_include()]]
+
+
+def _nvcc_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> list[str]:
+    """nvcc flags without inputs, outputs or include folders: load_inline's, then the build's."""
+    from torch.utils import cpp_extension
+
+    _, cuda_cflags = compile_flags(plan, archs, opts)
+    return [*_torch_defines(), *cpp_extension.COMMON_NVCC_FLAGS, "--compiler-options", "-fPIC", *cuda_cflags,
+            "-std=c++20"]
+
+
+def object_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> objects.Flags:
+    """The flags of a torch-style build's units: the ones ``load_inline`` would use, split by compiler."""
+    import torch
+
+    cflags, _ = compile_flags(plan, archs, opts)
+    user = [f"-I{d}" for d in plan.include_dirs]
+    cuda_include = [f"-isystem{toolchain.cuda_home() / 'include'}"] if plan.cuda else []
+    debug = ["-g", "-O0", "-UNDEBUG"] if opts.debug else []
+    # The precompiled header is made with the base flags (a debug build gets its own); the user's
+    # defines and cflags come after. GCC checks that they leave the header valid and, if not, reads
+    # the headers themselves (slow, never wrong; -Winvalid-pch says so in the log).
+    cxx = [*_torch_includes("-isystem"), *_torch_defines(), "-fPIC", "-std=c++20", *debug]
+    user_cflags = [f for f in cflags if f not in debug]
+    lib = Path(torch.__file__).parent / "lib"
+    ld = [f"-L{lib}", "-lc10", *(["-lc10_cuda"] if plan.cuda else []), "-ltorch_cpu",
+          *(["-ltorch_cuda"] if plan.cuda else []), "-ltorch", "-ltorch_python"]
+    if plan.cuda:
+        ld += [f"-L{toolchain.cuda_lib_dir()}", "-lcudart"]
+    nvcc = _nvcc_flags(plan, archs, opts) if plan.cuda else []
+    return objects.Flags(includes=tuple(user), cxx=tuple(cxx), cuda_include=tuple(cuda_include),
+                         cxx_user=tuple(user_cflags), nvcc=tuple(nvcc), nvcc_torch=tuple(_torch_includes("-isystem=")),
+                         ld=(*ld, *toolchain.runtime_ldflags(), *opts.ldflags), toolchain=tuple(sorted(toolchain.fingerprint(plan.cuda).items())))
+
+
+def _python_include() -> str:
+    import sysconfig
+
+    return sysconfig.get_path("include")

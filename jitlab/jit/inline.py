@@ -1,0 +1,152 @@
+"""The builds without the object cache: torch's ``load_inline`` for a whole snippet, or nvcc alone.
+
+``load_inline`` compiles and links a snippet with torch's ninja build in its cache folder (reached
+through a safe link when the folder's path has a character ninja cannot read), and turns a failure
+into a compile error or, for a library that built but does not load, the dynamic loader's own reason;
+``compile_only`` compiles the CUDA unit to an object with nvcc's same flags, linking and loading
+nothing (machines without a GPU). Each returns the build's manifest fields.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from jitlab import output
+from jitlab.errors import SnippetError, ToolchainError
+from jitlab.jit import cache, codegen, diagnostics, toolchain
+from jitlab.jit.flags import Options, compile_flags, nvcc_command
+from jitlab.jit.resources import parse_resource_usage
+from jitlab.jit.sources import describe, sources_by_path
+
+
+def load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> dict:
+    """Compile and link with ``torch.utils.cpp_extension.load_inline`` into ``folder``."""
+    from torch.utils import cpp_extension
+
+    cflags, cuda_cflags = compile_flags(plan, archs, opts)
+    _forget_name(name)
+    ok = False
+    with output.capture_fds() as box:
+        try:
+            cpp_extension.load_inline(
+                name=name,
+                cpp_sources=plan.cpp_sources,
+                cuda_sources=plan.cuda_sources or None,
+                functions=plan.functions,
+                extra_cflags=cflags,
+                extra_cuda_cflags=cuda_cflags if plan.cuda else None,
+                extra_ldflags=[*toolchain.runtime_ldflags(), *opts.ldflags],
+                extra_include_paths=[_ninja_escape(d) for d in plan.include_dirs],
+                build_directory=str(_ninja_folder(folder)),
+                verbose=True,
+                with_cuda=plan.cuda,
+                is_python_module=plan.kind == "torch",
+                no_implicit_headers=True,
+            )
+            ok = True
+        except (RuntimeError, OSError, ImportError) as e:
+            err = e
+    log = box[0] if box else ""
+    (folder / "build.log").write_text(log)
+    if not ok:
+        _forget_name(name)
+        if isinstance(err, ImportError) or "Error building extension" not in str(err):
+            raise ToolchainError(f"jitlab: {name} built but could not be loaded: "
+                                 f"{_load_failure(folder / f'{name}.so') or err}") from err
+        raise diagnostics.compile_error(describe(plan, archs), log or str(err), sources_by_path(plan)) from None
+    so = folder / f"{name}.so"
+    return {"artifact": so.name, "size": so.stat().st_size, "sha256": cache.file_sha256(so),
+            "resources": parse_resource_usage(log), "compile_only": False}
+
+
+def _ninja_escape(flag: str) -> str:
+    """A flag as ``build.ninja`` must spell it: torch quotes flags for the shell, but ninja reads ``$`` first."""
+    return flag.replace("$", "$$")
+
+
+#: What torch's ``build.ninja`` cannot hold in a source's path: it escapes spaces only, ninja reads ``$`` and ``:``.
+_NINJA_UNSAFE = ("$", ":", "\n")
+
+
+def _ninja_folder(folder: Path) -> Path:
+    """``folder``, or the same folder reached through a link whose path ``build.ninja`` can hold.
+
+    A cache under a path with ``$`` or ``:`` keeps its place; ninja sees it through a symbolic link
+    to the cache folder in a private folder of the temporary directory (one link per cache folder).
+
+    Raises:
+        ToolchainError: The link cannot be made safely, naming the fix.
+    """
+    if not any(c in str(folder) for c in _NINJA_UNSAFE):
+        return folder
+    fix = f"set JITLAB_CACHE_DIR to a folder whose path has no {' or '.join(map(repr, _NINJA_UNSAFE[:2]))}"
+    root = Path(tempfile.gettempdir()) / f"jitlab-ninja-{os.getuid()}"
+    try:
+        root.mkdir(mode=0o700, exist_ok=True)
+        st = root.lstat()
+    except OSError as e:
+        raise ToolchainError(f"jitlab: the build cache {folder.parent} has a character ninja cannot read, and "
+                             f"{root} cannot be made for a link to it ({e}); {fix}") from e
+    if any(c in str(root) for c in _NINJA_UNSAFE) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise ToolchainError(f"jitlab: the build cache {folder.parent} has a character ninja cannot read, and "
+                             f"{root} is not a private folder of yours to link it from; {fix}")
+    link = root / hashlib.sha256(str(folder.parent).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    tmp = root / f".{link.name}.{os.getpid()}.{threading.get_ident()}"
+    tmp.unlink(missing_ok=True)
+    os.symlink(folder.parent, tmp)
+    os.replace(tmp, link)  # atomic: a concurrent build sees the old link or this one, both to the same folder
+    return link / folder.name
+
+
+def _load_failure(so: Path) -> str:
+    """The dynamic loader's own reason (torch's message drops it), with C++ symbols demangled."""
+    import ctypes
+    import shutil
+
+    try:
+        ctypes.CDLL(str(so))
+    except OSError as e:
+        text = str(e)
+    else:
+        return ""
+    m = re.search(r"undefined symbol: (\S+)", text)
+    if m:
+        filt = shutil.which("c++filt")
+        name = subprocess.run([filt, m.group(1)], capture_output=True, text=True).stdout.strip() if filt else m.group(1)
+        return (f"undefined symbol {name}: something is declared and called but never defined "
+                f"(a missing function body, or a source file left out of the snippet)")
+    return text
+
+
+def _forget_name(name: str) -> None:
+    """torch remembers each name's source hash per process and skips the build when it sees the name
+    again; forget it, so a rebuild (after a failure, or of a corrupt entry) really compiles."""
+    from torch.utils import cpp_extension
+
+    entries = getattr(getattr(cpp_extension, "JIT_EXTENSION_VERSIONER", None), "entries", None)
+    if isinstance(entries, dict):
+        entries.pop(name, None)
+
+
+def compile_only(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> dict:
+    """Compile the CUDA unit to an object with nvcc (the flags load_inline would use), no link, no load."""
+    if not plan.cuda:
+        raise SnippetError(f"{describe(plan, archs)}: compile_only applies to CUDA snippets; C++ snippets build and run here")
+    src = folder / "cuda.cu"
+    src.write_text("\n".join(plan.cuda_sources))
+    cmd = nvcc_command(plan, name, archs, opts, ["-c", str(src), "-o", str(folder / "cuda.o")])
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    log = " ".join(cmd) + "\n" + proc.stdout + proc.stderr
+    (folder / "build.log").write_text(log)
+    if proc.returncode != 0:
+        raise diagnostics.compile_error(describe(plan, archs), log, sources_by_path(plan))
+    obj = folder / "cuda.o"
+    return {"artifact": obj.name, "size": obj.stat().st_size, "sha256": cache.file_sha256(obj),
+            "resources": parse_resource_usage(log), "compile_only": True}

@@ -1,0 +1,100 @@
+"""Linking: a build's cached objects → the importable module, or one relocatable object.
+
+``link`` makes ``<name>.so`` from the objects with a small init object that forwards
+``PyInit_<name>`` to the binding object's module init (so host objects never depend on the build's
+name); ``relocatable`` keeps them as one ``ld -r`` object for compile-only builds. Both go through
+``linkable``, which makes global, in copies of the device objects, exactly the file-local symbols
+nvcc left that the host units refer to by name.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from jitlab.errors import ToolchainError
+from jitlab.jit import toolchain
+from jitlab.jit.objects import Flags, Object, Unit, UnitError, require_tool
+from jitlab.jit.symbols import demangle, local_symbols
+
+
+def link(objects: list[Object], name: str, folder: Path, flags: Flags) -> Path:
+    """Link the objects into ``folder/<name>.so``, importable as ``name``.
+
+    A small init object forwards ``PyInit_<name>`` to the binding object's module init, so the host
+    objects never depend on the build's name.
+
+    Returns:
+        The shared library.
+
+    Raises:
+        UnitError: The link failed (its log says why).
+    """
+    cxx = require_tool(toolchain.cxx_path(), "c++")
+    inputs, log = linkable(objects, folder)
+    module = next((o for o in objects if o.unit.module), None)
+    if module is not None:
+        init = folder / "init.cpp"
+        init.write_text(f'extern "C" void* PyInit_{module.extension}();\n'
+                        f'extern "C" __attribute__((visibility("default"))) void* PyInit_{name}() '
+                        f'{{ return PyInit_{module.extension}(); }}\n')
+        subprocess.run([cxx, "-c", "-fPIC", str(init), "-o", str(folder / "init.o")], check=True)
+        inputs.append(folder / "init.o")
+    so = folder / f"{name}.so"
+    cmd = [cxx, "-shared", "-o", str(so), *map(str, inputs), *flags.ld]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    log.append(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+    (folder / "link.log").write_text("\n".join(log))
+    if proc.returncode != 0:
+        raise UnitError(Unit(name="link", compiler="cxx", text=""), "\n".join(log))
+    return so
+
+
+def relocatable(objects: list[Object], folder: Path) -> Path:
+    """All objects as one relocatable object (``ld -r``), symbols resolved between them as in a link:
+    what a compile-only build keeps and ``jitlab inspect`` reads."""
+    inputs, log = linkable(objects, folder)
+    out = folder / "objects.o"
+    proc = subprocess.run(["ld", "-r", "-o", str(out), *map(str, inputs)], capture_output=True, text=True)
+    (folder / "link.log").write_text("\n".join(log) + proc.stderr)
+    if proc.returncode != 0:
+        raise ToolchainError(f"jitlab: ld -r failed: {proc.stderr.strip()}")
+    return out
+
+
+def linkable(objects: list[Object], folder: Path) -> tuple[list[Path], list[str]]:
+    """The objects to link, with what host units need from device units made global.
+
+    nvcc keeps a kernel's host stub file-local when the kernel is a template instantiation, and a
+    device variable's host shadow file-local (``static``, so mangled as internal); a host unit refers
+    to them by name. Those symbols, and only those, are made global (and given the name the host
+    unit uses) in copies of the device objects.
+
+    Returns:
+        The object paths, and a log of what was changed.
+    """
+    wanted = sorted({s for o in objects if o.unit.compiler == "cxx" for s in o.undefined})
+    wanted_names = dict(zip(demangle(wanted), wanted))
+    inputs, log = [], []
+    for o in objects:
+        path = o.path
+        if o.unit.compiler == "nvcc":
+            path = folder / f"{o.unit.name}.o"
+            shutil.copyfile(o.path, path)
+            local = sorted(local_symbols(path))
+            # The same symbol (a template's stub), or the same C++ name under internal-linkage
+            # mangling (a variable's shadow: `_ZL6c_bias` for the host unit's `c_bias`).
+            renames = {sym: wanted_names[name] for sym, name in zip(local, demangle(local))
+                       if sym not in wanted and name in wanted_names}
+            globals_ = sorted((set(local) & set(wanted)) | set(renames.values()))
+            if globals_:
+                cmd = ["objcopy", *(f"--redefine-sym={a}={b}" for a, b in renames.items()),
+                       *(f"--globalize-symbol={s}" for s in globals_), str(path)]
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                log.append(" ".join(cmd) + "\n" + proc.stderr)
+                if proc.returncode != 0:
+                    raise ToolchainError(f"jitlab: objcopy failed on {path}: {proc.stderr.strip()} "
+                                         "(it comes with binutils, which the host compiler needs too)")
+        inputs.append(path)
+    return inputs, log

@@ -1,0 +1,233 @@
+"""Load a build into Python: ctypes for kernel-only builds, import for torch-style ones.
+
+Every build has its own module name (it carries the key), so loading an edited snippet never hands
+back a stale module; loading the same build twice in a process returns the same object.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import difflib
+import functools
+import importlib.util
+import sys
+import warnings
+
+from jitlab import output
+from jitlab.errors import ArgumentError, JitlabError, ToolchainError
+from jitlab.jit import builder as build_mod
+from jitlab.jit import cache
+from jitlab.jit.flags import Options
+from jitlab.jit.launch import Callable
+
+_loaded: dict[str, "Module"] = {}
+
+
+class Module:
+    """A loaded snippet: its functions as attributes, plus what was built.
+
+    The module is callable too when that is unambiguous: ``saxpy(...)`` calls ``saxpy.saxpy(...)``
+    when the snippet has one function, or one named like the snippet (``%%cuda saxpy`` binds
+    ``saxpy``); otherwise calling it raises an error naming the functions to call as attributes.
+    The forward adds about a microsecond to each call (one more Python call passing ``*args`` and
+    ``**kwargs`` on), so a launch-bound loop calls the attribute.
+
+    Attributes:
+        build: The :class:`jitlab.build.Build` (name, folder, cached, seconds, resources).
+        functions: Names callable from Python.
+    """
+
+    _target = None  # what calling the module calls, found at the first call (the functions are fixed at load)
+
+    def __init__(self, build: build_mod.Build):
+        self.build = build
+        self.functions: list[str] = []
+
+    def __call__(self, *args, **kwargs):
+        """Call the snippet's one function, or the one named like the snippet.
+
+        Raises:
+            ArgumentError: The snippet has several functions and none is named like it, or none.
+        """
+        return (self._target or self._find_target())(*args, **kwargs)
+
+    def _find_target(self):
+        name = self._call_target()
+        if name is None:
+            raise ArgumentError(self._not_callable())
+        self._target = getattr(self, name)
+        return self._target
+
+    def _call_target(self) -> str | None:
+        """The name of the function that calling the module calls, or ``None`` when that would be a guess."""
+        if len(self.functions) == 1:
+            return self.functions[0]
+        return self.build.plan.stem if self.build.plan.stem in self.functions else None
+
+    def _not_callable(self) -> str:
+        stem = self.build.plan.stem
+        if not self.functions:
+            skipped = "; ".join(f"{n}: {why}" for n, why in self.build.plan.skipped)
+            return f"`{stem}` has no function callable from Python" + (f" ({skipped})" if skipped else "")
+        calls = ", ".join(f"{stem}.{n}(...)" for n in self.functions)
+        return (f"`{stem}` has {len(self.functions)} functions and none is called {stem}, so `{stem}(...)` "
+                f"would be a guess: call one as an attribute, {calls}")
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        known = self.__dict__.get("functions", [])
+        skipped = dict(self.build.plan.skipped) if "build" in self.__dict__ else {}
+        where = ", ".join(str(f.path.name) for f in self.build.plan.files) if "build" in self.__dict__ else "snippet"
+        if name in skipped:
+            raise AttributeError(f"`{name}` in {where} is not callable from Python: {skipped[name]}")
+        hint = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+        msg = f"{where} has no kernel or function `{name}`"
+        msg += f"; did you mean `{hint[0]}`?" if hint else f"; it has: {', '.join(known) or 'nothing callable'}"
+        raise AttributeError(msg)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self.functions))
+
+    def __repr__(self) -> str:
+        b = self.build
+        state = "cache hit" if b.cached else f"built in {b.seconds:.2f} s"
+        lines = [f"<jitlab module {b.name} ({b.plan.kind}, {b.engine}, {state}, {b.folder})"]
+        for n in self.functions:
+            f = getattr(self, n)
+            lines.append(f"  {getattr(f, '__doc__', None) or n}")
+        for n, why in b.plan.skipped:
+            lines.append(f"  ({n}: {why})")
+        for note in b.notes:
+            lines.append(f"  ({note})")
+        return "\n".join(lines) + ">"
+
+
+def load(b: build_mod.Build) -> Module:
+    """Load a finished build (memoized per module name).
+
+    Raises:
+        JitlabError: For a compile-only build, which has no loadable binary.
+    """
+    if b.compile_only:
+        raise JitlabError(f"{b.name} was built compile-only (no GPU); it can be inspected but not called")
+    mod = _loaded.get(b.name)
+    if mod is not None:
+        mod.build = b
+        return mod
+    mod = Module(b)
+    if b.plan.kind == "kernel":
+        _bind_kernel_only(mod, b)
+    else:
+        _bind_torch(mod, b)
+    _loaded[b.name] = mod
+    return mod
+
+
+def _bind_kernel_only(mod: Module, b: build_mod.Build) -> None:
+    if b.engine == "nvrtc":
+        return _bind_nvrtc(mod, b)
+    lib = ctypes.CDLL(str(b.artifact))
+    if b.plan.cuda:
+        for sym in ("jitlab_error_name", "jitlab_error_string"):
+            getattr(lib, sym).restype = ctypes.c_char_p
+            getattr(lib, sym).argtypes = [ctypes.c_int]
+    for fn in b.plan.exported:
+        in_cuda = fn.path.endswith(".cu")
+        prints = fn.name in b.plan.printing
+        _attach(mod, Callable(fn, lib, "cuda" if in_cuda else "cpu", prints,
+                              "jitlab_last_exception" if in_cuda else "jitlab_cpp_last_exception"))
+
+
+def _bind_nvrtc(mod: Module, b: build_mod.Build) -> None:
+    """The kernels of an NVRTC build: its CUBIN for this GPU loaded through the driver, each kernel
+    behind the same typed wrapper as an nvcc build's."""
+    from jitlab.jit import nvrtc
+    from jitlab.jit.toolchain import current_arch
+
+    arch = current_arch()
+    cubin = b.manifest["cubins"].get(arch)
+    if cubin is None:
+        raise JitlabError(f"{b.name} was built for {', '.join(b.manifest['cubins'])}, not this GPU ({arch}); "
+                          f"load it without arch= to build for this GPU")
+    code = (b.folder / cubin).read_bytes()
+    kernels = functools.cache(lambda: nvrtc.load(code, b.manifest["kernels"]))  # at the first launch
+    for fn in b.plan.exported:
+        _attach(mod, Callable(fn, None, "cuda", fn.name in b.plan.printing,
+                              launcher=nvrtc.launcher(lambda q=fn.qualname: kernels()[q], fn)))
+
+
+def _attach(mod: Module, call: Callable) -> None:
+    """Put a typed call on the module: the bare wrapper (fastest) unless its output is forwarded."""
+    attr = call if call.capture_output else call._call
+    if attr is not call:
+        attr.__doc__ = call.describe()
+        attr.jitlab = call
+    setattr(mod, call.fn.name, attr)
+    mod.functions.append(call.fn.name)
+
+
+def _bind_torch(mod: Module, b: build_mod.Build) -> None:
+    py = sys.modules.get(b.name) or _import_extension(b)
+    names = [n for n in dir(py) if not n.startswith("_")]
+    for n in names:
+        fn = getattr(py, n)
+        if n in b.plan.printing and callable(fn):
+            fn = _forwarding_output(fn, sync=b.plan.cuda)
+        setattr(mod, n, fn)
+    mod.functions = names
+    mod.extension = py
+
+
+def _import_extension(b: build_mod.Build):
+    spec = importlib.util.spec_from_file_location(b.name, b.artifact)
+    py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(py)
+    sys.modules[b.name] = py
+    return py
+
+
+def _forwarding_output(fn, sync: bool):
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with output.forward_c_output(sync=sync):
+            return fn(*args, **kwargs)
+
+    return call
+
+
+#: What loading a binary raises when the dynamic loader refuses it: ``ctypes`` (kernel-only builds)
+#: an ``OSError``, an import (torch-style builds) an ``ImportError``.
+_UNLOADABLE = (OSError, ImportError)
+
+
+def load_or_rebuild(paths, opts: Options) -> Module:
+    """Build (or find) and load; a cached binary that fails to load is rebuilt once with a warning.
+
+    A binary can match its manifest's hash and still not load (``invalid ELF header``: a build that
+    wrote it wrong, a library it needs that changed): like a corrupt entry, it is rebuilt, not
+    reported for ever.
+
+    Raises:
+        ToolchainError: A binary built just now cannot be loaded (with the dynamic loader's reason).
+    """
+    b = build_mod.build(paths, opts)
+    try:
+        return load(b)
+    except _UNLOADABLE as e:
+        if not b.cached:
+            raise _unloadable(b, e) from e
+        warnings.warn(f"jitlab: cached build {b.name} could not be loaded ({e}); rebuilding", stacklevel=3)
+    with cache.build_lock(b.name):  # never under another process that is rebuilding it too
+        cache.reset_dir(b.folder)
+    b = build_mod.build(paths, opts)
+    try:
+        return load(b)
+    except _UNLOADABLE as e:
+        raise _unloadable(b, e) from e
+
+
+def _unloadable(b: build_mod.Build, e: Exception) -> ToolchainError:
+    return ToolchainError(f"jitlab: {b.name} was built but could not be loaded: {e}. A missing symbol or library "
+                          f"comes from the snippet (a function declared but never defined, a library it needs "
+                          f"missing from ldflags=); anything else: delete {b.folder} and load again")

@@ -1,0 +1,383 @@
+"""The NVRTC engine: a kernel-only ``.cu`` compiled in process to CUBIN, with NVIDIA's cuda-python.
+
+nvcc spends about a second per kernel-only edit (the compiler driver, a host pass, the host compiler,
+a link); NVRTC compiles the same kernels in tens of milliseconds, in process, without a GPU. This
+module decides whether a snippet can take that way (:func:`unsuitable`), compiles it for each arch
+(:func:`compile_cubins`), and loads a CUBIN through the driver (:func:`load`).
+
+What it compiles is the user's file after ``#line 1 "<file>"``, so NVRTC's messages (the same
+front end as nvcc's) name the user's file and line, with the caret. NVRTC has no C++ standard
+library; ``nvrtc_include/`` stands in for the headers kernels include (``<cstdio>`` and ``<cmath>``
+are empty, since NVRTC declares ``printf``, ``assert`` and the math functions itself; ``<cstdint>``
+and friends come from libcu++). CUBIN, never PTX: a driver older than the toolkit cannot load newer
+PTX (Colab), while CUBIN for the GPU's own arch always loads.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from jitlab.jit import toolchain
+from jitlab.jit.parse import line_directive
+
+SHIMS = Path(__file__).parent / "nvrtc_include"
+# System headers NVRTC compiles: its own and the toolkit's device headers, and jitlab's stand-ins.
+_DEVICE_HEADER = re.compile(r"^(cuda[_/].*|cooperative_groups.*|mma\.h|sm_\d+_.*|crt/.*|vector_(types|functions)\.h"
+                            r"|device_.*\.h|math_constants\.h|cub/.*|cuda/.*|nv/.*|curand.*\.h)$")
+_SYSTEM_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*<([^>]+)>', re.MULTILINE)
+
+
+@dataclass
+class Cubin:
+    """One arch's compiled program.
+
+    Attributes:
+        arch: ``sm_90``.
+        code: The CUBIN (an ELF file).
+        names: Each kernel's C++ name → its symbol in the CUBIN.
+        log: NVRTC's output: warnings and ptxas' resource usage (``-v``).
+    """
+
+    arch: str
+    code: bytes
+    names: dict[str, str]
+    log: str
+
+
+@functools.cache
+def version() -> str | None:
+    """NVRTC's version (``"13.0"``), or ``None`` if cuda-python or the NVRTC library is missing.
+
+    Part of every NVRTC build's key, so a cache hit needs it; asking cuda.bindings costs ~0.08 s
+    (it loads the driver bindings and searches for the library). The answer is remembered in the
+    cache (``.nvrtc.json``) with the library file it came from: while that file, cuda-bindings'
+    version and the variables that steer the library search are unchanged, it is read from there.
+    """
+    memo = _memo_path()
+    seen = _read_memo(memo)
+    if seen is not None and seen.get("check") == _memo_check(seen.get("library")):
+        return seen.get("version")
+    found = _probe_version()
+    if found is not None:
+        _write_memo(memo, {"version": found[0], "library": found[1], "check": _memo_check(found[1])})
+    return found[0] if found else None
+
+
+def _probe_version() -> tuple[str, str | None] | None:
+    """Ask NVRTC for its version; also the path of the library that answered (``/proc/self/maps``)."""
+    try:
+        from cuda.bindings import nvrtc
+
+        err, major, minor = nvrtc.nvrtcVersion()
+    except Exception:  # ImportError, or cuda.pathfinder not finding libnvrtc
+        return None
+    if int(err) != 0:
+        return None
+    library = None
+    try:
+        with open("/proc/self/maps") as f:
+            library = next((ln.split(None, 5)[-1].strip() for ln in f if "libnvrtc.so" in ln), None)
+    except OSError:
+        pass
+    return f"{major}.{minor}", library
+
+
+def _memo_check(library: str | None) -> list | None:
+    """What must be unchanged for a remembered NVRTC version to hold; ``None`` if it cannot be told."""
+    import importlib.util
+    import os
+
+    if not library:
+        return None
+    try:
+        spec = importlib.util.find_spec("cuda.bindings.nvrtc")  # imports only the cuda.bindings package
+        files = [os.stat(library), os.stat(spec.origin)]
+    except (ImportError, ValueError, AttributeError, TypeError, OSError):
+        return None
+    steer = [os.environ.get(k, "") for k in ("CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")]
+    return [library, *[[st.st_size, st.st_mtime_ns, st.st_ino] for st in files], *steer]
+
+
+def _memo_path() -> Path:
+    from jitlab import config
+
+    return config.cache_dir() / ".nvrtc.json"
+
+
+def _read_memo(path: Path) -> dict | None:
+    import json
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_memo(path: Path, data: dict) -> None:
+    """Best effort: a cache that cannot be written only costs the lookup next time."""
+    from jitlab.jit import cache
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_json(path, data)
+    except OSError:
+        pass
+
+
+def unavailable() -> str | None:
+    """Why NVRTC cannot be used on this machine (``None`` if it can)."""
+    import importlib.util
+
+    # Looked up, not imported: a cache hit needs only NVRTC's version, and cuda.core takes ~0.2 s to import.
+    try:
+        found = importlib.util.find_spec("cuda.core") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return "cuda-python is not installed (`pip install cuda-core cuda-bindings`)"
+    if version() is None:
+        return "the NVRTC library was not found (`pip install nvidia-cuda-nvrtc`, or a CUDA toolkit)"
+    if not (toolchain.cuda_home() / "include" / "cuda_runtime.h").is_file():
+        return f"CUDA's headers were not found under {toolchain.cuda_home()}/include (set CUDA_HOME)"
+    return None
+
+
+def unsuitable(plan) -> str | None:
+    """Why a plan must be built with nvcc rather than NVRTC (``None``: NVRTC can take it).
+
+    NVRTC compiles device code only: a kernel-only snippet of one ``.cu`` file whose exported
+    functions are all kernels, including no host-only system header.
+    """
+    if plan.kind != "kernel":
+        return "torch-style snippet (host code with torch)"
+    if not plan.cuda or any(f.language == "cpp" for f in plan.files):
+        return "C++ host code"
+    cu = [f for f in plan.files if f.language == "cuda"]
+    if len(cu) > 1:
+        return f"{len(cu)} .cu files (NVRTC compiles one)"
+    host = [fn.name for fn in plan.exported if fn.kind != "global"]
+    if host:
+        return f"host function {host[0]}() is called from Python (NVRTC compiles device code only)"
+    for f in plan.files:
+        for header in _SYSTEM_INCLUDE.findall(f.text):
+            name = header.strip()
+            if not (_DEVICE_HEADER.match(name) or (SHIMS / name).is_file()):
+                return f"includes <{name}>, a host header"
+    if not plan.exported:
+        return "no kernel to call"
+    return None
+
+
+def include_path(plan) -> list[str]:
+    """Where NVRTC looks for headers: jitlab's stand-ins, the snippet's folders, CUDA's headers."""
+    cuda = toolchain.cuda_home() / "include"
+    folders = [str(SHIMS), *{str(f.path.parent): None for f in plan.files}, *plan.include_dirs, str(cuda)]
+    if (cuda / "cccl").is_dir():  # CUDA 13 keeps CUB and libcu++ there
+        folders.append(str(cuda / "cccl"))
+    return list(dict.fromkeys(folders))
+
+
+def options(plan, arch: str, defines: dict, debug: bool):
+    """NVRTC's options for one arch: the same defines, line info and resource report as nvcc's."""
+    from cuda.core import ProgramOptions
+
+    macros = [k if v is None else (k, str(v)) for k, v in defines.items()]
+    if debug:
+        macros.append(("JITLAB_DEBUG", "1"))
+    return ProgramOptions(name=plan.stem, arch=arch, std="c++17", include_path=include_path(plan),
+                          define_macro=macros or None, undefine_macro=["NDEBUG"] if debug else None,
+                          debug=debug, lineinfo=not debug, ptxas_options=["-v"])
+
+
+def source(plan) -> str:
+    """The text NVRTC compiles: ``jitlab_nvrtc.h`` (``INFINITY`` and the like, which nvcc's implicit
+    includes give), then the user's ``.cu`` after a ``#line`` directive naming it."""
+    f = next(f for f in plan.files if f.language == "cuda")
+    return f"#include <jitlab_nvrtc.h>\n{line_directive(f.path)}{f.text}"
+
+
+def compile_cubins(plan, archs: list[str], defines: dict, debug: bool = False) -> list[Cubin]:
+    """Compile the plan's ``.cu`` for each arch.
+
+    Raises:
+        NvrtcError: NVRTC rejected the code (its log names the user's file and line).
+    """
+    from cuda.core import Program
+
+    text = source(plan)
+    kernels = [fn.qualname for fn in plan.exported]
+    out = []
+    for arch in archs:
+        log = io.StringIO()
+        try:
+            obj = Program(text, "c++", options(plan, arch, defines, debug)).compile(
+                "cubin", name_expressions=kernels, logs=log)
+        except Exception as e:  # cuda.core raises NVRTCError with the log in its message
+            raise NvrtcError(_log_of(e, log.getvalue())) from None
+        names = {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in obj.symbol_mapping.items()}
+        out.append(Cubin(arch, bytes(obj.code), names, log.getvalue().replace("\x00", "").strip()))
+    return out
+
+
+def resource_usage(cubin: Path, arch: str) -> dict:
+    """Per-kernel registers, stack, shared, local and constant memory read from a CUBIN with
+    ``cuobjdump --dump-resource-usage`` (spills are not in it), keyed like ptxas' figures."""
+    import subprocess
+
+    tool = toolchain.find_cuda_tool("cuobjdump")
+    if tool is None:
+        return {}
+    proc = subprocess.run([tool, "--dump-resource-usage", str(cubin)], capture_output=True, text=True)
+    usage, current = {}, None
+    for line in proc.stdout.splitlines():
+        m = re.match(r"\s*Function (\S+):", line)
+        if m:
+            current = m.group(1)
+            continue
+        m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+) CONSTANT\[0\]:(\d+)", line)
+        if m and current:
+            reg, stack, shared, local, const = map(int, m.groups())
+            usage[current] = {arch: {"registers": reg, "shared": shared, "local": local, "constant": const,
+                                     "stack": stack, "spill_stores": 0, "spill_loads": 0}}
+    return usage
+
+
+# NVRTC errors that nvcc would not give: headers NVRTC lacks, host code in JIT mode.
+_NVRTC_ONLY = re.compile(r"cannot open source file|not allowed in JIT mode|explicitly marked as a __host__|"
+                         r"__host__ function|host function")
+_ERROR_AT = re.compile(r'^(.*?)\((\d+)\): (?:catastrophic )?error', re.MULTILINE)
+
+
+def only_nvrtc_fails(log: str, user_files: list[str]) -> bool:
+    """Whether NVRTC's errors may be NVRTC's own (nvcc might compile the code): an error about a
+    missing header or host code, or one outside the user's files (in a header NVRTC reads differently)."""
+    errors = [(m.group(1), m.group(0)) for m in _ERROR_AT.finditer(log)]
+    if not errors or _NVRTC_ONLY.search(log):
+        return True
+    return any(path not in user_files for path, _ in errors)
+
+
+class NvrtcError(Exception):
+    """NVRTC could not compile a program; ``log`` is its full output."""
+
+    def __init__(self, log: str):
+        super().__init__(log.splitlines()[0] if log else "NVRTC failed")
+        self.log = log
+
+
+def _log_of(e: Exception, log: str) -> str:
+    text = str(e)
+    if "compilation log:" in text:
+        text = text.split("compilation log:", 1)[1]
+    return (log + "\n" + text).replace("\x00", "").strip()
+
+
+# ---- loading ------------------------------------------------------------------------------------
+
+def load(code: bytes, names: dict[str, str]) -> dict:
+    """Load a CUBIN into the current device's primary context (torch's): kernel name → ``cuda.core`` Kernel."""
+    from cuda.core import Device, ObjectCode
+
+    Device().set_current()
+    obj = ObjectCode.from_cubin(code)
+    return {name: obj.get_kernel(symbol) for name, symbol in names.items()}
+
+
+_INVALID_CONTEXT = 201  # CUDA_ERROR_INVALID_CONTEXT
+
+
+def launcher(kernel_of, fn):
+    """A launcher for one kernel with the generated shim's convention, for :mod:`jitlab.jit.launch`'s
+    typed wrapper: ``(gx, gy, gz, bx, by, bz, shared_mem, stream, a0, a1, ...) -> CUresult``.
+
+    ``kernel_of()`` gives the kernel; it is called at the first launch, so loading a build touches
+    neither the driver nor cuda.core (the CUDA context is made by the first launch, as with nvcc's
+    builds). The wrapper has checked and converted every argument (pointers as addresses, scalars as
+    Python numbers or half bits). Each argument has a C slot made once, and the driver gets the
+    array of their addresses (``cuLaunchKernel``'s ``kernelParams``), so a launch stores the values
+    and makes one driver call: no per-call argument objects. Like the wrapper, the launcher is
+    generated for the kernel's parameters (straight-line stores, no loop or ``*args``). A lock keeps
+    threads from filling the slots of one another's launch (the driver copies them during the call).
+    """
+    import ctypes
+    import threading
+
+    from jitlab.errors import LaunchError
+    from jitlab.jit import ctypes_map
+
+    slots = [ctypes.c_void_p() if p.pointer else ctypes_map.scalar_kind(p)[0]() for p in fn.params]
+    array = (ctypes.c_void_p * max(len(slots), 1))(*[ctypes.addressof(s) for s in slots])
+    params = ctypes.addressof(array) if slots else 0
+
+    def fail(e, grid, block, smem):
+        code = _error_code(e)
+        if code is None:
+            raise LaunchError(f"{fn.name}<<<grid={grid}, block={block}, shared_mem={smem}>>> "
+                              f"could not be launched: {type(e).__name__}: {e}") from e
+        return code
+
+    names = [f"a{i}" for i in range(len(slots))]
+    stores = "".join(f"\n                _s{i}.value = a{i}" for i in range(len(slots))) or "\n                pass"
+    src = f"""
+def make(_bind, _lock, _params, _fail, _current{''.join(f', _s{i}' for i in range(len(slots)))}):
+    launch = handle = None
+    def call(gx, gy, gz, bx, by, bz, smem, stream{''.join(', ' + a for a in names)}):
+        nonlocal launch, handle
+        try:
+            if handle is None:
+                launch, handle = _bind()
+            with _lock:{stores}
+                err, = launch(handle, gx, gy, gz, bx, by, bz, smem, stream, _params, 0)
+                if err == {_INVALID_CONTEXT}:  # a thread where no CUDA call has made the context current
+                    _current()
+                    err, = launch(handle, gx, gy, gz, bx, by, bz, smem, stream, _params, 0)
+        except Exception as e:
+            return _fail(e, (gx, gy, gz), (bx, by, bz), smem)
+        return err
+    return call
+"""
+    env: dict = {}
+    exec(compile(src, f"<jitlab launcher {fn.name}>", "exec"), env)
+    call = env["make"](lambda: _bind(kernel_of), threading.Lock(), params, fail, _make_current, *slots)
+    call.keep = (slots, array)  # the slots must live as long as the launcher
+    return call
+
+
+
+
+def _bind(kernel_of) -> tuple:
+    """``cuLaunchKernel`` and the kernel's driver handle (loading the CUBIN on first use)."""
+    from cuda.bindings import driver
+
+    return driver.cuLaunchKernel, kernel_of().handle
+
+
+def _make_current() -> None:
+    from cuda.core import Device
+
+    Device().set_current()
+
+
+def _error_code(e: Exception) -> int | None:
+    """The CUresult a cuda.core error names (``CUDA_ERROR_INVALID_VALUE: ...``), else ``None``."""
+    from cuda.bindings import driver
+
+    m = re.search(r"CUDA_ERROR_\w+", str(e))
+    if m and hasattr(driver.CUresult, m.group(0)):
+        return int(getattr(driver.CUresult, m.group(0)))
+    return None
+
+
+def error_text(err: int) -> tuple[str, str]:
+    """A driver error's name and description (``CUDA_ERROR_INVALID_VALUE``, ``invalid argument``)."""
+    from cuda.bindings import driver
+
+    code = driver.CUresult(err)
+    name = driver.cuGetErrorName(code)[1]
+    text = driver.cuGetErrorString(code)[1]
+    return (name.decode() if isinstance(name, bytes) else str(name)), (text.decode() if isinstance(text, bytes) else str(text))

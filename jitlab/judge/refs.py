@@ -1,0 +1,190 @@
+"""The reference contract: a snippet's ``NAME.ref.py``, where it lives, what it holds, and checking
+every version it names.
+
+A kernel ``kernels/NAME.cu`` (or ``NAME.cpp``, or a folder ``NAME/``) has its reference beside it in
+``kernels/NAME.ref.py``:
+
+- required: ``SIZES``, ``inputs(size, seed, device) -> dict``, ``reference(inputs)``,
+  ``run(module, inputs)``;
+- optional: ``SEEDS`` (default ``[0]``), ``TOLERANCE`` (``{"rtol": ..., "atol": ...}``),
+  ``VARIANTS`` (faster versions, name → run function), ``VARIANT_SIZES`` (their sizes, default
+  ``SIZES``), ``BENCH_SIZES`` (default: the largest size), ``ORIGINAL_MAX_SIZE`` (the original
+  version is not timed above it), ``bytes_moved(inputs)`` and ``flops(inputs)`` (GB/s, FLOP/s and
+  the roofline).
+
+Every other module reads a reference through :func:`load`'s :class:`Ref`, never with ``getattr``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Callable, Iterator
+
+from jitlab import config
+from jitlab.errors import JitlabError, SnippetError
+from jitlab.jit.sources import collect_sources
+from jitlab.judge import checker
+
+
+@dataclass
+class Kernel:
+    """A kernel snippet and its reference file."""
+
+    name: str
+    path: Path
+    ref: Path
+
+    @property
+    def is_cuda(self) -> bool:
+        files = [self.path] if self.path.is_file() else list(self.path.iterdir())
+        return any(f.suffix in config.CUDA_EXTS for f in files)
+
+
+def find_kernels(*roots: str | Path) -> list[Kernel]:
+    """Snippets with a ``.ref.py`` beside them: every one under a folder, or the ones named.
+
+    Raises:
+        JitlabError: A named snippet has no reference (the message names the file expected).
+    """
+    found: list[Kernel] = []
+    for root in roots or ("kernels",):
+        root = Path(root)
+        if root.is_dir() and not (root.parent / f"{root.name}.ref.py").is_file():
+            found += [k for k in map(kernel_for, sorted(root.glob("*.ref.py"))) if k]
+        else:
+            ref = root.parent / f"{root.name.split('.')[0]}.ref.py"
+            k = kernel_for(ref) if ref.is_file() else None
+            if k is None:
+                raise JitlabError(f"{root}: no reference found (expected {ref}); see kernels/*.ref.py for the format")
+            found.append(k)
+    return found
+
+
+def kernel_for(ref: Path) -> Kernel | None:
+    """The snippet a ``NAME.ref.py`` belongs to (``NAME/``, ``NAME.cu``, ``NAME.cpp``…), or None."""
+    name = ref.name[: -len(".ref.py")]
+    cands = [ref.parent / name] + [ref.parent / f"{name}{ext}" for ext in config.SOURCE_EXTS]
+    path = next((c for c in cands if c.exists()), None)
+    return Kernel(name, path, ref) if path else None
+
+
+def path_for(snippet: str | Path, ref: str | Path | None = None) -> Path:
+    """The ``.ref.py`` of a snippet (``ref`` when given).
+
+    Raises:
+        SnippetError: No such snippet (with a did-you-mean), or no reference (naming the file expected).
+    """
+    collect_sources(snippet)  # a missing or misspelled snippet says so first
+    if ref is not None:
+        if not Path(ref).is_file():
+            raise SnippetError(f"{ref}: no such reference file")
+        return Path(ref)
+    try:
+        return find_kernels(snippet)[0].ref
+    except JitlabError as e:
+        raise SnippetError(str(e)) from None
+
+
+@dataclass(frozen=True)
+class Version:
+    """One version of a kernel: ``original`` (``run``) or a ``VARIANTS`` entry, with its check sizes."""
+
+    name: str
+    run: Callable
+    sizes: list
+
+
+class Ref:
+    """A loaded ``.ref.py``: the contract's fields with their defaults, and the module for the rest."""
+
+    def __init__(self, module: ModuleType, path: Path):
+        self.module, self.path = module, path
+        self.sizes = list(module.SIZES)
+        self.seeds = list(getattr(module, "SEEDS", [0]))
+        self.tolerance: dict | None = getattr(module, "TOLERANCE", None)
+        self.inputs = module.inputs
+        self.reference = module.reference
+        self.run = module.run
+        self.bytes_moved = getattr(module, "bytes_moved", None)
+        self.flops = getattr(module, "flops", None)
+        self.bench_sizes: list | None = list(module.BENCH_SIZES) if hasattr(module, "BENCH_SIZES") else None
+        self.original_max_size = getattr(module, "ORIGINAL_MAX_SIZE", None)
+        variant_sizes = list(getattr(module, "VARIANT_SIZES", self.sizes))
+        self.versions = [Version("original", module.run, self.sizes)] + [
+            Version(name, fn, variant_sizes) for name, fn in getattr(module, "VARIANTS", {}).items()]
+
+    def version(self, name: str) -> Version:
+        """The version called ``name``.
+
+        Raises:
+            SnippetError: No such version (the message lists them).
+        """
+        for v in self.versions:
+            if v.name == name:
+                return v
+        raise SnippetError(f"{self.path}: no version {name!r} (versions: {', '.join(v.name for v in self.versions)})")
+
+    def timed_sizes(self, version: Version, max_size=None) -> list:
+        """The sizes a version is timed at: ``BENCH_SIZES`` (the original's capped at
+        ``ORIGINAL_MAX_SIZE``), else its largest check size; none above ``max_size``."""
+        checked = [s for s in version.sizes if max_size is None or s <= max_size] or version.sizes[:1]
+        limit = self.original_max_size if version.name == "original" else None
+        declared = [s for s in self.bench_sizes or [] if limit is None or s <= limit]
+        return [s for s in declared or [max(checked)] if max_size is None or s <= max_size]
+
+    def bench_plan(self) -> list[tuple[Version, object]]:
+        """``(version, size)`` for every timing ``jitlab run`` and the panel's Bench make."""
+        return [(v, size) for v in self.versions for size in self.timed_sizes(v)]
+
+    def ab_size(self):
+        """The size an A/B comparison times the original version at: its largest timed size."""
+        return max(self.timed_sizes(self.versions[0]))
+
+    def __getattr__(self, name):  # the rest of the module: an exercise's TITLE, a helper the notebook uses
+        return getattr(self.module, name)
+
+
+def load(path: str | Path) -> Ref:
+    """Import a ``.ref.py`` file.
+
+    Raises:
+        SnippetError: It lacks a required name (``SIZES``, ``inputs``, ``reference``, ``run``).
+    """
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(f"jitlab_ref_{path.name[:-7].replace('.', '_')}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    missing = [n for n in ("SIZES", "inputs", "reference", "run") if not hasattr(module, n)]
+    if missing:
+        raise SnippetError(f"{path}: defines no {', '.join(missing)}; a reference needs SIZES, inputs(size, seed, "
+                           f"device), reference(inputs) and run(module, inputs) (see kernels/*.ref.py)")
+    return Ref(module, path)
+
+
+def check_each(module, ref: Ref, device: str, *, name: str, versions: list[Version] | None = None,
+               sizes: list | None = None, max_size=None, wrap: Callable | None = None
+               ) -> Iterator[tuple[Version, checker.Verdict]]:
+    """Check versions of a built kernel against the reference, one at a time (``jitlab run``, the
+    worker and the panel all check this way).
+
+    Args:
+        module: The built snippet the run functions call.
+        name: The kernel's name, for the verdicts (``NAME/version``).
+        versions: Which (default: all of them, the original first).
+        sizes: Sizes for every version instead of each one's own.
+        max_size: Leave out larger sizes (the smallest is kept if none is left).
+        wrap: Applied to each bound run function (``jitlab run`` keeps printing kernels quiet).
+
+    Yields:
+        ``(version, verdict)`` as each version is checked; stop iterating to stop checking.
+    """
+    import functools
+
+    for v in versions or ref.versions:
+        run = functools.partial(v.run, module)
+        chosen = sizes or [s for s in v.sizes if max_size is None or s <= max_size] or v.sizes[:1]
+        yield v, checker.check(wrap(run) if wrap else run, ref.reference, ref.inputs, sizes=chosen, seeds=ref.seeds,
+                               device=device, tolerance_override=ref.tolerance, name=f"{name}/{v.name}")

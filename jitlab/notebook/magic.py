@@ -1,0 +1,242 @@
+"""``%load_ext jitlab`` and the ``%%cuda NAME`` cell magic (``%%cpp NAME`` for C++ snippets).
+
+The cell body is saved atomically to ``kernels/NAME.cu`` (the replaced version goes to the history),
+built, and bound as ``NAME`` in the notebook: ``NAME(...)`` calls the snippet's function when it has
+one (or one called NAME), ``NAME.f(...)`` calls any, and ``NAME.build`` is the build. Compile errors
+are shown in the cell with the cell's own line numbers; a bad magic line says what is wrong and
+prints the help. A thin layer: the work is in :mod:`jitlab.snippets`, :func:`jitlab.load` and
+:mod:`jitlab.judge.runner`.
+
+Cell bodies are highlighted as Python in JupyterLab 4 (its ``ipython`` mode has no per-cell-magic
+languages, and a kernel cannot register one): that needs a frontend extension.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import shlex
+from pathlib import Path
+
+from jitlab import snippets
+from jitlab.errors import CompileError, JitlabError
+from jitlab.jit import api, diagnostics, toolchain
+
+HELP = """\
+%%{magic} NAME [options]      ({other})
+  Saves the cell to kernels/NAME{ext}, builds it, and binds it as NAME: NAME(...) calls its function
+  when it has one (or one called NAME), NAME.f(...) calls any, NAME.build is the build.
+  -D NAME[=VALUE]       preprocessor macro (repeatable)
+  --arch sm_75,sm_90    archs to build for (default: this GPU)
+  --compile-only        compile without a GPU (needs --arch); nothing is bound
+  --flag FLAG           extra nvcc/compiler flag (repeatable)
+  --dir DIR             folder for the snippet (default: kernels)
+  --check               check it against kernels/NAME.ref.py after building
+  --bench               check and time it against kernels/NAME.ref.py
+  --exercise            a lesson's exercise: save to kernels/exercises/NAME{ext} and check it
+                        (PASS, or FAIL with the reasons and a hint; see jitlab.notebook.exercises)
+  -h, --help            this help
+"""
+OPTIONS = ("-D", "--arch", "--compile-only", "--flag", "--dir", "--check", "--bench", "--exercise", "--help")
+#: Archs a compile-only build names when there is no GPU to ask: Colab's T4 and an H100.
+NO_GPU_ARCHS = "sm_75,sm_90"
+
+
+def help_text(magic: str = "cuda") -> str:
+    """The magic's help, for ``%%cuda`` or ``%%cpp``."""
+    other = "or %%cpp NAME for a C++ snippet" if magic == "cuda" else "or %%cuda NAME for a CUDA snippet"
+    return HELP.format(magic=magic, other=other, ext=".cu" if magic == "cuda" else ".cpp")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise ValueError(message)
+
+
+def parse_line(line: str, magic: str = "cuda") -> argparse.Namespace:
+    """Parse the magic's line.
+
+    Args:
+        line: What follows ``%%cuda`` (or ``%%cpp``) on the cell's first line.
+        magic: ``"cuda"`` or ``"cpp"``, for the messages.
+
+    Returns:
+        The options; ``help`` is true for ``-h``/``--help`` (nothing else is checked then).
+
+    Raises:
+        ValueError: With the reason: an unknown option (and the options there are), a missing or
+            second NAME, an option without its value.
+        SnippetError: NAME is not a valid kernel name.
+    """
+    p = _Parser(prog=f"%%{magic}", add_help=False, allow_abbrev=False)
+    p.add_argument("name", nargs="?")
+    p.add_argument("-D", "--define", action="append", default=[])
+    p.add_argument("--arch")
+    p.add_argument("--compile-only", action="store_true")
+    p.add_argument("--flag", action="append", default=[])
+    p.add_argument("--dir")
+    p.add_argument("--check", action="store_true")
+    p.add_argument("--bench", action="store_true")
+    p.add_argument("--exercise", action="store_true")
+    p.add_argument("-h", "--help", action="store_true")
+    try:
+        args, extra = p.parse_known_args(shlex.split(line))
+    except ValueError as e:
+        if "expected one argument" in str(e):  # also `--flag -O3`: argparse takes -O3 for an option
+            raise ValueError(f"{e}; a value that starts with - is written with =, e.g. --flag=-O3") from None
+        raise
+    if args.help:
+        return args
+    unknown = [x for x in extra if x.startswith("-")]
+    if unknown:
+        opt = unknown[0].split("=", 1)[0]
+        close = difflib.get_close_matches(opt, [o for o in OPTIONS if o.startswith("--")], n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ValueError(f"unknown option {opt}{hint} (options: {', '.join(OPTIONS)})")
+    if args.name is None:
+        ext = ".cu" if magic == "cuda" else ".cpp"
+        raise ValueError(f"the cell needs a NAME, the snippet's name (kernels/NAME{ext} and the name it is bound "
+                         f"to): %%{magic} NAME [options], e.g. %%{magic} saxpy --check")
+    if extra:
+        raise ValueError(f"one NAME only: {args.name!r}, then {' '.join(map(repr, extra))}, which is not an option "
+                         f"(options: {', '.join(OPTIONS)})")
+    if not args.exercise:
+        args.dir = args.dir or "kernels"
+    snippets.check_name(args.name)
+    if args.compile_only and not args.arch:
+        raise ValueError(f"--compile-only needs --arch, e.g. --arch {NO_GPU_ARCHS}")
+    return args
+
+
+def cell_errors(err: CompileError, path: Path, cell: str) -> str:
+    """The compile error with the cell's line numbers (the body starts on the cell's line 2)."""
+    lines = [err.summary.replace(str(path), f"cell ({path.name})")]
+    body = cell.splitlines()
+    shown = 0
+    for d in err.diagnostics:
+        if d.severity == "warning" or shown >= diagnostics.MAX_SHOWN:
+            continue
+        if Path(d.path or "/").resolve() == path.resolve() and 1 <= d.line <= len(body):
+            lines.append(f"cell line {d.line + 1}: {d.severity}: {d.message}")
+            lines.append(f"    {body[d.line - 1]}")
+            if d.column:
+                lines.append("    " + " " * (len(body[d.line - 1][: d.column - 1].expandtabs(8))) + "^")
+        else:
+            lines.append(diagnostics.render(d, {}))
+        shown += 1
+    return "\n".join(lines)
+
+
+def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object | None:
+    """Do what ``%%cuda`` does; returns the module (or the build, compile-only), ``None`` on an error shown."""
+
+    magic = "cuda" if ext == ".cu" else "cpp"
+    try:
+        args = parse_line(line, magic)
+    except (ValueError, JitlabError) as e:
+        print(f"jitlab: {e}\n\n{help_text(magic)}")
+        return None
+    if args.help:
+        print(help_text(magic))
+        return None
+    if args.exercise:
+        return run_exercise(args, cell, namespace, ext)
+    path = snippets.save(Path(args.dir) / f"{args.name}{ext}", cell)
+    if ext == ".cu" and not args.compile_only and not toolchain.gpu_available():  # never loadable here
+        print(no_gpu_message(args, line))
+        return None
+    defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.define)
+    flags = {"cuda_cflags": args.flag} if ext == ".cu" else {"cflags": args.flag}
+    try:
+        if args.compile_only:
+            b = api.build(path, arch=args.arch, defines=defines, compile_only=True, **flags)
+            print(f"{args.name}: compiled for {', '.join(b.archs)} ({'cache hit' if b.cached else f'{b.seconds:.2f} s'})")
+            if args.check or args.bench:
+                print(f"(--{'bench' if args.bench else 'check'} is not run with --compile-only: nothing was loaded)")
+            return b
+        m = api.load(path, arch=args.arch, defines=defines, **flags)
+    except CompileError as e:
+        print(cell_errors(e, path, cell))
+        return None
+    except JitlabError as e:
+        print(f"jitlab: {e}")
+        return None
+    namespace[args.name] = m
+    state = "cache hit" if m.build.cached else f"built in {m.build.seconds:.2f} s"
+    print(f"{args.name}: {state}; functions: {', '.join(m.functions)}; {how_to_call(args.name, m)}")
+    if args.check or args.bench:
+        from jitlab.judge import refs, runner
+
+        try:
+            kernels = refs.find_kernels(path)
+        except JitlabError as e:
+            print(f"jitlab: cannot check {args.name}: {e}")
+            return m
+        rows = runner.run_kernel(kernels[0], "cuda" if ext == ".cu" else "cpu", time_it=args.bench)
+        runner.print_table(rows)
+    return m
+
+
+def how_to_call(name: str, m) -> str:
+    """How to call what the cell bound: ``NAME(...)`` when the module forwards to one function."""
+    target = m._call_target()
+    others = [f"{name}.{f}(...)" for f in m.functions if f != target]
+    if target is None:
+        return "call " + ", ".join(others)
+    if target != name:
+        return f"call {name}(...) (that is {name}.{target}(...))"
+    return f"call {name}(...)" + (f"; also {', '.join(others)}" if others else "")
+
+
+def no_gpu_message(args, line: str) -> str:
+    """What a ``%%cuda`` cell that needs a GPU says without one: the same cell, compile-only."""
+    keep = [t for t in shlex.split(line) if t not in ("--check", "--bench")]
+    suggestion = shlex.join([*keep, "--compile-only", *([] if args.arch else ["--arch", NO_GPU_ARCHS])])
+    runs = f", and --{'bench' if args.bench else 'check'} runs it" if args.check or args.bench else ""
+    return (f"jitlab: no CUDA GPU here: %%cuda {args.name} builds for this GPU and binds {args.name}{runs}, so "
+            f"it cannot here. The cell is saved to {Path(args.dir) / (args.name + '.cu')}; to see whether it "
+            f"compiles and what it uses (registers, shared memory), run it as\n"
+            f"    %%cuda {suggestion}")
+
+
+def run_exercise(args, cell: str, namespace: dict, ext: str = ".cu"):
+    """``--exercise``: save the cell over the exercise's file, then :func:`jitlab.notebook.exercises.check` it."""
+    from jitlab.notebook import exercises
+
+    try:
+        ex = exercises.get(args.name)
+    except JitlabError as e:
+        print(f"jitlab: {e}")
+        return None
+    path = snippets.save(Path(args.dir or ex.path.parent) / f"{args.name}{ext}", cell)
+    result = exercises.check(args.name, path=path)
+    if isinstance(result.error, CompileError):
+        result.error_text = cell_errors(result.error, path, cell)
+    if result.module is not None:
+        namespace[args.name] = result.module
+    try:
+        from IPython.display import display
+    except ImportError:
+        print(result)
+    else:
+        display(result)
+    return result
+
+
+def load_ipython_extension(ipython) -> None:
+    """Register ``%%cuda`` and ``%%cpp`` (called by ``%load_ext jitlab``)."""
+    from IPython.core.magic import Magics, cell_magic, magics_class
+
+    @magics_class
+    class JitlabMagics(Magics):
+        @cell_magic
+        def cuda(self, line, cell):
+            """Save the cell as kernels/NAME.cu, build it and bind it as NAME (``%%cuda --help``)."""
+            run_cell(line, cell, self.shell.user_ns, ".cu")
+
+        @cell_magic
+        def cpp(self, line, cell):
+            """Save the cell as kernels/NAME.cpp, build it and bind it as NAME (``%%cpp --help``)."""
+            run_cell(line, cell, self.shell.user_ns, ".cpp")
+
+    ipython.register_magics(JitlabMagics)

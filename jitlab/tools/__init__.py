@@ -1,0 +1,3 @@
+"""Tools over a snippet that need no GPU: ``inspect`` (resources, occupancy, PTX, SASS) and
+``export`` (an installable setup.py package, from the templates in ``templates/``).
+"""

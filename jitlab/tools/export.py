@@ -1,0 +1,594 @@
+"""``jitlab export``: a snippet as an installable Python package, built the seeds' way (``setup.py``).
+
+Seeds 000 and 002 build their kernels as a setuptools package with torch's ``CUDAExtension`` and
+``BuildExtension``; ``export()`` writes that package for any snippet, so a kernel grown in the
+playground can be installed where jitlab is not::
+
+    <out>/setup.py           CUDAExtension (a snippet with .cu files) or CppExtension, BuildExtension
+    <out>/pyproject.toml     setuptools backend and what it needs (setuptools, wheel); build with
+                             `pip install --no-build-isolation .`, against this environment's torch
+    <out>/README.md          how to build, install and call it
+    <out>/<name>/__init__.py imports torch, then the compiled extension ``<name>._C``
+    <out>/csrc/...           the snippet's files and local headers, unchanged
+    <out>/csrc/jitlab_*      the generated units, the same ones ``jitlab.load`` compiles:
+        jitlab_cuda.cu       the snippet's .cu files (#included) after jitlab's prelude; kernel-only
+                             snippets add one ``extern "C"`` launcher per kernel (codegen's shims)
+        jitlab_cpp.cpp       kernel-only C++ files and their call shims
+        jitlab_module.cpp    the Python module: for torch-style snippets the .cpp files, declarations
+                             and ``PYBIND11_MODULE`` with ``m.def`` per host function (what load_inline's
+                             ``functions=`` makes); for kernel-only ones a torch binding per kernel
+                             (tensors in, dtype/device/contiguity checked, torch's current stream)
+
+A snippet with its own ``PYBIND11_MODULE(example_kernels, m)`` keeps it: the extension is then named
+``<name>.example_kernels``, so not even the module name in the user's file changes.
+
+The files' fixed text is in ``templates/`` (``string.Template``: ``$field``); the kernel-only
+bindings raise :mod:`jitlab.jit.messages`' texts, the ones jitlab.load's own wrappers raise.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import keyword
+import os
+import re
+import string
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from jitlab.errors import SnippetError
+from jitlab.jit import codegen, ctypes_map, flags, messages, toolchain
+from jitlab.jit import sources as jsources
+from jitlab.jit.launch import py_name
+from jitlab.jit.parse import Function, Param, SourceFile, language_of, parse_file
+from jitlab.snippets import atomic_write
+
+CUDA_UNIT = "jitlab_cuda.cu"
+CPP_UNIT = "jitlab_cpp.cpp"
+MODULE_UNIT = "jitlab_module.cpp"
+
+# Tensor dtype → c10::ScalarType enumerator, for the dtype check of a pointer parameter.
+SCALAR_TYPES = {
+    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+    torch.bool: "Bool", torch.int8: "Char", torch.uint8: "Byte", torch.int16: "Short", torch.uint16: "UInt16",
+    torch.int32: "Int", torch.uint32: "UInt32", torch.int64: "Long", torch.uint64: "UInt64",
+}
+# ctypes integer → the fixed-width C++ type its range check uses.
+INT_TYPES = {
+    ctypes.c_int8: "int8_t", ctypes.c_uint8: "uint8_t", ctypes.c_int16: "int16_t", ctypes.c_uint16: "uint16_t",
+    ctypes.c_int32: "int32_t", ctypes.c_uint32: "uint32_t", ctypes.c_int64: "int64_t", ctypes.c_uint64: "uint64_t",
+}
+
+
+@dataclass
+class Package:
+    """What ``export()`` writes, before it writes it.
+
+    Attributes:
+        name: The Python package name (``import name``).
+        extension: The compiled module inside it (``_C``, or the snippet's own PYBIND11_MODULE name).
+        plan: codegen's plan of the snippet.
+        root: The folder ``csrc/`` mirrors (the snippet's files and headers keep their layout under it).
+        files: Relative path → contents, every file of the package.
+        units: The sources setup.py compiles (relative paths).
+        include_dirs: Folders searched for the snippet's local headers (relative paths).
+        nvcc_flags: Extra nvcc flags.
+        names: The Python functions, when known.
+    """
+
+    name: str
+    extension: str
+    plan: codegen.Plan
+    root: Path
+    files: dict[str, str] = field(default_factory=dict)
+    units: list[str] = field(default_factory=list)
+    include_dirs: list[str] = field(default_factory=list)
+    nvcc_flags: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+
+
+def export(path, out_dir, name: str | None = None, *, force: bool = False) -> Path:
+    """Write ``path``'s snippet as a Python package with a ``setup.py`` into ``out_dir``.
+
+    Build it with ``pip install --no-build-isolation <out_dir>`` (or ``python setup.py build_ext
+    --inplace`` inside it); then ``import name`` works without jitlab.
+
+    Args:
+        path: A ``.cu``/``.cpp`` file, a folder of them, or a list (as for ``jitlab.load``).
+        out_dir: The package folder; created if missing.
+        name: The Python package name; default: the snippet's name.
+        force: Overwrite the package's files in a non-empty ``out_dir`` (other files there are kept).
+
+    Returns:
+        The package folder, absolute.
+
+    Raises:
+        SnippetError: The snippet cannot be read or mapped, the name is not a module name, or
+            ``out_dir`` is not empty (without ``force``) or holds the snippet itself.
+    """
+    sources = jsources.collect_sources(path)
+    name = module_name(path, name)
+    files = [parse_file(p) for p in sources]
+    plan = codegen.plan(files, name)
+    headers = [Path(h) for h in jsources.local_headers(files, plan.include_dirs)]
+    out = Path(out_dir).expanduser().resolve()
+    check_out_dir(out, sources + headers, force)
+    pkg = package(plan, name, headers)
+    write(out, pkg.files)
+    return out
+
+
+def module_name(path, name: str | None = None) -> str:
+    """The package name: ``name``, or the snippet's name; checked to be importable.
+
+    Raises:
+        SnippetError: Naming the fix (``--name``) with a name that would work.
+    """
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    chosen = name if name is not None else codegen.stem_of([Path(p) for p in paths])
+    what = "--name / name=" if name is not None else "the snippet's name; pass --name / name="
+    if not (chosen.isascii() and chosen.isidentifier()) or keyword.iskeyword(chosen):
+        fix = re.sub(r"\W", "_", chosen.encode("ascii", "replace").decode()) or "kernels"
+        fix = f"k{fix}" if fix[0].isdigit() else fix + ("_" if keyword.iskeyword(fix) else "")
+        raise SnippetError(f"{chosen!r} ({what}) is not a Python module name: use letters, digits and _ "
+                           f"(not first), e.g. --name {fix}")
+    if chosen in sys.stdlib_module_names or chosen in ("torch", "jitlab"):
+        raise SnippetError(f"{chosen!r} would hide the `{chosen}` module when imported; choose another name "
+                           f"with --name / name=, e.g. --name {chosen}_kernels")
+    return chosen
+
+
+def check_out_dir(out: Path, inputs: list[Path], force: bool) -> None:
+    """Refuse a package folder that is a file, holds the snippet, or has files in it (unless ``force``).
+
+    Raises:
+        SnippetError: Naming ``--force`` or another folder.
+    """
+    if out.exists() and not out.is_dir():
+        raise SnippetError(f"{out}: exists and is not a folder; choose another --out")
+    inside = [p for p in inputs if p.resolve().is_relative_to(out)]
+    if inside:
+        raise SnippetError(f"{out} holds the snippet itself ({inside[0]}); export to a folder outside it, "
+                           f"e.g. --out {out / (inside[0].stem + '_package')}")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise SnippetError(f"{out} is not empty; pass --force (force=True) to overwrite the package's files "
+                           f"there, or choose another --out")
+
+
+def write(out: Path, files: dict[str, str]) -> None:
+    """Write each file atomically (readers never see half a file), readable by everyone (0644)."""
+    for rel, text in files.items():
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(target, text)
+        os.chmod(target, 0o644)
+
+
+# ---- what building it needs -----------------------------------------------------------------------
+def build_needs(path) -> tuple[str, list[str]]:
+    """What building the exported package needs, and what of it this environment lacks.
+
+    The package builds where ``pip install --no-build-isolation`` runs, against that environment's
+    torch; this checks the environment jitlab runs in, the usual place to install it.
+
+    Args:
+        path: The snippet, as for :func:`export`.
+
+    Returns:
+        ``(needs, missing)``: one sentence saying what the package's ``setup.py`` needs; then one
+        line per thing this environment lacks, each naming the fix (empty when it can build here).
+
+    Raises:
+        SnippetError: The snippet cannot be read.
+    """
+    cuda = any(language_of(Path(p)) == "cuda" for p in jsources.collect_sources(path))
+    needs = "a C++ compiler and torch (the extension is compiled against the torch it runs with)"
+    if cuda:
+        needs = ("a CUDA build of torch, nvcc (a CUDA toolkit) of the same CUDA major version and a C++ compiler "
+                 "(the package has CUDA sources)")
+    missing = []
+    if not toolchain.cxx_path():
+        missing.append("a C++ compiler ($CXX or `c++`): install one, e.g. `sudo apt-get install g++`")
+    if cuda and torch.version.cuda is None:
+        missing.append(f"a CUDA build of torch: this torch ({torch.__version__}) is CPU-only, so the package does not "
+                       "build here; install a CUDA build (https://pytorch.org/get-started/locally/)")
+    if cuda and not toolchain.nvcc_path():
+        major = f" {torch.version.cuda.split('.')[0]}.x" if torch.version.cuda else ""
+        missing.append(f"nvcc (looked in $CUDA_HOME/bin, on PATH and in {toolchain.DEFAULT_CUDA_HOME}): install the "
+                       f"CUDA toolkit{major} and set CUDA_HOME to its folder")
+    elif cuda and torch.version.cuda and (toolchain.nvcc_version() or "").split(".")[0] != torch.version.cuda.split(".")[0]:
+        missing.append(f"nvcc of torch's CUDA major version: nvcc is CUDA {toolchain.nvcc_version()}, torch was built "
+                       f"with CUDA {torch.version.cuda}; point CUDA_HOME at a CUDA {torch.version.cuda.split('.')[0]}.x toolkit")
+    setuptools = _version_of("setuptools")
+    if setuptools is None:
+        missing.append("setuptools: `pip install setuptools wheel`")
+    elif setuptools < (70, 1) and _version_of("wheel") is None:
+        missing.append(f"the `wheel` package, which setuptools {'.'.join(map(str, setuptools))} needs to build a wheel "
+                       "(else pip stops with `invalid command 'bdist_wheel'`): `pip install wheel` first")
+    return needs, missing
+
+
+def _version_of(dist: str) -> tuple[int, ...] | None:
+    """An installed distribution's version as numbers (``(65, 5, 0)``), without importing it; None if absent."""
+    try:
+        text = importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return tuple(int(n) for n in re.findall(r"\d+", text)[:3])
+
+
+# ---- the package's contents ---------------------------------------------------------------------
+def package(plan: codegen.Plan, name: str, headers: list[Path]) -> Package:
+    """Every file of the package for ``plan``: sources, generated units, setup.py, README, __init__."""
+    user = [f.path for f in plan.files] + headers
+    root = Path(os.path.commonpath([p.parent for p in user]))
+    own = next((f.pybind_module[0] for f in plan.files if f.pybind_module), None)
+    extension = own if own and own != "TORCH_EXTENSION_NAME" else "_C"
+    pkg = Package(name=name, extension=extension, plan=plan, root=root)
+    for p in user:
+        pkg.files[f"csrc/{_rel(pkg, p)}"] = _read_as_is(p)
+    pkg.include_dirs = sorted({_csrc_dir(pkg, Path(d)) for d in plan.include_dirs})
+    if plan.kind == "kernel":
+        _kernel_units(pkg)
+    else:
+        _torch_units(pkg)
+    pkg.files["setup.py"] = setup_py(pkg)
+    pkg.files["pyproject.toml"] = render("pyproject.toml.tmpl")
+    pkg.files[f"{name}/__init__.py"] = init_py(pkg)
+    pkg.files["README.md"] = readme(pkg)
+    return pkg
+
+
+def _read_as_is(path: Path) -> str:
+    """A file's text exactly (line endings and undecodable bytes kept), so its copy is byte for byte the same."""
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+        return f.read()
+
+
+def _rel(pkg: Package, p: Path) -> str:
+    """A user file's path under ``csrc/`` (posix)."""
+    return Path(p).relative_to(pkg.root).as_posix()
+
+
+def _csrc_dir(pkg: Package, d: Path) -> str:
+    rel = d.relative_to(pkg.root).as_posix()
+    return "csrc" if rel == "." else f"csrc/{rel}"
+
+
+def _includes(pkg: Package, files: list[SourceFile]) -> str:
+    return "".join(f'#include "{_rel(pkg, f.path)}"\n' for f in files)
+
+
+def _by_language(plan: codegen.Plan) -> tuple[list[SourceFile], list[SourceFile]]:
+    return [f for f in plan.files if f.language == "cuda"], [f for f in plan.files if f.language == "cpp"]
+
+
+def _torch_units(pkg: Package) -> None:
+    """Torch-style: jitlab's own two units, the user's files #included where load_inline gets their text."""
+    plan = pkg.plan
+    cu, cpp = _by_language(plan)
+    cpp_prelude, cuda_prelude = codegen.preludes(plan)
+    if cu:
+        pkg.files[f"csrc/{CUDA_UNIT}"] = (
+            f"// {pkg.name}'s CUDA unit, generated by `jitlab export`: the snippet's .cu files after what\n"
+            f"// jitlab.load puts before them (torch headers and the CHECK_* macros, when they use torch).\n"
+            + cuda_prelude + _includes(pkg, cu))
+        pkg.units.append(f"csrc/{CUDA_UNIT}")
+    if plan.functions is None and not cpp:
+        pkg.names = sorted({py for f in plan.files for py in f.pybind_defs})
+        return  # the .cu file binds itself
+    body = cpp_prelude + _includes(pkg, cpp)
+    if plan.functions is not None:
+        body += "\n" + codegen.declarations(codegen.functions_of(plan.exported, cu)) + pybind_module(plan.exported)
+        pkg.names = [fn.name for fn in plan.exported]
+    else:
+        pkg.names = sorted({py for f in plan.files for py in f.pybind_defs})
+    pkg.files[f"csrc/{MODULE_UNIT}"] = (
+        f"// {pkg.name}'s C++ unit, generated by `jitlab export` (jitlab.load's main.cpp): torch headers and\n"
+        f"// the CHECK_* macros, the snippet's .cpp files, then the Python module.\n" + body)
+    pkg.units.append(f"csrc/{MODULE_UNIT}")
+
+
+def pybind_module(fns: list[Function]) -> str:
+    """``PYBIND11_MODULE`` with one ``m.def`` per function, as load_inline's ``functions=`` writes it.
+
+    Each function goes through ``torch::wrap_pybind_function`` (torch's errors become Python errors);
+    its docstring is its C++ signature.
+    """
+    defs = "".join(f'  m.def("{fn.name}", torch::wrap_pybind_function({fn.name}), {_c_str(_signature(fn))});\n'
+                   for fn in fns)
+    return "\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n" + defs + "}\n"
+
+
+def _kernel_units(pkg: Package) -> None:
+    """Kernel-only: the user's code and codegen's shims (no torch), plus a torch binding per function."""
+    plan = pkg.plan
+    cu, cpp = _by_language(plan)
+    cpp_prelude, cuda_prelude = codegen.preludes(plan)
+    head = ("// {what}, generated by `jitlab export`: the snippet's {ext} files (unchanged, #included), then one\n"
+            "// extern \"C\" {shim} per {per} (the shims jitlab.load calls through ctypes); no torch header.\n")
+    if cu:
+        pkg.files[f"csrc/{CUDA_UNIT}"] = (
+            head.format(what=f"{pkg.name}'s CUDA unit", ext=".cu", shim="launcher", per="kernel and host function")
+            + cuda_prelude + _includes(pkg, cu) + "\n"
+            + codegen.shim_unit(codegen.functions_of(plan.exported, cu), cuda=True))
+        pkg.units.append(f"csrc/{CUDA_UNIT}")
+        _, nvcc = flags.compile_flags(plan, [], flags.Options())
+        pkg.nvcc_flags = [f for f in nvcc if f.startswith("-U__CUDA_NO_")]  # CUDA's half/bfloat16 operators back
+    if cpp:
+        pkg.files[f"csrc/{CPP_UNIT}"] = (
+            head.format(what=f"{pkg.name}'s C++ unit", ext=".cpp", shim="wrapper", per="function")
+            + cpp_prelude + _includes(pkg, cpp) + "\n"
+            + codegen.shim_unit(codegen.functions_of(plan.exported, cpp), cuda=False))
+        pkg.units.append(f"csrc/{CPP_UNIT}")
+    pkg.files[f"csrc/{MODULE_UNIT}"] = kernel_module(pkg)
+    pkg.units.append(f"csrc/{MODULE_UNIT}")
+    pkg.names = [fn.name for fn in plan.exported]
+
+
+# ---- kernel-only bindings: tensors in, checked, raw pointers to the shims -------------------------
+def kernel_module(pkg: Package) -> str:
+    """The C++ module of a kernel-only snippet: one checked torch wrapper per shim, and PYBIND11_MODULE."""
+    plan = pkg.plan
+    cu, _ = _by_language(plan)
+    cuda_fns = {fn.name for fn in codegen.functions_of(plan.exported, cu)}
+    protos = [(codegen.launch_prototype(fn) if fn.kind == "global" else codegen.call_prototype(fn)) + ";"
+              for fn in plan.exported]
+    if cu:
+        protos = ['extern "C" const char* jitlab_error_name(int e);', 'extern "C" const char* jitlab_error_string(int e);',
+                  'extern "C" const char* jitlab_last_exception();'] + protos
+    if len(cuda_fns) < len(plan.exported):
+        protos.insert(0, 'extern "C" const char* jitlab_cpp_last_exception();')
+    devices = {fn.name: "cuda" if fn.name in cuda_fns else "cpu" for fn in plan.exported}
+    checks = check_messages()
+    return render("kernel_module.cpp", name=pkg.name, prototypes="\n".join(protos),
+                  dtype_cases="\n".join(f'case c10::ScalarType::{st}: return "{_dtype(dt)}";'
+                                        for dt, st in SCALAR_TYPES.items()),
+                  device_helpers=render("cuda_helpers.h" if cu else "cpp_helpers.h", **checks),
+                  wrappers="\n".join(_wrapper(pkg, fn, devices[fn.name]) for fn in plan.exported),
+                  doc=_c_str(_module_doc(pkg)), defs="".join(_def(pkg, fn, devices[fn.name]) for fn in plan.exported),
+                  **checks)
+
+
+def check_messages() -> dict[str, str]:
+    """The message arguments of the checks in templates/: jit.messages' texts (the ones jitlab.load's
+    wrappers raise) with C++ expressions for their fields; numbers go through std::to_string."""
+    m, limit = messages, "std::to_string((int64_t)std::numeric_limits<T>::{}())"
+
+    def runtime_api(errors):  # the shims return the runtime API's errors (cudaError_t)
+        return " || ".join(f'name == "{e}"' for e in errors if e.startswith("cudaError"))
+
+    return {
+        "not_a_tensor": _cxx(m.NOT_A_TENSOR.replace("{got}", "None")),
+        "dtype": _cxx(m.DTYPE, want="dtype_name(dtype)", got="dtype_name(t.scalar_type())"),
+        "not_cuda": _cxx(m.NOT_CUDA, device="t.device()"),
+        "not_cpu": _cxx(m.NOT_CPU, device="t.device()"),
+        "not_contiguous": _cxx(m.NOT_CONTIGUOUS, strides="strides_of(t)"),
+        "written_leaf": _cxx(m.WRITTEN_LEAF),
+        "other_device": _cxx(m.OTHER_DEVICE, device="t.device()", first="device"),
+        "int_range": _cxx(m.INT_RANGE, lo=limit.format("min"), hi=limit.format("max"), value="std::to_string(v)"),
+        "no_config": _cxx(m.NO_CONFIG),
+        "bad_dims": _cxx(m.BAD_DIMS, what="what", value="std::string(py::repr(v))"),
+        "shared_mem": _cxx(m.SHARED_MEM, value="std::to_string(v)"),
+        "host_exception": _cxx(m.HOST_EXCEPTION, what="last_exception()"),
+        "host_cuda_error": _cxx(m.HOST_CUDA_ERROR, error="jitlab_error_name(err)", text="jitlab_error_string(err)"),
+        "launch_failed": _cxx(m.LAUNCH_FAILED, grid="dims_text(g)", block="dims_text(b)", error="name",
+                              shared_mem="std::to_string(smem)", text="jitlab_error_string(err)", hint="hint"),
+        "config_errors": runtime_api(m.CONFIG_ERRORS), "sticky_errors": runtime_api(m.STICKY_ERRORS),
+        "config_hint": "\n".join(map(_c_str, _lines(m.CONFIG_HINT))),
+        "sticky_hint": "\n".join(map(_c_str, _lines(m.STICKY_HINT))),
+    }
+
+
+#: The C++ expressions of an argument's fields in jit.messages (``fn``, ``i``, ``name``, ``ctype``) in the checks.
+ARG = {"fn": "fn", "i": "std::to_string(i)", "name": "name", "ctype": "ctype"}
+
+
+def _cxx(template: str, **fields: str) -> str:
+    """A jit.messages text as TORCH_CHECK's message arguments: its text as C++ string literals between the
+    C++ expressions of its fields (``fields``, else :data:`ARG`), in lines of about 90 characters."""
+    pieces = []
+    for text, name, _, _ in string.Formatter().parse(template):
+        pieces += [_c_str(line) for line in _lines(text)] + ([{**ARG, **fields}[name]] if name else [])
+    lines = [""]
+    for piece in pieces:
+        if lines[-1] and len(lines[-1]) + len(piece) > 90:
+            lines.append("")
+        lines[-1] += piece + ", "
+    return "\n".join(line.rstrip() for line in lines)[:-1]
+
+
+def _lines(text: str) -> list[str]:
+    """``text`` cut at spaces into pieces of at most 80 characters (every character kept)."""
+    return textwrap.wrap(text, 80, drop_whitespace=False, break_on_hyphens=False)
+
+
+def _param_types(p: Param) -> tuple[str, str]:
+    """A scalar parameter's C++ type in the wrapper (what pybind converts a Python number to) and its kind."""
+    ctype, kind = ctypes_map.scalar_kind(p)
+    if kind == "int":
+        return ("uint64_t" if ctype is ctypes.c_uint64 else "int64_t"), kind
+    if kind == "bool":
+        return "bool", kind
+    return "double", kind
+
+
+def _wrapper(pkg: Package, fn: Function, device: str) -> str:
+    """One wrapper: check every argument, then call the shim and turn its error code into an exception."""
+    params, checks, passed, tensors = [], [], [], []
+    dev_type = "c10::DeviceType::CUDA" if device == "cuda" else "c10::DeviceType::CPU"
+    for i, p in enumerate(fn.params):
+        a, name, ctype = f"a{i}", py_name(p, i), _c_str(p.ctype)
+        if p.pointer:
+            dt = ctypes_map.pointer_dtype(p)
+            params.append(f"const at::Tensor& {a}")
+            scalar_type = SCALAR_TYPES[dt] if dt else "Byte"  # void*: any dtype, this one unused
+            checks.append(f'check_tensor({a}, fn, {i + 1}, "{name}", {ctype}, {str(dt is None).lower()}, '
+                          f'c10::ScalarType::{scalar_type}, {dev_type}, {str(not p.const).lower()});')
+            if device == "cuda":
+                checks.append(f'check_same_device({a}, device, fn, {i + 1}, "{name}", {ctype});' if tensors
+                              else f"const c10::Device device = {a}.device();")
+            tensors.append(a)
+            passed.append(f"{a}.data_ptr()")
+            continue
+        cxx, kind = _param_types(p)
+        params.append(f"{cxx} {a}")
+        checked = INT_TYPES.get(ctypes_map.scalar_kind(p)[0])
+        if kind == "int" and checked not in ("int64_t", "uint64_t"):  # a narrower int: range-checked
+            passed.append(f'checked_int<{checked}>({a}, fn, {i + 1}, "{name}", {ctype})')
+        elif kind in ("half", "bfloat16"):
+            passed.append(f"c10::{'Half' if kind == 'half' else 'BFloat16'}(static_cast<float>({a})).x")
+        else:
+            passed.append(a)
+    signature = f"{_signature(fn)}  [{_rel(pkg, Path(fn.path))}:{fn.line}]"
+    if fn.kind == "global":
+        if not tensors:
+            checks.append("const c10::Device device = current_cuda_device();")
+        return render("kernel_wrapper.cpp", signature=signature, fn=fn.name, params="".join(f"{p}, " for p in params),
+                      checks="\n".join(checks), args="".join(f", {a}" for a in passed))
+    returns = fn.returns.strip()
+    ret_type = "void" if returns == "void" else _param_types(Param(name="ret", text=returns, base=returns))[0]
+    if device == "cuda" and tensors:
+        checks.append("const c10::DeviceGuard guard(device);")
+    if returns != "void":
+        checks.append(f"{returns} ret{{}};")
+        passed.insert(0, "&ret")
+    return render("host_wrapper.cpp", signature=signature, returns=ret_type, fn=fn.name, params=", ".join(params),
+                  checks="\n".join(checks), args=", ".join(passed),
+                  last_exception="jitlab_last_exception" if device == "cuda" else "jitlab_cpp_last_exception",
+                  ret="" if returns == "void" else f"return ({ret_type})ret;")
+
+
+def _def(pkg: Package, fn: Function, device: str) -> str:
+    """The ``m.def`` of one wrapper: Python argument names, keyword-only launch configuration, docstring."""
+    args = [f'py::arg("{py_name(p, i)}")' for i, p in enumerate(fn.params)]
+    if fn.kind == "global":
+        args += ["py::kw_only()", 'py::arg("grid") = py::none()', 'py::arg("block") = py::none()',
+                 'py::arg("shared_mem") = 0', 'py::arg("stream") = py::none()']
+    return (f'  m.def("{fn.name}", torch::wrap_pybind_function({fn.name}_py), {_c_str(describe(pkg, fn, device))},\n'
+            f"        {', '.join(args)});\n")
+
+
+def describe(pkg: Package, fn: Function, device: str) -> str:
+    """What each argument must be, then the C signature and where it is (jitlab's ``help(k.f)`` text)."""
+    parts = []
+    for i, p in enumerate(fn.params):
+        if p.pointer:
+            dt = ctypes_map.pointer_dtype(p)
+            parts.append(f"{py_name(p, i)}: Tensor[{_dtype(dt) if dt else 'any'}, {device}, "
+                         f"{'in' if p.const else 'out'}]")
+        else:
+            parts.append(f"{py_name(p, i)}: {ctypes_map.scalar_kind(p)[1]}")
+    if fn.kind == "global":
+        parts.append("*, grid, block, shared_mem=0, stream=None")
+    ret = "" if fn.returns.strip() == "void" else f" -> {fn.returns.strip()}"
+    return f"{fn.name}({', '.join(parts)}){ret}\n\n{_signature(fn)}  [{_rel(pkg, Path(fn.path))}:{fn.line}]"
+
+
+def _signature(fn: Function) -> str:
+    """The C++ signature on one line (parameter lists written over several lines are joined)."""
+    return " ".join(fn.signature().split())
+
+
+def _sources(pkg: Package) -> str:
+    return ", ".join(_rel(pkg, f.path) for f in pkg.plan.files)
+
+
+def _module_doc(pkg: Package) -> str:
+    return f"{pkg.name}: {_sources(pkg)}, exported by `jitlab export`"
+
+
+def _dtype(dt: torch.dtype) -> str:
+    return str(dt).removeprefix("torch.")
+
+
+def _c_str(text: str) -> str:
+    """A C++ string literal of ``text``."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+# ---- setup.py, pyproject.toml, __init__.py, README.md --------------------------------------------
+def render(template: str, /, **fields: str) -> str:
+    """The file ``template`` of templates/ with its ``$fields`` filled (:class:`string.Template`). A field
+    first on its line has its value's later lines indented as far; an empty one alone on its line goes."""
+    text = (resources.files("jitlab.tools") / "templates" / template).read_text()
+    for key, value in fields.items():
+        first = re.search(rf"^( *)\${{?{key}\b", text, re.M)
+        if first and value:
+            fields[key] = re.sub(r"\n(?=.)", "\n" + first[1], value)
+        elif first:
+            text = re.sub(rf"^ *\${{?{key}}}?\n", "", text, flags=re.M)
+    return string.Template(text).substitute(fields)
+
+
+def setup_py(pkg: Package) -> str:
+    """setup.py: seeds 000/002's package build (CUDAExtension or CppExtension with BuildExtension)."""
+    cuda = pkg.plan.cuda
+    ext_class = "CUDAExtension" if cuda else "CppExtension"
+    extra = ""
+    if pkg.nvcc_flags:
+        extra = f'            extra_compile_args={{"cxx": [], "nvcc": [{", ".join(repr(f) for f in pkg.nvcc_flags)}]}},\n'
+    arch = ("\n# Needs nvcc and a CUDA build of torch of the same CUDA major version; TORCH_CUDA_ARCH_LIST=\"9.0\"\n"
+            "# picks the GPU architectures (default: this machine's GPUs).") if cuda else ""
+    return render("setup.py.tmpl", name=pkg.name, sources=_sources(pkg), kind=_kind(pkg.plan), arch=arch,
+                  imports=f"BuildExtension, {ext_class}" + (", CUDA_HOME" if cuda else ""),
+                  cuda_check=render("setup_cuda_check.py.tmpl", name=pkg.name) if cuda else "",
+                  ext_class=ext_class, extension=pkg.extension, units=", ".join(f'"{u}"' for u in pkg.units),
+                  include_dirs=", ".join(f'os.path.join(HERE, "{d}")' for d in pkg.include_dirs), extra=extra)
+
+
+def init_py(pkg: Package) -> str:
+    """The package's ``__init__.py``: torch first (the extension links against its libraries), then the extension."""
+    names = f"\n__all__ = {pkg.names!r}\n" if pkg.names else ""
+    return (f'"""{_module_doc(pkg)}.\n\n{_usage(pkg)}\n"""\n\n'
+            "import torch  # noqa: F401  (first: the compiled extension links against torch's libraries)\n\n"
+            f"from .{pkg.extension} import *  # noqa: F401,F403\n{names}")
+
+
+def _usage(pkg: Package) -> str:
+    """Example calls, one per function."""
+    lines = [f"import torch, {pkg.name}"]
+    cu, _ = _by_language(pkg.plan)
+    cuda_fns = {fn.name for fn in codegen.functions_of(pkg.plan.exported, cu)}
+    if pkg.plan.kind == "kernel":
+        where = "CUDA tensors" if cuda_fns else "CPU tensors"
+        lines.append(f"# {where} for pointer parameters (help() says which dtype), Python numbers for scalars")
+        for fn in pkg.plan.exported:
+            args = [py_name(p, i) for i, p in enumerate(fn.params)]
+            if fn.kind == "global":
+                args += ["grid=...", "block=256"]
+            lines.append(f"{pkg.name}.{fn.name}({', '.join(args)})")
+    else:
+        for fn in pkg.plan.exported:
+            lines.append(f"{pkg.name}.{fn.name}({', '.join(p.name for p in fn.params)})")
+        if not pkg.plan.exported:
+            lines += [f"{pkg.name}.{n}(...)" for n in pkg.names]
+    return "\n".join("    " + line for line in lines)
+
+
+def _kind(plan: codegen.Plan) -> str:
+    return "kernel-only" if plan.kind == "kernel" else "torch-style"
+
+
+def readme(pkg: Package) -> str:
+    """README.md: what the package is, how to build and install it, how to call it, and its files."""
+    plan = pkg.plan
+    kind = ("a kernel-only snippet: tensors go in for pointer parameters, numbers for scalars"
+            if plan.kind == "kernel" else "a torch-style snippet: host functions taking torch::Tensor")
+    skipped = ""
+    if plan.kind == "kernel" and plan.skipped:
+        skipped = "## Not exported\n\n" + "".join(f"- `{n}`: {why}\n" for n, why in plan.skipped)
+    cuda = ("Needs nvcc of the CUDA major version torch was built with. `TORCH_CUDA_ARCH_LIST=\"9.0\"` picks\n"
+            "the GPU architectures (default: the GPUs of the building machine).\n" if plan.cuda else "")
+    kernels = ("; kernels take `grid=`, `block=`, `shared_mem=0`, `stream=None`\nand launch on torch's current stream"
+               if any(fn.kind == "global" for fn in plan.exported) else "")
+    return render("README.md.tmpl", name=pkg.name, sources=", ".join(f"`{_rel(pkg, f.path)}`" for f in plan.files),
+                  kind=kind, ext_class="CUDAExtension" if plan.cuda else "CppExtension", cuda=cuda, kernels=kernels,
+                  usage="\n".join(line[4:] for line in _usage(pkg).splitlines()), skipped=skipped,
+                  extension=pkg.extension, units="\n".join(f"  - `{u}`" for u in pkg.units))

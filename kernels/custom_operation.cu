@@ -2,41 +2,16 @@
 //
 //   m = jitlab.load("kernels/custom_operation.cu")
 //   m.custom_operation(x)    # version 0, the seed as it was
-//   m.custom_operation1(x)   # version 1: same result, about half the DRAM traffic of version 0
-//   m.custom_operation2(x)   # version 2: version 1's bytes, torch's tile-per-block layout
+//   m.custom_operation1(x)   # version 1
+//   m.custom_operation2(x)   # version 2
 //
-// Napkin math (H100 SXM: 3.35 TB/s HBM3, 132 SMs). At 2^28 floats an ideal x * 2 reads 1 GiB and
-// writes 1 GiB: 2.1 GB, 0.64 ms at the peak; torch's own x * 2 runs at about 2.9 TB/s.
+// Napkin math (H100 SXM: 3.35 TB/s, 132 SMs): at 2^28 floats an ideal x * 2 reads 1 GiB and writes
+// 1 GiB, 0.64 ms at the peak; the seed also zero-fills the output first, 1.5x those bytes.
 //
-// version 0 (custom_kernel, seed 003): one float per thread, a grid of n / 256 blocks. Its host
-//   function allocates the output with zeros_like, which is a whole extra kernel writing n floats
-//   before custom_kernel overwrites them: 3 x 4 bytes per element instead of 2 x 4.
-// version 1 (custom_kernel1 / custom_operation1):
-//   - empty_like: the kernel writes every element, so nothing needs zeroing (saves 1/3 of the bytes).
-//   - float4: one 16-byte load brings 4 floats, a warp moves 512 B per instruction (4 whole 128-byte
-//     lines), 4x fewer memory instructions.
-//   - 4 float4s per thread per trip, the 4 loads issued before the first store (they are
-//     independent): 64 B in flight per thread. Little's law wants ~2.7 MB in flight machine-wide
-//     (3.35 TB/s x ~0.8 us); at 32 registers (sm_90) 8 blocks of 256 fit per SM: 132 x 2048 x 64 B
-//     = 17 MB.
-//   - grid = SMs x (256-thread blocks that fit on one SM, from cudaOccupancyMaxActiveBlocksPerMultiprocessor):
-//     one resident wave walking the array with a grid-stride loop; no second, partial wave.
-//   - float4 needs 16-byte alignment (torch allocations are, at offset 0); a view starting elsewhere
-//     takes the scalar loop. The n % 4 floats after the last float4 are done one per thread.
-//   - 64-bit n (the seed's int overflows past 2^31 elements), torch's current stream.
-// version 2 (custom_kernel2 / custom_operation2): measured, 1 reached 2815 GB/s (0.94x torch), so
-//   this copies torch's own elementwise layout instead of a persistent grid: every block does one
-//   contiguous tile of 256 threads x 16 floats = 4096 floats (16 KB), thread t loading float4s
-//   tile/4 + j x 256 + t for j = 0..3 (coalesced, 512 B per warp instruction), all 4 loads before
-//   the first store, with streaming hints (__ldcs/__stcs: every byte is touched once). The grid is
-//   n / 4096 blocks (65536 at 2^28) instead of one wave walking the whole array: the blocks
-//   resident at any moment (8 per SM at <= 32 registers, 1056 on 132 SMs, 17 MB of loads in flight,
-//   ~6x Little's 2.7 MB) cover one contiguous ~17 MB window, so DRAM pages are opened once and read
-//   through, where a grid-stride wave scatters each thread's accesses 4 MB apart. 65536 / 1056 = 62
-//   waves of short blocks, so the partial last wave costs < 1 block time (~1.5%), smoothed by the
-//   block scheduler handing out tiles as blocks finish. Only the last tile checks bounds (float4s
-//   that fit, then the n % 4 floats); a misaligned pointer takes a scalar tile loop (uniform
-//   branch). A loop over tiles (start += gridDim.x x 4096) keeps any grid correct; 64-bit indices.
+// version 0 (custom_kernel, seed 003): one float per thread over a zeros_like output; the baseline.
+// version 1 (custom_kernel1, custom_operation1): empty_like, float4 over one resident wave; the simpler fast one.
+// version 2 (custom_kernel2, custom_operation2): torch's layout, a 4096-float tile per block; faster at large n.
+// Versions 1 and 2 use 64-bit sizes (the seed's int overflows past 2^31) and torch's current stream.
 
 #include <torch/extension.h>
 
@@ -47,6 +22,8 @@ __global__ void custom_kernel(const float* input, float* output, int size) {
     }
 }
 
+// zeros_like is a whole extra kernel writing n floats before custom_kernel overwrites them:
+// 3 x 4 bytes per element instead of 2 x 4.
 torch::Tensor custom_operation(torch::Tensor input) {
     auto output = torch::zeros_like(input);
     const int threads = 256;
@@ -75,6 +52,8 @@ __device__ __forceinline__ float4 custom_float4(float4 v) {
     return make_float4(v.x * 2.0f, v.y * 2.0f, v.z * 2.0f, v.w * 2.0f);
 }
 
+// A warp's float4 load moves 512 B (four whole 128-byte lines); the 4 loads of a trip go out before
+// the first store; the grid (custom_grid1) is one resident wave, asked of the occupancy API.
 __global__ void __launch_bounds__(CUSTOM_BLOCK1) custom_kernel1(const float* __restrict__ input,
                                                                float* __restrict__ output,
                                                                int64_t size) {
@@ -143,6 +122,11 @@ torch::Tensor custom_operation1(torch::Tensor input) {
 #define CUSTOM_BLOCK2 256
 #define CUSTOM_VEC2 4                                   // float4s per thread per tile
 #define CUSTOM_TILE2 (CUSTOM_BLOCK2 * 4 * CUSTOM_VEC2)  // 4096 floats
+
+// Why tiles: the blocks resident at any moment cover one contiguous window of the array, so DRAM pages
+// are opened once and read through (a grid-stride wave scatters each thread's accesses 4 MB apart);
+// n / 4096 blocks are ~62 waves at 2^28, so the partial last wave costs < 2%. __ldcs/__stcs
+// (evict-first): every byte is touched once.
 
 __global__ void __launch_bounds__(CUSTOM_BLOCK2) custom_kernel2(const float* __restrict__ input,
                                                                float* __restrict__ output,

@@ -2,44 +2,19 @@
 //
 //   m = jitlab.load("kernels/square_matrix.cu")
 //   m.square_matrix(x)    # version 0, the seed as it was (prints "pid N" from the host)
-//   m.square_matrix1(x)   # version 1: same result, any shape, no printf
-//   m.square_matrix2(x)   # version 2: version 1's bytes, torch's tile-per-block layout
+//   m.square_matrix1(x)   # version 1
+//   m.square_matrix2(x)   # version 2
 //
-// Napkin math (H100 SXM: 3.35 TB/s HBM3, 132 SMs). At 2^28 floats the op reads 1 GiB and writes
-// 1 GiB: 2.1 GB, 0.64 ms at the peak; torch's x * x runs at about 2.93 TB/s. One multiply per
-// 8 bytes: only the memory system matters.
+// Napkin math (H100 SXM: 3.35 TB/s, 132 SMs): 2^28 floats read 1 GiB and write 1 GiB, 0.64 ms at the
+// peak; one multiply per 8 bytes, so only memory matters.
 //
-// version 0 (square_matrix_kernel, seed 004): a 2-D grid of 16 x 16 blocks, one float per thread,
-//   row/column index math per element. Coalesced along a row, but each warp covers only two
-//   16-float half rows (two 64-byte pieces), and a width that is not a multiple of 16 leaves idle
-//   threads at every row's end.
-// version 1 (square_matrix_kernel1): elementwise ops do not care about rows, so the matrix is one
-//   flat array of n floats:
-//   - float4: one 16-byte load brings 4 floats, a warp moves 512 B per instruction (4 whole 128-byte
-//     lines), 4x fewer memory instructions than one float per thread.
-//   - 4 float4s per thread per trip, the 4 loads issued before the first store (they are
-//     independent): 64 B in flight per thread. Little's law wants ~2.7 MB in flight machine-wide
-//     (3.35 TB/s x ~0.8 us); at 32 registers (sm_90) 8 blocks of 256 fit per SM: 132 x 2048 x 64 B
-//     = 17 MB.
-//   - grid = SMs x (blocks of 256 that fit on an SM, asked of cudaOccupancyMaxActiveBlocksPerMultiprocessor):
-//     exactly one resident wave that walks the array with a grid-stride loop, so no block waits for
-//     a second wave and any register count the compiler picks stays correct and fast.
-//   - float4 needs 16-byte alignment: torch allocations are aligned at offset 0; a view starting
-//     elsewhere takes the scalar loop. The n % 4 floats after the last float4 are done one per thread.
-//   - launched on torch's current stream (the seed uses the legacy default stream).
-// version 2 (square_matrix_kernel2): torch's own elementwise layout instead of a persistent grid
-//   (the persistent kernels of this project measured 0.94-0.95x torch): every block does one
-//   contiguous tile of 256 threads x 16 floats = 4096 floats (16 KB), thread t loading float4s
-//   tile/4 + j x 256 + t for j = 0..3 (coalesced, 512 B per warp instruction), all 4 loads before
-//   the first store, with streaming hints (__ldcs/__stcs: every byte is touched once). The grid is
-//   n / 4096 blocks (65540 at 16383 x 16386) instead of one wave walking the whole array: the blocks
-//   resident at any moment (8 per SM at <= 32 registers, 1056 on 132 SMs, 17 MB of loads in flight,
-//   ~6x Little's 2.7 MB) cover one contiguous ~17 MB window, so DRAM pages are opened once and read
-//   through, where a grid-stride wave scatters each thread's accesses 4 MB apart. 62 waves of short
-//   blocks, so the partial last wave costs < 1 block time (~1.5%). Only the last tile checks bounds
-//   (float4s that fit, then the n % 4 floats); a misaligned pointer takes a scalar tile loop
-//   (uniform branch). A loop over tiles (start += gridDim.x x 4096) keeps any grid correct; 64-bit.
+// version 0 (square_matrix_kernel, seed 004): 16 x 16 blocks, one float per thread; the baseline.
+// version 1 (square_matrix_kernel1): a flat float4 walk over one resident wave; the simpler fast one.
+// version 2 (square_matrix_kernel2): torch's layout, a 4096-float tile per block; faster at large n.
+// Versions 1 and 2 take any float32 CUDA tensor, print nothing, and run on torch's current stream.
 
+// A warp covers two 16-float half rows (two 64-byte pieces), and a width that is not a multiple of 16
+// leaves idle threads at every row's end.
 __global__ void square_matrix_kernel(const float* matrix, float* result, int width, int height) {
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     int col = blockIdx.x * blockDim.x + threadIdx.x;
@@ -85,6 +60,9 @@ __device__ __forceinline__ float4 square_float4(float4 v) {
     return make_float4(v.x * v.x, v.y * v.y, v.z * v.z, v.w * v.w);
 }
 
+// Elementwise ops do not care about rows, so the matrix is one flat array. A warp's float4 load moves
+// 512 B (four whole 128-byte lines); the 4 loads of a trip go out before the first store; the grid
+// (square_matrix_grid1) is one resident wave, asked of the occupancy API.
 // n is 64-bit: a flat index over a large matrix passes 2^31.
 __global__ void __launch_bounds__(SQUARE_BLOCK1) square_matrix_kernel1(const float* __restrict__ matrix,
                                                                       float* __restrict__ result,
@@ -154,6 +132,11 @@ torch::Tensor square_matrix1(torch::Tensor matrix) {
 #define SQUARE_BLOCK2 256
 #define SQUARE_VEC2 4                                   // float4s per thread per tile
 #define SQUARE_TILE2 (SQUARE_BLOCK2 * 4 * SQUARE_VEC2)  // 4096 floats
+
+// Why tiles: the blocks resident at any moment cover one contiguous window of the array, so DRAM pages
+// are opened once and read through (a grid-stride wave scatters each thread's accesses 4 MB apart);
+// n / 4096 blocks are ~62 waves at 2^28, so the partial last wave costs < 2%. __ldcs/__stcs
+// (evict-first): every byte is touched once.
 
 __global__ void __launch_bounds__(SQUARE_BLOCK2) square_matrix_kernel2(const float* __restrict__ matrix,
                                                                       float* __restrict__ result,

@@ -5,36 +5,11 @@
 //   m.two_norm(b, a, c, n, m)   # version 0, the seed: one block, n * m <= 4096, printf per element
 //   m.two_norm1(a, b, c)        # version 1: any size, c[0] = ||a - b||_2, deterministic
 //
-// Napkin math (H100 SXM: 3.35 TB/s HBM3, 132 SMs). At 2^28 floats the reduction reads 2 x 1 GiB and
-// writes 4 bytes: 2.1 GB, 0.64 ms at the peak. Two FLOPs (sub, fma) per 8 bytes: memory-bound, so
-// it should run as fast as a copy does (torch.linalg.vector_norm reads its one input at ~2.9 TB/s).
+// Napkin math (H100 SXM: 3.35 TB/s, 132 SMs): 2^28 floats of each input are 2.1 GB read, 0.64 ms at
+// the peak; two FLOPs (sub, fma) per 8 bytes, so it should run as fast as a copy.
 //
-// version 0 (two_norm_kernel, seed 000): one block of 512 threads, a - b squared into 16 KiB of
-//   shared memory (so n * m <= 4096), row sums by one thread per row, the total by thread 0 alone,
-//   and a printf per element. It is a lesson in shared memory, not a reduction: one SM of 132 works.
-// version 1 (two_norm_kernel1 + two_norm_kernel1_finish, launched by launch_two_norm1):
-//   pass 1, two_norm_kernel1: a grid of SMs x (256-thread blocks resident per SM) = one full wave.
-//     - Each thread walks a and b with a grid-stride loop of float4 loads (16 B each: a warp reads
-//       four whole 128-byte lines per instruction), 4 float4s of each input per trip. The loads do
-//       not depend on the sums, so they go out ahead of the math; at the 40 registers ptxas picks
-//       (sm_90, 6 blocks per SM) it keeps 4 of the 8 (64 B) in flight per thread and issues the
-//       next as each pair is consumed: 132 x 1536 x 64 B = 13 MB in flight, far more than Little's
-//       law asks for (3.35 TB/s x ~0.8 us = ~2.7 MB machine-wide).
-//     - Squares go into 4 float accumulators per thread (independent FMA chains, and each holds only
-//       ~n / (4 x 200K threads) terms: ~330 at 2^28, so float's 24 bits lose nothing that matters).
-//     - The thread's float sum becomes a double, and the block adds its 256 values in two rounds of
-//       warp shuffles (5 steps each, registers only) with one shared slot per warp between them;
-//       thread 0 writes the block's double partial sum. No atomics: the order of every addition
-//       is fixed by n and the grid, so the same inputs always give the same bits.
-//     - float4 needs 16-byte aligned pointers (torch allocations are, at offset 0); a view starting
-//       elsewhere takes the scalar loop. The n % 4 floats after the last float4 go one per thread.
-//   pass 2, two_norm_kernel1_finish: one block adds the ~800 double partials in a fixed order and
-//     writes c[0] = sqrt(sum) as float. A second launch costs ~3 us, 0.5% of the 0.64 ms at 2^28;
-//     a "last block finishes" scheme (atomic counter + threadfence) would save that but needs a
-//     counter that is zero before every call.
-//   Doubles from the thread sums on: at 2^28 the total is ~5e8, and adding ~800 block sums of ~7e5
-//   in float would round by up to 6e-8 of the running total at every step; in double those
-//   roundings are 1e-16 and the only float error left is the per-thread one.
+// version 0 (two_norm_kernel, seed 000): one block, (a - b)^2 in shared memory; a shared-memory lesson, 1 SM of 132.
+// version 1 (two_norm_kernel1, two_norm_kernel1_finish): float4 block sums, then one block adds them; any size.
 
 #include <cstdio>  //  用于print结果
 
@@ -118,7 +93,12 @@ __device__ double two_norm_block_sum1(double v) {
     return v;
 }
 
-// Pass 1: partials[blockIdx.x] = sum over this block's share of (a - b)^2.
+// Pass 1: partials[blockIdx.x] = sum over this block's share of (a - b)^2. One resident wave of blocks
+// (two_norm1_blocks), each thread a grid-stride walk of float4 loads, 4 per input per trip, loaded
+// before the math. Squares go into 4 float accumulators (independent FMA chains; each holds only
+// ~n / (4 x 200K threads) terms on an H100, so float loses nothing that matters); from the thread sums
+// on, double.
+// No atomics: the order of every addition is fixed by n and the grid: same inputs, same bits.
 __global__ void __launch_bounds__(TWO_NORM_BLOCK1) two_norm_kernel1(const float* __restrict__ a,
                                                                    const float* __restrict__ b,
                                                                    double* __restrict__ partials,
@@ -154,7 +134,10 @@ __global__ void __launch_bounds__(TWO_NORM_BLOCK1) two_norm_kernel1(const float*
     if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
-// Pass 2 (one block): c[0] = sqrt(sum of the partials).
+// Pass 2 (one block): c[0] = sqrt(sum of the partials), in a fixed order. The second launch costs a few
+// us; a "last block finishes" scheme (atomic counter) would save it but needs a counter zeroed before
+// every call. Double, because adding an H100's ~800 block sums in float would round by up to 6e-8 of
+// the total at every step.
 __global__ void __launch_bounds__(TWO_NORM_BLOCK1) two_norm_kernel1_finish(const double* __restrict__ partials,
                                                                           int count,
                                                                           float* __restrict__ c) {

@@ -2,7 +2,6 @@
 torch::Tensor vector_add_launcher(torch::Tensor& a, torch::Tensor& b);
 torch::Tensor vector_add_launcher1(torch::Tensor& a, torch::Tensor& b);  // version 1, in vector_add.cu
 torch::Tensor vector_add_launcher2(torch::Tensor& a, torch::Tensor& b);  // version 2, in vector_add.cu
-torch::Tensor vector_add_launcher3(torch::Tensor& a, torch::Tensor& b);  // version 3, in vector_add.cu
 // Write the C++ function that we will call from Python
 torch::Tensor vector_add_binding(torch::Tensor& a, torch::Tensor& b) {
     return vector_add_launcher(a, b);
@@ -17,6 +16,4 @@ PYBIND11_MODULE(example_kernels, m) {
           "c = a + b, version 1: float4 grid-stride kernel, one resident wave");
     m.def("vector_add2", &vector_add_launcher2,
           "c = a + b, version 2: one 4096-float tile per block, a grid of N / 4096 blocks");
-    m.def("vector_add3", &vector_add_launcher3,
-          "c = a + b, version 3: version 2 without streaming cache hints");
 }

@@ -18,13 +18,19 @@ import pytest
 import torch
 
 import jitlab
-from jitlab import exercises, notebooks, runner, snippets
+from jitlab import snippets
+from jitlab.judge import refs
+from jitlab.notebook import exercises
+from jitlab.notebook import lessons as notebooks
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels"
 EXERCISES = KERNELS / "exercises"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-LESSONS = ["00_setup_and_hello", "01_vector_add", "02_2d_indexing", "03_reduction", "04_torch_bindings"]
+LESSONS = ["00_setup_and_hello", "01_vector_add", "02_2d_indexing", "03_reduction", "04_torch_bindings",
+           "05_inspect_and_debug", "06_matmul", "07_softmax_layernorm", "08_scan_histogram"]
+#: Lessons with exercises (05 debugs the kernels of the others and has none of its own).
+WITH_EXERCISES = [name for name in LESSONS if name != "05_inspect_and_debug"]
 ALL = list(exercises.all_exercises().values())
 TORCH_STYLE = {"vadd_checks"}  # compiles torch headers: tens of seconds on 2 cores
 # What only a GPU can run; such cells must carry the `gpu` tag.
@@ -54,8 +60,8 @@ def _digest(folder: Path) -> dict[str, str]:
 
 
 # ---- the notebooks as files -------------------------------------------------------------------
-def test_the_five_lessons_are_there():
-    """notebooks/ holds lessons 00-04."""
+def test_the_lessons_are_there():
+    """notebooks/ holds lessons 00-08."""
     names = {p.stem for p in NOTEBOOKS}
     assert set(LESSONS) <= names, sorted(set(LESSONS) - names)
 
@@ -92,16 +98,19 @@ def test_cells_that_need_a_gpu_are_tagged(path):
 
 
 # ---- exercises ----------------------------------------------------------------------------------
-def test_there_are_at_least_ten_exercises_across_the_lessons():
-    """At least 10 exercises, every lesson has one, and each names a lesson that exists."""
-    assert len(ALL) >= 10
-    assert {e.lesson for e in ALL} == set(LESSONS)
+def test_there_are_at_least_25_exercises_across_the_lessons():
+    """At least 25 exercises, at least 4 in each of lessons 06-08, every lesson with exercises has
+    one, and each names a lesson that exists."""
+    assert len(ALL) >= 25
+    for lesson in ("06_matmul", "07_softmax_layernorm", "08_scan_histogram"):
+        assert sum(e.lesson == lesson for e in ALL) >= 4, lesson
+    assert {e.lesson for e in ALL} == set(WITH_EXERCISES)
 
 
 @pytest.mark.parametrize("ex", ALL, ids=_ids(ALL))
 def test_exercise_is_complete(ex):
     """Title, hint, sizes and the .ref.py functions; a solution that differs from the start."""
-    ref = runner.load_reference(ex.ref)
+    ref = refs.load(ex.ref)
     assert ex.title and ex.hint and list(ref.SIZES)
     assert all(callable(getattr(ref, f)) for f in ("inputs", "reference", "run"))
     assert ex.path.is_file() and ex.solution.is_file()
@@ -121,7 +130,7 @@ def test_exercise_cell_holds_the_starting_code(ex):
 
 def test_exercises_stay_out_of_the_demo():
     """`jitlab run` (kernels/*.ref.py) finds none of the exercises."""
-    found = runner.find_kernels(KERNELS)
+    found = refs.find_kernels(KERNELS)
     assert not {k.name for k in found} & {e.name for e in ALL}
     assert not any(EXERCISES in k.ref.parents for k in found)
 
@@ -135,8 +144,8 @@ def test_list_shows_lesson_and_title():
 
 
 def test_jitlab_exercises_is_a_lazy_attribute():
-    """`jitlab.exercises` works after a plain `import jitlab`."""
-    assert jitlab.exercises is exercises
+    """`jitlab.notebook.exercises` works after a plain `import jitlab`."""
+    assert jitlab.notebook.exercises is exercises
 
 
 def test_unknown_exercise_names_the_closest():

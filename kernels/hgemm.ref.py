@@ -1,0 +1,95 @@
+"""Reference for hgemm.cu: C = A @ B with fp16 tensors (fp32 accumulation, fp16 out), as torch.matmul.
+
+Sizes and shapes as in sgemm.ref.py (one int; SHAPES maps the awkward ones to (M, N, K), any other
+n is n x n x n). Version 2's paths: 16-byte copies (K % 8 == N % 8 == 0) with full and partial
+tiles, and element copies (K or N not a multiple of 8).
+
+Inputs are scaled by K ** -0.25 each, so C ~ N(0, 1). Both sides accumulate the same fp16 products
+in fp32, in different orders, then round to fp16 (a half ulp is 2 ** -11 relative, 4.9e-4): two
+correct results differ by at most an ulp, ~1e-3 relative near 1 (plus noise ~1e-5 from the sums),
+so rtol = atol = 2e-3. A missing k tile is off by ~0.2 at K = 1000.
+
+The bfloat16 kernel (hgemm_bf16_kernel2) takes other inputs, so it is not in VARIANTS: check it with
+``jitlab.check(functools.partial(run_bf16, k), reference, inputs_bf16, sizes=SIZES,
+tolerance_override=TOLERANCE_BF16)`` (lesson 06 does).
+"""
+import torch
+
+SHAPES = {
+    1: (1, 1, 1),
+    7: (7, 3, 5),
+    31: (31, 33, 17),
+    33: (33, 31, 65),
+    64: (64, 128, 36),     # K % 8 = 4: element copies
+    127: (127, 129, 65),
+    129: (129, 127, 300),  # K % 8 = 4, N odd
+    136: (136, 264, 40),   # 16-byte copies with partial 128 x 128 tiles and a partial k tile
+}
+SIZES = [1, 7, 31, 33, 64, 127, 129, 136, 512, 1000]
+BENCH_SIZES = [4096]
+TOLERANCE = {"rtol": 2e-3, "atol": 2e-3}
+TOLERANCE_BF16 = {"rtol": 1.6e-2, "atol": 1.6e-2}  # bf16 keeps 8 bits: an ulp is 2 ** -7 = 7.8e-3 relative
+
+
+def shape_of(size):
+    """(M, N, K) for a size."""
+    return SHAPES.get(size, (size, size, size))
+
+
+def inputs(size, seed, device, dtype=torch.float16):
+    m, n, k = shape_of(size)
+    g = torch.Generator().manual_seed(seed)
+    scale = k ** -0.25
+    return {"a": (torch.randn(m, k, generator=g) * scale).to(device=device, dtype=dtype),
+            "b": (torch.randn(k, n, generator=g) * scale).to(device=device, dtype=dtype)}
+
+
+def inputs_bf16(size, seed, device):
+    return inputs(size, seed, device, torch.bfloat16)
+
+
+def reference(inp):
+    return torch.matmul(inp["a"], inp["b"])  # cuBLAS on the tensor cores, in the inputs' dtype
+
+
+def cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def _launch(kernel, inp, tile, block):
+    a, b = inp["a"], inp["b"]
+    (m, k), n = a.shape, b.shape[1]
+    c = torch.empty(m, n, device=a.device, dtype=a.dtype)
+    kernel(c, a, b, m, n, k, grid=(cdiv(n, tile), cdiv(m, tile)), block=block)
+    return c
+
+
+def run1(k, inp):
+    """Version 1: one 32 x 32 tile of C per block of 4 warps."""
+    return _launch(k.hgemm_kernel1, inp, 32, 128)
+
+
+def run2(k, inp):
+    """Version 2: one 128 x 128 tile of C per block of 8 warps."""
+    return _launch(k.hgemm_kernel2, inp, 128, 256)
+
+
+def run_bf16(k, inp):
+    """Version 2 for bfloat16 tensors (sm_80 and newer)."""
+    return _launch(k.hgemm_bf16_kernel2, inp, 128, 256)
+
+
+run = run2  # the version to use; every version is in VARIANTS under its kernel's name
+VARIANTS = {"hgemm_kernel1": run1, "hgemm_kernel2": run2}
+
+
+def flops(inp):
+    """2 M N K: a multiply and an add per (i, j, k)."""
+    (m, k), n = inp["a"].shape, inp["b"].shape[1]
+    return 2 * m * n * k
+
+
+def bytes_moved(inp):
+    """The compulsory traffic: A and B read once, C written once (2 bytes an element)."""
+    (m, k), n = inp["a"].shape, inp["b"].shape[1]
+    return (m * k + k * n + m * n) * inp["a"].element_size()

@@ -86,7 +86,7 @@ class Chart:
         xs = [p.intensity for p in self.points]
         lo, hi = min(xs + [0.05]) / 4, max(xs + [200.0]) * 4
         grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-        fig = Figure(figsize=(7, 4.6))
+        fig = Figure(figsize=(9.5, 4.6))
         ax = fig.subplots()
         roofs = [(t, name, style) for t, name, style in (
             (r.fp32_tflops, "fp32 matmul", "-"), (r.bf16_tflops, "bf16 matmul (tensor cores)", "--")) if t]
@@ -106,7 +106,7 @@ class Chart:
         ax.set_ylabel("achieved TFLOP/s")
         ax.set_title(self.title)
         ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside, never over the points
         fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=100)

@@ -17,7 +17,7 @@ demo: $(VENV)/.ready
 ## for the browser test when this user may (scripts/setup-browser), otherwise says what to run.
 test: $(VENV)/.ready
 	scripts/setup-browser
-	$(PY) -m pytest -m "not gpu" tests
+	$(PY) -m pytest -m "not gpu" --durations=15 tests
 
 ## test-fast: CPU tests without the ones that compile torch headers (tens of seconds each)
 test-fast: $(VENV)/.ready

@@ -193,3 +193,20 @@ def test_package_exports_the_functions():
     from jitlab.worker import isolate
 
     assert jitlab.check is isolate.check and jitlab.bench is bench and jitlab.ab is ab
+
+
+def test_written_by_column_only_when_a_launch_is_known():
+    """A wrong C++ (CPU) result has no thread to name: its table has no empty "written by" column; a
+    kernel launch's has one, naming the block and thread."""
+    from jitlab.judge.checker import Case, Mismatch, Verdict
+
+    def inputs(size, seed, device):
+        return {"x": torch.arange(size, dtype=torch.float32)}
+
+    cpu = check(lambda inp: inp["x"] * 3, lambda inp: inp["x"] * 2, inputs, sizes=[4], device="cpu")
+    assert not cpu.passed
+    assert "written by" not in cpu._repr_html_() and "thread" not in str(cpu).splitlines()[2]
+    launched = Verdict("k", [Case(4, 0, ["1 of 4 elements differ"], 1, 4,
+                                  mismatches=[Mismatch((1,), 3.0, 2.0, "block (0,) thread (1,)")])])
+    assert "<th>written by</th>" in launched._repr_html_() and "block (0,) thread (1,)" in launched._repr_html_()
+    assert str(launched).splitlines()[2].endswith("thread")

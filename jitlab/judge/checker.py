@@ -119,9 +119,10 @@ class Verdict:
         lines = [f"{self.name}: FAIL ({failed} of {len(self.cases)} cases), first at size {f.size}, seed {f.seed}:"]
         lines += [f"  - {r}" for r in f.reasons]
         if f.mismatches:
-            lines.append(f"  {'index':<16}{'got':>14}{'expected':>14}  thread")
+            threads = any(m.thread for m in f.mismatches)  # no column for C++ on the CPU: nothing to attribute
+            lines.append(f"  {'index':<16}{'got':>14}{'expected':>14}" + ("  thread" if threads else ""))
             for m in f.mismatches:
-                lines.append(f"  {str(m.index):<16}{m.got:>14.6g}{m.expected:>14.6g}  {m.thread}")
+                lines.append(f"  {str(m.index):<16}{m.got:>14.6g}{m.expected:>14.6g}" + (f"  {m.thread}" if threads else ""))
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -129,11 +130,12 @@ class Verdict:
         if self.passed:
             return f"<div><b style='color:#1a7f37'>PASS</b> {e(str(self))}</div>"
         f = self.first_failure
-        rows = "".join(f"<tr><td>{e(str(m.index))}</td><td>{m.got:.6g}</td><td>{m.expected:.6g}</td><td>{e(m.thread)}</td></tr>"
-                       for m in f.mismatches)
+        threads = any(m.thread for m in f.mismatches)  # the "written by" column only when a launch is known
+        rows = "".join(f"<tr><td>{e(str(m.index))}</td><td>{m.got:.6g}</td><td>{m.expected:.6g}</td>"
+                       + (f"<td>{e(m.thread)}</td>" if threads else "") + "</tr>" for m in f.mismatches)
         reasons = "".join(f"<li>{e(r)}</li>" for r in f.reasons)
-        table = (f"<table><tr><th>index</th><th>got</th><th>expected</th><th>written by</th></tr>{rows}</table>"
-                 if rows else "")
+        head = "<th>index</th><th>got</th><th>expected</th>" + ("<th>written by</th>" if threads else "")
+        table = f"<table><tr>{head}</tr>{rows}</table>" if rows else ""
         return (f"<div><b style='color:#cf222e'>FAIL</b> {e(self.name)} at size {f.size}, seed {f.seed}"
                 f"<ul>{reasons}</ul>{table}</div>")
 

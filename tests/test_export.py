@@ -23,6 +23,7 @@ import torch
 from jitlab.errors import SnippetError
 from jitlab.jit import messages, toolchain
 from jitlab.jit.sources import collect_sources
+from jitlab.tools import bindings
 from jitlab.tools import export as export_module
 from jitlab.tools.export import build_needs, export, module_name
 
@@ -260,7 +261,7 @@ def test_cpp_checks_raise_the_messages_jitlab_load_raises():
     assert {"DTYPE", "NOT_CUDA", "NOT_CPU", "WRITTEN_LEAF", "INT_RANGE", "SHARED_MEM", "LAUNCH_FAILED"} <= set(texts)
     for text in texts.values():
         fields = {f for _, f, _, _ in string.Formatter().parse(text) if f}
-        cxx = export_module._cxx(text, **{f: f'"<{f}>"' for f in fields})
+        cxx = bindings._cxx(text, **{f: f'"<{f}>"' for f in fields})
         assert "".join(ast.literal_eval(f"({cxx},)")) == text.format(**{f: f"<{f}>" for f in fields})
 
 

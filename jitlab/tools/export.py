@@ -12,7 +12,7 @@ playground can be installed where jitlab is not::
     <out>/csrc/...           the snippet's files and local headers, unchanged
     <out>/csrc/jitlab_*      the generated units, the same ones ``jitlab.load`` compiles:
         jitlab_cuda.cu       the snippet's .cu files (#included) after jitlab's prelude; kernel-only
-                             snippets add one ``extern "C"`` launcher per kernel (codegen's shims)
+                             snippets add one ``extern "C"`` launcher per kernel (jit.shims)
         jitlab_cpp.cpp       kernel-only C++ files and their call shims
         jitlab_module.cpp    the Python module: for torch-style snippets the .cpp files, declarations
                              and ``PYBIND11_MODULE`` with ``m.def`` per host function (what load_inline's
@@ -22,48 +22,33 @@ playground can be installed where jitlab is not::
 A snippet with its own ``PYBIND11_MODULE(example_kernels, m)`` keeps it: the extension is then named
 ``<name>.example_kernels``, so not even the module name in the user's file changes.
 
-The files' fixed text is in ``templates/`` (``string.Template``: ``$field``); the kernel-only
-bindings raise :mod:`jitlab.jit.messages`' texts, the ones jitlab.load's own wrappers raise.
+The files' fixed text is in ``templates/`` (``string.Template``: ``$field``); the module's C++ (the
+kernel-only bindings and their checks, the torch-style ``m.def`` list) is :mod:`jitlab.tools.bindings`'.
 """
 
 from __future__ import annotations
 
-import ctypes
 import importlib.metadata
 import keyword
 import os
 import re
-import string
 import sys
-import textwrap
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import torch
 
 from jitlab.errors import SnippetError
-from jitlab.jit import codegen, ctypes_map, flags, messages, toolchain
+from jitlab.jit import codegen, flags, shims, toolchain
 from jitlab.jit import sources as jsources
 from jitlab.jit.launch import py_name
-from jitlab.jit.parse import Function, Param, SourceFile, language_of, parse_file
+from jitlab.jit.parse import SourceFile, language_of, parse_file
 from jitlab.snippets import atomic_write
+from jitlab.tools.bindings import kernel_module, pybind_module, render
 
 CUDA_UNIT = "jitlab_cuda.cu"
 CPP_UNIT = "jitlab_cpp.cpp"
 MODULE_UNIT = "jitlab_module.cpp"
-
-# Tensor dtype → c10::ScalarType enumerator, for the dtype check of a pointer parameter.
-SCALAR_TYPES = {
-    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-    torch.bool: "Bool", torch.int8: "Char", torch.uint8: "Byte", torch.int16: "Short", torch.uint16: "UInt16",
-    torch.int32: "Int", torch.uint32: "UInt32", torch.int64: "Long", torch.uint64: "UInt64",
-}
-# ctypes integer → the fixed-width C++ type its range check uses.
-INT_TYPES = {
-    ctypes.c_int8: "int8_t", ctypes.c_uint8: "uint8_t", ctypes.c_int16: "int16_t", ctypes.c_uint16: "uint16_t",
-    ctypes.c_int32: "int32_t", ctypes.c_uint32: "uint32_t", ctypes.c_int64: "int64_t", ctypes.c_uint64: "uint64_t",
-}
 
 
 @dataclass
@@ -295,17 +280,6 @@ def _torch_units(pkg: Package) -> None:
     pkg.units.append(f"csrc/{MODULE_UNIT}")
 
 
-def pybind_module(fns: list[Function]) -> str:
-    """``PYBIND11_MODULE`` with one ``m.def`` per function, as load_inline's ``functions=`` writes it.
-
-    Each function goes through ``torch::wrap_pybind_function`` (torch's errors become Python errors);
-    its docstring is its C++ signature.
-    """
-    defs = "".join(f'  m.def("{fn.name}", torch::wrap_pybind_function({fn.name}), {_c_str(_signature(fn))});\n'
-                   for fn in fns)
-    return "\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n" + defs + "}\n"
-
-
 def _kernel_units(pkg: Package) -> None:
     """Kernel-only: the user's code and codegen's shims (no torch), plus a torch binding per function."""
     plan = pkg.plan
@@ -317,7 +291,7 @@ def _kernel_units(pkg: Package) -> None:
         pkg.files[f"csrc/{CUDA_UNIT}"] = (
             head.format(what=f"{pkg.name}'s CUDA unit", ext=".cu", shim="launcher", per="kernel and host function")
             + cuda_prelude + _includes(pkg, cu) + "\n"
-            + codegen.shim_unit(codegen.functions_of(plan.exported, cu), cuda=True))
+            + shims.shim_unit(codegen.functions_of(plan.exported, cu), cuda=True))
         pkg.units.append(f"csrc/{CUDA_UNIT}")
         _, nvcc = flags.compile_flags(plan, [], flags.Options())
         pkg.nvcc_flags = [f for f in nvcc if f.startswith("-U__CUDA_NO_")]  # CUDA's half/bfloat16 operators back
@@ -325,175 +299,11 @@ def _kernel_units(pkg: Package) -> None:
         pkg.files[f"csrc/{CPP_UNIT}"] = (
             head.format(what=f"{pkg.name}'s C++ unit", ext=".cpp", shim="wrapper", per="function")
             + cpp_prelude + _includes(pkg, cpp) + "\n"
-            + codegen.shim_unit(codegen.functions_of(plan.exported, cpp), cuda=False))
+            + shims.shim_unit(codegen.functions_of(plan.exported, cpp), cuda=False))
         pkg.units.append(f"csrc/{CPP_UNIT}")
-    pkg.files[f"csrc/{MODULE_UNIT}"] = kernel_module(pkg)
+    pkg.files[f"csrc/{MODULE_UNIT}"] = kernel_module(plan, pkg.name, pkg.root, _module_doc(pkg))
     pkg.units.append(f"csrc/{MODULE_UNIT}")
     pkg.names = [fn.name for fn in plan.exported]
-
-
-# ---- kernel-only bindings: tensors in, checked, raw pointers to the shims -------------------------
-def kernel_module(pkg: Package) -> str:
-    """The C++ module of a kernel-only snippet: one checked torch wrapper per shim, and PYBIND11_MODULE."""
-    plan = pkg.plan
-    cu, _ = _by_language(plan)
-    cuda_fns = {fn.name for fn in codegen.functions_of(plan.exported, cu)}
-    protos = [(codegen.launch_prototype(fn) if fn.kind == "global" else codegen.call_prototype(fn)) + ";"
-              for fn in plan.exported]
-    if cu:
-        protos = ['extern "C" const char* jitlab_error_name(int e);', 'extern "C" const char* jitlab_error_string(int e);',
-                  'extern "C" const char* jitlab_last_exception();'] + protos
-    if len(cuda_fns) < len(plan.exported):
-        protos.insert(0, 'extern "C" const char* jitlab_cpp_last_exception();')
-    devices = {fn.name: "cuda" if fn.name in cuda_fns else "cpu" for fn in plan.exported}
-    checks = check_messages()
-    return render("kernel_module.cpp", name=pkg.name, prototypes="\n".join(protos),
-                  dtype_cases="\n".join(f'case c10::ScalarType::{st}: return "{_dtype(dt)}";'
-                                        for dt, st in SCALAR_TYPES.items()),
-                  device_helpers=render("cuda_helpers.h" if cu else "cpp_helpers.h", **checks),
-                  wrappers="\n".join(_wrapper(pkg, fn, devices[fn.name]) for fn in plan.exported),
-                  doc=_c_str(_module_doc(pkg)), defs="".join(_def(pkg, fn, devices[fn.name]) for fn in plan.exported),
-                  **checks)
-
-
-def check_messages() -> dict[str, str]:
-    """The message arguments of the checks in templates/: jit.messages' texts (the ones jitlab.load's
-    wrappers raise) with C++ expressions for their fields; numbers go through std::to_string."""
-    m, limit = messages, "std::to_string((int64_t)std::numeric_limits<T>::{}())"
-
-    def runtime_api(errors):  # the shims return the runtime API's errors (cudaError_t)
-        return " || ".join(f'name == "{e}"' for e in errors if e.startswith("cudaError"))
-
-    return {
-        "not_a_tensor": _cxx(m.NOT_A_TENSOR.replace("{got}", "None")),
-        "dtype": _cxx(m.DTYPE, want="dtype_name(dtype)", got="dtype_name(t.scalar_type())"),
-        "not_cuda": _cxx(m.NOT_CUDA, device="t.device()"),
-        "not_cpu": _cxx(m.NOT_CPU, device="t.device()"),
-        "not_contiguous": _cxx(m.NOT_CONTIGUOUS, strides="strides_of(t)"),
-        "written_leaf": _cxx(m.WRITTEN_LEAF),
-        "other_device": _cxx(m.OTHER_DEVICE, device="t.device()", first="device"),
-        "int_range": _cxx(m.INT_RANGE, lo=limit.format("min"), hi=limit.format("max"), value="std::to_string(v)"),
-        "no_config": _cxx(m.NO_CONFIG),
-        "bad_dims": _cxx(m.BAD_DIMS, what="what", value="std::string(py::repr(v))"),
-        "shared_mem": _cxx(m.SHARED_MEM, value="std::to_string(v)"),
-        "host_exception": _cxx(m.HOST_EXCEPTION, what="last_exception()"),
-        "host_cuda_error": _cxx(m.HOST_CUDA_ERROR, error="jitlab_error_name(err)", text="jitlab_error_string(err)"),
-        "launch_failed": _cxx(m.LAUNCH_FAILED, grid="dims_text(g)", block="dims_text(b)", error="name",
-                              shared_mem="std::to_string(smem)", text="jitlab_error_string(err)", hint="hint"),
-        "config_errors": runtime_api(m.CONFIG_ERRORS), "sticky_errors": runtime_api(m.STICKY_ERRORS),
-        "config_hint": "\n".join(map(_c_str, _lines(m.CONFIG_HINT))),
-        "sticky_hint": "\n".join(map(_c_str, _lines(m.STICKY_HINT))),
-    }
-
-
-#: The C++ expressions of an argument's fields in jit.messages (``fn``, ``i``, ``name``, ``ctype``) in the checks.
-ARG = {"fn": "fn", "i": "std::to_string(i)", "name": "name", "ctype": "ctype"}
-
-
-def _cxx(template: str, **fields: str) -> str:
-    """A jit.messages text as TORCH_CHECK's message arguments: its text as C++ string literals between the
-    C++ expressions of its fields (``fields``, else :data:`ARG`), in lines of about 90 characters."""
-    pieces = []
-    for text, name, _, _ in string.Formatter().parse(template):
-        pieces += [_c_str(line) for line in _lines(text)] + ([{**ARG, **fields}[name]] if name else [])
-    lines = [""]
-    for piece in pieces:
-        if lines[-1] and len(lines[-1]) + len(piece) > 90:
-            lines.append("")
-        lines[-1] += piece + ", "
-    return "\n".join(line.rstrip() for line in lines)[:-1]
-
-
-def _lines(text: str) -> list[str]:
-    """``text`` cut at spaces into pieces of at most 80 characters (every character kept)."""
-    return textwrap.wrap(text, 80, drop_whitespace=False, break_on_hyphens=False)
-
-
-def _param_types(p: Param) -> tuple[str, str]:
-    """A scalar parameter's C++ type in the wrapper (what pybind converts a Python number to) and its kind."""
-    ctype, kind = ctypes_map.scalar_kind(p)
-    if kind == "int":
-        return ("uint64_t" if ctype is ctypes.c_uint64 else "int64_t"), kind
-    if kind == "bool":
-        return "bool", kind
-    return "double", kind
-
-
-def _wrapper(pkg: Package, fn: Function, device: str) -> str:
-    """One wrapper: check every argument, then call the shim and turn its error code into an exception."""
-    params, checks, passed, tensors = [], [], [], []
-    dev_type = "c10::DeviceType::CUDA" if device == "cuda" else "c10::DeviceType::CPU"
-    for i, p in enumerate(fn.params):
-        a, name, ctype = f"a{i}", py_name(p, i), _c_str(p.ctype)
-        if p.pointer:
-            dt = ctypes_map.pointer_dtype(p)
-            params.append(f"const at::Tensor& {a}")
-            scalar_type = SCALAR_TYPES[dt] if dt else "Byte"  # void*: any dtype, this one unused
-            checks.append(f'check_tensor({a}, fn, {i + 1}, "{name}", {ctype}, {str(dt is None).lower()}, '
-                          f'c10::ScalarType::{scalar_type}, {dev_type}, {str(not p.const).lower()});')
-            if device == "cuda":
-                checks.append(f'check_same_device({a}, device, fn, {i + 1}, "{name}", {ctype});' if tensors
-                              else f"const c10::Device device = {a}.device();")
-            tensors.append(a)
-            passed.append(f"{a}.data_ptr()")
-            continue
-        cxx, kind = _param_types(p)
-        params.append(f"{cxx} {a}")
-        checked = INT_TYPES.get(ctypes_map.scalar_kind(p)[0])
-        if kind == "int" and checked not in ("int64_t", "uint64_t"):  # a narrower int: range-checked
-            passed.append(f'checked_int<{checked}>({a}, fn, {i + 1}, "{name}", {ctype})')
-        elif kind in ("half", "bfloat16"):
-            passed.append(f"c10::{'Half' if kind == 'half' else 'BFloat16'}(static_cast<float>({a})).x")
-        else:
-            passed.append(a)
-    signature = f"{_signature(fn)}  [{_rel(pkg, Path(fn.path))}:{fn.line}]"
-    if fn.kind == "global":
-        if not tensors:
-            checks.append("const c10::Device device = current_cuda_device();")
-        return render("kernel_wrapper.cpp", signature=signature, fn=fn.name, params="".join(f"{p}, " for p in params),
-                      checks="\n".join(checks), args="".join(f", {a}" for a in passed))
-    returns = fn.returns.strip()
-    ret_type = "void" if returns == "void" else _param_types(Param(name="ret", text=returns, base=returns))[0]
-    if device == "cuda" and tensors:
-        checks.append("const c10::DeviceGuard guard(device);")
-    if returns != "void":
-        checks.append(f"{returns} ret{{}};")
-        passed.insert(0, "&ret")
-    return render("host_wrapper.cpp", signature=signature, returns=ret_type, fn=fn.name, params=", ".join(params),
-                  checks="\n".join(checks), args=", ".join(passed),
-                  last_exception="jitlab_last_exception" if device == "cuda" else "jitlab_cpp_last_exception",
-                  ret="" if returns == "void" else f"return ({ret_type})ret;")
-
-
-def _def(pkg: Package, fn: Function, device: str) -> str:
-    """The ``m.def`` of one wrapper: Python argument names, keyword-only launch configuration, docstring."""
-    args = [f'py::arg("{py_name(p, i)}")' for i, p in enumerate(fn.params)]
-    if fn.kind == "global":
-        args += ["py::kw_only()", 'py::arg("grid") = py::none()', 'py::arg("block") = py::none()',
-                 'py::arg("shared_mem") = 0', 'py::arg("stream") = py::none()']
-    return (f'  m.def("{fn.name}", torch::wrap_pybind_function({fn.name}_py), {_c_str(describe(pkg, fn, device))},\n'
-            f"        {', '.join(args)});\n")
-
-
-def describe(pkg: Package, fn: Function, device: str) -> str:
-    """What each argument must be, then the C signature and where it is (jitlab's ``help(k.f)`` text)."""
-    parts = []
-    for i, p in enumerate(fn.params):
-        if p.pointer:
-            dt = ctypes_map.pointer_dtype(p)
-            parts.append(f"{py_name(p, i)}: Tensor[{_dtype(dt) if dt else 'any'}, {device}, "
-                         f"{'in' if p.const else 'out'}]")
-        else:
-            parts.append(f"{py_name(p, i)}: {ctypes_map.scalar_kind(p)[1]}")
-    if fn.kind == "global":
-        parts.append("*, grid, block, shared_mem=0, stream=None")
-    ret = "" if fn.returns.strip() == "void" else f" -> {fn.returns.strip()}"
-    return f"{fn.name}({', '.join(parts)}){ret}\n\n{_signature(fn)}  [{_rel(pkg, Path(fn.path))}:{fn.line}]"
-
-
-def _signature(fn: Function) -> str:
-    """The C++ signature on one line (parameter lists written over several lines are joined)."""
-    return " ".join(fn.signature().split())
 
 
 def _sources(pkg: Package) -> str:
@@ -504,29 +314,7 @@ def _module_doc(pkg: Package) -> str:
     return f"{pkg.name}: {_sources(pkg)}, exported by `jitlab export`"
 
 
-def _dtype(dt: torch.dtype) -> str:
-    return str(dt).removeprefix("torch.")
-
-
-def _c_str(text: str) -> str:
-    """A C++ string literal of ``text``."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
 # ---- setup.py, pyproject.toml, __init__.py, README.md --------------------------------------------
-def render(template: str, /, **fields: str) -> str:
-    """The file ``template`` of templates/ with its ``$fields`` filled (:class:`string.Template`). A field
-    first on its line has its value's later lines indented as far; an empty one alone on its line goes."""
-    text = (resources.files("jitlab.tools") / "templates" / template).read_text()
-    for key, value in fields.items():
-        first = re.search(rf"^( *)\${{?{key}\b", text, re.M)
-        if first and value:
-            fields[key] = re.sub(r"\n(?=.)", "\n" + first[1], value)
-        elif first:
-            text = re.sub(rf"^ *\${{?{key}}}?\n", "", text, flags=re.M)
-    return string.Template(text).substitute(fields)
-
-
 def setup_py(pkg: Package) -> str:
     """setup.py: seeds 000/002's package build (CUDAExtension or CppExtension with BuildExtension)."""
     cuda = pkg.plan.cuda

@@ -27,6 +27,7 @@ def gpu_cache(shared_cache, monkeypatch):
 
 
 def test_memcheck_reports_the_out_of_bounds_write_at_its_line():
+    """memcheck finds oob.cu's out-of-bounds write at line 6, in kernel oob, thread (232,0,0) of block (3,0,0)."""
     report = jitlab.sanitize(FAULTS / "oob.cu", tool="memcheck")
     writes = [f for f in report.findings if "write" in f.kind]
     assert writes, report.output[-3000:]
@@ -39,11 +40,13 @@ def test_memcheck_reports_the_out_of_bounds_write_at_its_line():
 
 
 def test_memcheck_is_clean_for_a_correct_kernel():
+    """memcheck finds nothing in add2 (original) at sizes 1, 1025 and 100003."""
     report = jitlab.sanitize(ADD2, tool="memcheck", variant="original", sizes=[1, 1025, 100_003])
     assert report.clean, str(report) + report.output[-2000:]
 
 
 def test_racecheck_reports_the_shared_memory_race_at_its_lines():
+    """racecheck reports race.cu's shared-memory race at line 8 or 9, with those lines in its details."""
     report = jitlab.sanitize(FAULTS / "race.cu", tool="racecheck")
     assert report.findings, report.output[-3000:]
     f = report.findings[0]
@@ -53,6 +56,7 @@ def test_racecheck_reports_the_shared_memory_race_at_its_lines():
 
 
 def test_infinite_loop_times_out_and_the_parent_goes_on():
+    """A spinning kernel times out; a fresh worker then passes add2, and this process's CUDA context still works."""
     out = jitlab.check(FAULTS / "spin.cu", timeout=10)
     assert out.category == jobs.TIMEOUT, out
     good = jitlab.check(ADD2, variant="original")
@@ -64,6 +68,7 @@ def test_infinite_loop_times_out_and_the_parent_goes_on():
 
 
 def test_wild_pointer_is_an_illegal_address_in_the_named_kernel():
+    """A wild pointer is an illegal address in kernel wild, suggesting `jitlab sanitize`; add2 passes after it."""
     out = jitlab.check(FAULTS / "wild.cu")
     assert out.category == jobs.ILLEGAL, out
     assert "wild" in out.where and "jitlab sanitize" in out.message
@@ -71,6 +76,7 @@ def test_wild_pointer_is_an_illegal_address_in_the_named_kernel():
 
 
 def test_device_assert_is_reported_at_its_line():
+    """A device assert is reported at device_assert.cu:6, thread [5,0,0], with the assertion's own output."""
     out = jitlab.check(FAULTS / "device_assert.cu")
     assert out.category == jobs.ASSERT, out
     assert "device_assert.cu:6" in out.where and "thread [5,0,0]" in out.where, out.where
@@ -78,6 +84,7 @@ def test_device_assert_is_reported_at_its_line():
 
 
 def test_debug_build_runs_and_checks():
+    """A debug build of add2 passes its isolated check, and a debug load compiles with -G."""
     out = jitlab.check(ADD2, variant="original", debug=True, timeout=300)
     assert out.passed, out
     m = jitlab.load(ADD2, debug=True)
@@ -85,6 +92,7 @@ def test_debug_build_runs_and_checks():
 
 
 def test_ncu_reports_figures_for_add2():
+    """ncu measures add2_kernel: duration, DRAM %, occupancy and top stalls, all shown in the report."""
     prof = jitlab.profile(ADD2, size=1 << 24)
     if not prof.available:  # counters locked on this machine: the report must say why
         assert "ERR_NVGPUCTRPERM" in prof.reason or "ncu failed" in prof.reason, prof.reason
@@ -99,11 +107,13 @@ def test_ncu_reports_figures_for_add2():
 
 
 def test_profile_names_the_kernel_choices():
+    """Profiling a kernel the snippet lacks is a SnippetError that names its kernels (add2_kernel)."""
     with pytest.raises(jitlab.SnippetError, match="add2_kernel"):
         jitlab.profile(ADD2, kernel="nope")
 
 
 def test_isolated_check_is_fast_when_warm():
+    """A repeated isolated check on a warm worker passes as a cache hit (its time is printed)."""
     isolate.worker()  # started by earlier tests or now
     jitlab.check(ADD2, variant="original")
     out = jitlab.check(ADD2, variant="original")

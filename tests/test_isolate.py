@@ -30,6 +30,7 @@ def _check(worker, path, timeout=60.0, **kw) -> jobs.Outcome:
 
 
 def test_passing_snippet_passes_with_its_verdict(worker):
+    """add2_cpu.cpp checked in the worker passes, with a passing verdict, and its text says PASS."""
     out = _check(worker, ADD2)
     assert out.passed and out.category == jobs.PASS
     assert out.verdicts and out.verdicts[0].passed
@@ -37,6 +38,7 @@ def test_passing_snippet_passes_with_its_verdict(worker):
 
 
 def test_wrong_result_is_a_mismatch_with_the_checkers_reasons(worker):
+    """A wrong C++ result is a mismatch: elements differ, at wrong_cpu/original size 1."""
     out = _check(worker, FAULTS / "wrong_cpu.cpp")
     assert out.category == jobs.MISMATCH
     assert "elements differ" in str(out)
@@ -44,6 +46,7 @@ def test_wrong_result_is_a_mismatch_with_the_checkers_reasons(worker):
 
 
 def test_hang_times_out_and_the_next_check_still_works(worker):
+    """A hanging snippet times out after 5 s and its worker is stopped; a fresh worker passes the next check."""
     out = _check(worker, FAULTS / "hang_cpu.cpp", timeout=5)
     assert out.category == jobs.TIMEOUT
     assert "5 s" in out.message
@@ -52,6 +55,7 @@ def test_hang_times_out_and_the_next_check_still_works(worker):
 
 
 def test_crash_is_reported_and_the_next_check_still_works(worker):
+    """A segfaulting snippet is a crash naming SIGSEGV; the next check passes in a fresh worker."""
     out = _check(worker, FAULTS / "segv_cpu.cpp")
     assert out.category == jobs.CRASH
     assert "SIGSEGV" in out.message
@@ -59,6 +63,7 @@ def test_crash_is_reported_and_the_next_check_still_works(worker):
 
 
 def test_compile_error_names_the_line(worker, write):
+    """A compile error in the worker is category compile, naming broken.cpp:3 and the undefined name."""
     p = write("broken.cpp", """
         #include <cstdint>
         void broken(float* c, int64_t n) {
@@ -72,6 +77,7 @@ def test_compile_error_names_the_line(worker, write):
 
 
 def test_undefined_symbol_is_a_link_error(worker, write):
+    """A function declared but defined nowhere is a link error that names the missing symbol."""
     p = write("unlinked.cpp", """
         #include <cstdint>
         void helper_defined_nowhere(float* c);
@@ -84,6 +90,7 @@ def test_undefined_symbol_is_a_link_error(worker, write):
 
 
 def test_printed_output_comes_back(worker, write):
+    """What a snippet prints in the worker comes back in the outcome's output, and the check still passes."""
     p = write("chatty.cpp", """
         #include <cstdint>
         #include <cstdio>
@@ -99,6 +106,7 @@ def test_printed_output_comes_back(worker, write):
 
 
 def test_check_of_a_path_goes_through_a_worker(cache):
+    """jitlab.check(path) runs in a worker that stays warm; isolate=False checks in process and passes too."""
     out = jitlab.check(ADD2, timeout=120)
     assert isinstance(out, jobs.Outcome) and out.passed
     assert isolate.worker().proc is not None  # warm for the next call
@@ -106,12 +114,14 @@ def test_check_of_a_path_goes_through_a_worker(cache):
 
 
 def test_check_without_a_reference_names_the_missing_file(write):
+    """Checking a snippet that has no .ref.py is a SnippetError naming the missing lonely.ref.py."""
     p = write("lonely.cpp", "void lonely(float* c) { c[0] = 1; }\n")
     with pytest.raises(SnippetError, match=r"lonely\.ref\.py"):
         jitlab.check(p)
 
 
 def test_check_of_a_callable_needs_reference_inputs_and_sizes():
+    """Checking a callable needs reference, inputs and sizes; isolate=True is refused (it applies to snippet paths)."""
     with pytest.raises(ArgumentError, match="reference, inputs"):
         jitlab.check(lambda inp: inp)
     with pytest.raises(ArgumentError, match="apply to a snippet path"):
@@ -119,6 +129,7 @@ def test_check_of_a_callable_needs_reference_inputs_and_sizes():
 
 
 def test_cli_check_exit_status_and_category(cache, capsys):
+    """`jitlab check` exits 0 printing PASS for add2_cpu, and 1 printing FAIL [mismatch] for a wrong kernel."""
     assert cli.main(["check", str(ADD2)]) == 0
     assert "PASS" in capsys.readouterr().out
     assert cli.main(["check", str(FAULTS / "wrong_cpu.cpp")]) == 1
@@ -126,6 +137,7 @@ def test_cli_check_exit_status_and_category(cache, capsys):
 
 
 def test_fault_categories_from_cuda_messages():
+    """CUDA error messages map to the illegal-address, assert and launch categories; a result mismatch to none."""
     assert jobs.fault_category("CUDA error: an illegal memory access was encountered") == jobs.ILLEGAL
     assert jobs.fault_category("raised LaunchError: k<<<...>>> failed: cudaErrorLaunchFailure: unspecified launch failure") == jobs.ILLEGAL
     assert jobs.fault_category("torch.AcceleratorError: CUDA error: device-side assert triggered") == jobs.ASSERT
@@ -134,6 +146,7 @@ def test_fault_categories_from_cuda_messages():
 
 
 def test_device_assert_location_from_the_drivers_message():
+    """The driver's device-assert line gives file:line, kernel, block, thread and the failed condition."""
     # The line the CUDA driver printed for tests/fixtures/faults/device_assert.cu on an H100.
     text = ("/work/main/tests/fixtures/faults/device_assert.cu:6: void device_assert(float *, const float *, int): "
             "block: [0,0,0], thread: [5,0,0] Assertion `x[i] >= 0.0f` failed.\n")
@@ -143,6 +156,7 @@ def test_device_assert_location_from_the_drivers_message():
 
 
 def test_debug_build_uses_G_and_keeps_asserts(write):
+    """A debug build compiles with -G and -UNDEBUG instead of -lineinfo, and is a cache entry of its own."""
     p = write("k.cu", "__global__ void k(float* y) { y[0] = 1; }\n")
     plan, archs, _ = builder.prepare(p, Options(arch=["sm_90"]))
     _, normal = compile_flags(plan, archs, Options())
@@ -154,6 +168,7 @@ def test_debug_build_uses_G_and_keeps_asserts(write):
 
 
 def test_sanitize_needs_a_known_tool_and_names_the_fix_when_missing(monkeypatch):
+    """sanitize refuses an unknown tool naming the known ones; without compute-sanitizer it names the CUDA toolkit."""
     with pytest.raises(ArgumentError, match="memcheck, racecheck"):
         sanitizer.sanitize(FAULTS / "oob.cu", tool="leakcheck")
     monkeypatch.setattr(toolchain, "find_cuda_tool", lambda name: None)

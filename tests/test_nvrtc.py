@@ -50,6 +50,7 @@ def test_compiles_cubins_for_each_arch(scale):
 
 
 def test_auto_takes_nvrtc_for_kernel_only_cuda(scale):
+    """engine='auto' builds a kernel-only .cu snippet with NVRTC, with no notes."""
     b = jitlab.build(scale, compile_only=True, arch="sm_90")
     assert b.engine == "nvrtc" and b.notes == []
 
@@ -99,6 +100,7 @@ def test_engine_is_part_of_the_key(scale):
 
 
 def test_defines_reach_nvrtc(tmp_path):
+    """defines= reach NVRTC: the snippet fails to compile with SCALE undefined and builds with SCALE defined."""
     p = tmp_path / "scale.cu"
     p.write_text(SCALE)
     with pytest.raises(CompileError):
@@ -132,6 +134,7 @@ def test_nvcc_fallback_says_why(snippet, reason):
 
 
 def test_host_header_goes_to_nvcc_with_a_note(tmp_path):
+    """A kernel that includes a host header (<vector>) is built with nvcc, with a one-line note saying why."""
     p = tmp_path / "vec.cu"
     p.write_text("#include <vector>\n" + SCALE.replace("SCALE", "2.0f"))
     b = jitlab.build(p, compile_only=True, arch="sm_90")
@@ -185,6 +188,7 @@ def test_inspect_reads_the_cubin():
 
 
 def test_unknown_engine_names_the_choices(scale):
+    """An unknown engine is a SnippetError that names the choices: 'auto', 'nvrtc', 'nvcc'."""
     with pytest.raises(SnippetError, match="engine='gcc': use one of 'auto', 'nvrtc', 'nvcc'"):
         jitlab.build(scale, compile_only=True, arch="sm_90", engine="gcc")
 

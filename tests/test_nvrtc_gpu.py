@@ -35,6 +35,7 @@ SNIPPETS = _nvrtc_snippets()
 
 
 def test_most_kernel_only_snippets_take_nvrtc():
+    """Shipped kernel-only snippets (saxpy, hello, row_sum, ...) take NVRTC; ones with host launchers (add2) do not."""
     names = {p.name for p in SNIPPETS}
     assert {"saxpy.cu", "hello.cu", "scale_half.cu", "row_sum.cu", "warp_max.cu"} <= names
     assert "add2.cu" not in names and "launch_grid.cu" not in names  # host launchers: nvcc
@@ -51,6 +52,7 @@ def test_same_verdicts_on_both_engines(path):
 
 
 def test_loads_with_nvrtc_and_computes():
+    """saxpy loads with NVRTC by default and computes 2.5 * x + y as torch does."""
     m = jitlab.load(KERNELS / "saxpy.cu")
     assert m.build.engine == "nvrtc" and "nvrtc" in repr(m)
     x, y = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
@@ -60,6 +62,7 @@ def test_loads_with_nvrtc_and_computes():
 
 
 def test_launch_error_names_the_kernel_and_configuration():
+    """A launch the driver refuses (16 MiB of shared memory) is a LaunchError naming kernel and configuration."""
     m = jitlab.load(KERNELS / "saxpy.cu", engine="nvrtc")
     x = torch.randn(8, device="cuda")
     # More dynamic shared memory than any GPU has: the driver refuses the launch.
@@ -69,6 +72,7 @@ def test_launch_error_names_the_kernel_and_configuration():
 
 
 def test_dynamic_shared_memory_and_a_side_stream(tmp_path):
+    """An NVRTC kernel using dynamic shared memory, launched on a side stream, reverses its input."""
     p = tmp_path / "rev.cu"
     p.write_text("""__global__ void reverse(float* y, const float* x, int n) {
     extern __shared__ float tile[];
@@ -89,6 +93,7 @@ def test_dynamic_shared_memory_and_a_side_stream(tmp_path):
 
 
 def test_printf_is_forwarded(capfd):
+    """Device printf from an NVRTC build reaches this process's stdout, once per thread."""
     m = jitlab.load(KERNELS / "hello.cu", engine="nvrtc")
     m.kernel(grid=1, block=2)
     torch.cuda.synchronize()
@@ -110,6 +115,7 @@ def test_printf_reaches_a_notebook_cell(tmp_path):
 
 
 def test_new_process_loads_the_cached_cubin(tmp_path):
+    """A new process loads the cached NVRTC CUBIN (a cache hit) and computes with it."""
     p = tmp_path / "scale.cu"
     p.write_text("__global__ void scale(float* y, float a, int n) {\n"
                  "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) y[i] *= a;\n}\n")

@@ -100,6 +100,7 @@ def test_check_survives_a_crashing_kernel(add2):
 
 
 def test_check_in_process_when_asked(add2):
+    """Session(isolate=False) checks in this process, and the shipped add2 passes."""
     r = Session(add2, isolate=False).check()
     assert r.ok and r.status.startswith("PASS")
 

@@ -171,4 +171,5 @@ def test_compiler_without_shared_libstdcxx_links_the_loaded_one(tmp_path, cache,
 
 
 def test_usual_compiler_needs_no_extra_link_input():
+    """The usual g++ (with its shared libstdc++) needs no extra link input: runtime_ldflags() is empty."""
     assert toolchain.runtime_ldflags() == []

@@ -17,6 +17,7 @@ FAULTS = ROOT / "tests" / "fixtures" / "faults"
 
 
 def test_memcheck_finding_at_the_snippets_line():
+    """Recorded memcheck output gives one finding: the out-of-bounds write at oob.cu:6, with thread and block."""
     text = (TOOLS / "memcheck_oob.txt").read_text()
     findings, summary = sanitizer.parse(text, "memcheck", [FAULTS / "oob.cu"])
     assert summary == "ERROR SUMMARY: 5 errors"
@@ -31,6 +32,7 @@ def test_memcheck_finding_at_the_snippets_line():
 
 
 def test_repeated_reports_from_one_line_are_counted_once():
+    """The same fault reported by three threads at one line is one finding, counted x3."""
     one = (
         "========= Invalid __global__ write of size 4 bytes\n"
         "=========     at k(float *)+0x40 in k.cu:3\n"
@@ -43,6 +45,7 @@ def test_repeated_reports_from_one_line_are_counted_once():
 
 
 def test_racecheck_summary_names_both_lines():
+    """Recorded racecheck output gives one race at race.cu:8, naming the write at line 8 and the read at line 9."""
     text = (TOOLS / "racecheck_race.txt").read_text()
     findings, summary = sanitizer.parse(text, "racecheck", [FAULTS / "race.cu"])
     assert summary.startswith("RACECHECK SUMMARY: 1 hazard")
@@ -53,11 +56,13 @@ def test_racecheck_summary_names_both_lines():
 
 
 def test_clean_run_has_no_findings():
+    """A clean compute-sanitizer run has no findings and a summary of 0 errors."""
     findings, summary = sanitizer.parse("========= COMPUTE-SANITIZER\ndone\n========= ERROR SUMMARY: 0 errors\n")
     assert findings == [] and summary == "ERROR SUMMARY: 0 errors"
 
 
 def test_ncu_csv_gives_the_kernels_figures():
+    """Recorded ncu CSV gives add2_kernel's duration, DRAM %, occupancy, launch figures and stalls, largest first."""
     kernels = profiler.parse((TOOLS / "ncu_add2.csv.txt").read_text())
     assert [k.kernel for k in kernels] == ["add2_kernel"]
     k = kernels[0]
@@ -70,11 +75,13 @@ def test_ncu_csv_gives_the_kernels_figures():
 
 
 def test_ncu_without_counters_is_reported_not_raised():
+    """ncu's no-permission error parses to no kernels rather than raising, and is recognised as counters locked."""
     text = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
     assert profiler.parse(text) == []
     assert any(s in text for s in profiler._NO_COUNTERS)
 
 
 def test_profile_command_is_scoped_to_the_snippets_kernels():
+    """ncu's kernel filter names the snippet's __global__ kernels (add2_kernel), not its host launchers."""
     names = profiler.kernel_names(ROOT / "kernels" / "add2.cu")
     assert "add2_kernel" in names and "launch_add2" not in names  # host launchers are not kernels

@@ -92,6 +92,26 @@ def test_dynamic_shared_memory_and_a_side_stream(tmp_path):
     torch.testing.assert_close(y, x.flip(0))
 
 
+@pytest.mark.parametrize("engine", ["nvrtc", "nvcc"])
+def test_dynamic_shared_memory_past_48_kb(tmp_path, engine):
+    """shared_mem=96 KB works on both engines: the launcher opts the kernel in, as CUDA requires past 48 KB."""
+    p = tmp_path / f"big_{engine}.cu"
+    p.write_text("""__global__ void reverse_big(float* y, const float* x, int n) {
+    extern __shared__ float tile[];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) tile[i] = x[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = tile[n - 1 - i];
+}
+""")
+    m = jitlab.load(p, engine=engine)
+    n = 24 * 1024  # 96 KB of floats: past the 48 KB default, within every GPU since Volta's opt-in limit
+    x = torch.randn(n, device="cuda")
+    y = torch.empty_like(x)
+    m.reverse_big(y, x, n, grid=1, block=256, shared_mem=n * 4)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, x.flip(0))
+
+
 def test_printf_is_forwarded(capfd):
     """Device printf from an NVRTC build reaches this process's stdout, once per thread."""
     m = jitlab.load(KERNELS / "hello.cu", engine="nvrtc")

@@ -105,7 +105,7 @@ class Callable:
         if lib is not None:
             self._exception = getattr(lib, exception_symbol)
             self._exception.restype = ctypes.c_char_p
-        # A kernel of an NVRTC build: a Python launcher with the shim's convention (see nvrtc.launcher).
+        # A kernel of an NVRTC build: a Python launcher with the shim's convention (see cubin.launcher).
         symbol = launcher if launcher is not None else getattr(
             lib, f"jitlab_launch_{fn.name}" if fn.kind == "global" else f"jitlab_call_{fn.name}")
         self._call = _generate(self, fn, symbol, device, native=launcher is None)
@@ -287,9 +287,9 @@ class Callable:
 
     def _error_text(self, err: int) -> tuple[str, str]:
         if self._lib is None:  # a driver error (CUresult) from an NVRTC build's launcher
-            from jitlab.jit import nvrtc
+            from jitlab.jit import cubin
 
-            return nvrtc.error_text(err)
+            return cubin.error_text(err)
         return self._lib.jitlab_error_name(err).decode(), self._lib.jitlab_error_string(err).decode()
 
     def _launch_failed(self, err: int, grid, block, smem):

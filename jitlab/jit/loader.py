@@ -142,19 +142,19 @@ def _bind_kernel_only(mod: Module, b: build_mod.Build) -> None:
 def _bind_nvrtc(mod: Module, b: build_mod.Build) -> None:
     """The kernels of an NVRTC build: its CUBIN for this GPU loaded through the driver, each kernel
     behind the same typed wrapper as an nvcc build's."""
-    from jitlab.jit import nvrtc
+    from jitlab.jit import cubin
     from jitlab.jit.toolchain import current_arch
 
     arch = current_arch()
-    cubin = b.manifest["cubins"].get(arch)
-    if cubin is None:
+    name = b.manifest["cubins"].get(arch)
+    if name is None:
         raise JitlabError(f"{b.name} was built for {', '.join(b.manifest['cubins'])}, not this GPU ({arch}); "
                           f"load it without arch= to build for this GPU")
-    code = (b.folder / cubin).read_bytes()
-    kernels = functools.cache(lambda: nvrtc.load(code, b.manifest["kernels"]))  # at the first launch
+    code = (b.folder / name).read_bytes()
+    kernels = functools.cache(lambda: cubin.load(code, b.manifest["kernels"]))  # at the first launch
     for fn in b.plan.exported:
         _attach(mod, Callable(fn, None, "cuda", fn.name in b.plan.printing,
-                              launcher=nvrtc.launcher(lambda q=fn.qualname: kernels()[q], fn)))
+                              launcher=cubin.launcher(lambda q=fn.qualname: kernels()[q], fn)))
 
 
 def _attach(mod: Module, call: Callable) -> None:

@@ -84,6 +84,13 @@ def launch_shim(fn: Function) -> str:
     _, args = _shim_params(fn)
     return (
         f"{launch_prototype(fn)} {{\n"
+        # Past 48 KB of dynamic shared memory a kernel must opt in (CUDA's rule); a size past the
+        # GPU's limit fails here and the launch error names the configuration.
+        f"  if (smem > 48u * 1024u) {{\n"
+        f"    cudaError_t e = cudaFuncSetAttribute((const void*){fn.qualname}, "
+        f"cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);\n"
+        f"    if (e != cudaSuccess) return (int)e;\n"
+        f"  }}\n"
         f"  {fn.qualname}<<<dim3(gx, gy, gz), dim3(bx, by, bz), smem, (cudaStream_t)stream>>>({', '.join(args)});\n"
         f"  return (int)cudaGetLastError();\n"
         f"}}\n"

@@ -89,7 +89,7 @@ def launch_shim(fn: Function) -> str:
         f"  if (smem > 48u * 1024u) {{\n"
         f"    cudaError_t e = cudaFuncSetAttribute((const void*){fn.qualname}, "
         f"cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);\n"
-        f"    if (e != cudaSuccess) return (int)e;\n"
+        f"    if (e != cudaSuccess) {{ (void)cudaGetLastError(); return (int)e; }}  // not left pending for torch\n"
         f"  }}\n"
         f"  {fn.qualname}<<<dim3(gx, gy, gz), dim3(bx, by, bz), smem, (cudaStream_t)stream>>>({', '.join(args)});\n"
         f"  return (int)cudaGetLastError();\n"

@@ -17,6 +17,7 @@ Every other module reads a reference through :func:`load`'s :class:`Ref`, never 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +145,8 @@ class Ref:
         return max(self.timed_sizes(self.versions[0]))
 
     def __getattr__(self, name):  # the rest of the module: an exercise's TITLE, a helper the notebook uses
+        if name == "module":  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
         return getattr(self.module, name)
 
 
@@ -181,8 +184,6 @@ def check_each(module, ref: Ref, device: str, *, name: str, versions: list[Versi
     Yields:
         ``(version, verdict)`` as each version is checked; stop iterating to stop checking.
     """
-    import functools
-
     for v in versions or ref.versions:
         run = functools.partial(v.run, module)
         chosen = sizes or [s for s in v.sizes if max_size is None or s <= max_size] or v.sizes[:1]

@@ -31,7 +31,7 @@ INT_RANGE = WHERE + " must be in [{lo}, {hi}], got {value}; use a wider C type (
 NO_CONFIG = "{fn}() is a kernel: pass the launch configuration, e.g. `{fn}(..., grid=(n + 255) // 256, block=256)`"
 BAD_DIMS = "{fn}(): {what}={value}: give a positive int or a tuple of 1 to 3 positive ints"
 SHARED_MEM = ("{fn}(): shared_mem={value}: give the dynamic shared memory per block in bytes, an int from 0 "
-              "(the default) up to the GPU's limit (48 KiB, more after opting in with cudaFuncSetAttribute)")
+              "(the default) up to the GPU's limit (past 48 KiB jitlab opts the kernel in)")
 
 # ---- failures -----------------------------------------------------------------------------------
 LAUNCH_FAILED = "{fn}<<<grid={grid}, block={block}, shared_mem={shared_mem}>>> failed: {error}: {text}{hint}"

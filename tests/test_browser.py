@@ -240,18 +240,9 @@ def _open_panel(page, lab: Lab):
 
 def _click_and_wait(panel, button: str, pattern: str, timeout: float = STEP_S) -> str:
     """Click a panel button; wait until the status line changes and matches pattern; return it."""
-    status = panel.locator(".jitlab-status")
-    before = status.inner_text()
+    before = panel.locator(".jitlab-status").inner_text()
     panel.get_by_role("button", name=button, exact=True).click()
-    deadline, text = time.monotonic() + timeout, before
-    while time.monotonic() < deadline:
-        text = status.inner_text()
-        if text != before and re.search(pattern, text):
-            return text
-        time.sleep(0.2)
-    result = panel.locator(".jitlab-result").inner_text()
-    raise AssertionError(f"after {button}, the status never matched {pattern!r} in {timeout} s: "
-                         f"{text!r}\nresult area:\n{result}")
+    return _wait_status(panel, before, pattern, timeout, after=button)
 
 
 SCREENS = ROOT / "build_cache" / "screens"  # not committed: build_cache/ is ignored
@@ -272,7 +263,8 @@ def _type_into_editor(page, panel, text: str) -> None:
     page.keyboard.insert_text(text)
 
 
-def _wait_status(panel, before: str, pattern: str, timeout: float = STEP_S) -> str:
+def _wait_status(panel, before: str, pattern: str, timeout: float = STEP_S, after: str = "the key") -> str:
+    """Wait until the status line differs from ``before`` and matches ``pattern``; return it."""
     status = panel.locator(".jitlab-status")
     deadline, text = time.monotonic() + timeout, before
     while time.monotonic() < deadline:
@@ -280,7 +272,7 @@ def _wait_status(panel, before: str, pattern: str, timeout: float = STEP_S) -> s
         if text != before and re.search(pattern, text):
             return text
         time.sleep(0.2)
-    raise AssertionError(f"the status never matched {pattern!r} in {timeout} s: {text!r}\n"
+    raise AssertionError(f"after {after}, the status never matched {pattern!r} in {timeout} s: {text!r}\n"
                          f"result area:\n{panel.locator('.jitlab-result').inner_text()}")
 
 

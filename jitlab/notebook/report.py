@@ -10,7 +10,6 @@ import html
 import io
 from pathlib import Path
 
-from jitlab import snippets
 from jitlab.errors import CompileError
 from jitlab.judge.benchmark import compared, times_faster
 
@@ -22,11 +21,6 @@ def compile_status(e: CompileError) -> str:
         return f"compile error: {e.summary}"
     col = f":{d.column}" if d.column else ""
     return f"compile error at {Path(d.path).name}:{d.line}{col}: {d.message}"
-
-
-def version_label(p: Path) -> str:
-    """A history entry's save time and hash (:func:`jitlab.snippets.version_label`, which names the entries)."""
-    return snippets.version_label(p)
 
 
 def verdict_status(verdicts) -> str:

@@ -26,7 +26,6 @@ from jitlab.notebook.report import (
     bench_table,
     compile_status,
     verdict_status,
-    version_label,
 )
 
 STEPS = ("save", "build", "check", "bench", "compare", "reload")
@@ -130,7 +129,7 @@ class Session:
 
     def versions(self) -> list[tuple[str, Path]]:
         """Earlier versions from the history, newest first, as ``(label, path)``."""
-        return [(version_label(p), p) for p in reversed(snippets.history(self.path))]
+        return [(snippets.version_label(p), p) for p in reversed(snippets.history(self.path))]
 
     # ------------------------------------------------------------------ build
 
@@ -291,7 +290,7 @@ class Session:
         if old is None:
             return StepResult("compare", False, f"no earlier version of {self.path.name} yet: edit and save it first")
         old = Path(old)
-        label = version_label(old)
+        label = snippets.version_label(old)
         ref, why = self._ready("compare")
         if why:
             return why

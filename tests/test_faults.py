@@ -144,14 +144,20 @@ def slow_snippet(write) -> Path:
 
 @contextmanager
 def ctrl_c_after(seconds: float):
-    """Deliver SIGINT to the main thread after ``seconds`` (as Ctrl-C does, interrupting a blocking wait)."""
+    """Deliver SIGINT to the main thread after ``seconds`` (as Ctrl-C does, interrupting a blocking wait).
+
+    Python's own handler is put in place for the while: a process started in the background (`cmd &`,
+    some test runners' workers) inherits SIGINT ignored, and then no KeyboardInterrupt would come.
+    """
     main = threading.main_thread().ident
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(seconds, signal.pthread_kill, (main, signal.SIGINT))
     timer.start()
     try:
         yield
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_ctrl_c_during_a_check_does_not_hand_its_answer_to_the_next_check(worker, slow_snippet):

@@ -15,13 +15,16 @@ demo: $(VENV)/.ready
 
 ## test: the CPU test suite (what CI runs); GPU tests are deselected without a GPU. Installs Chromium
 ## for the browser test when this user may (scripts/setup-browser), otherwise says what to run.
+## Tests run in TEST_WORKERS processes (pytest-xdist): most of the suite waits on compilers, browsers
+## and subprocesses, so 4 workers beat 2 even on 2 cores; builds are shared through one cache per run.
+TEST_WORKERS ?= 4
 test: $(VENV)/.ready
 	scripts/setup-browser
-	$(PY) -m pytest -m "not gpu" --durations=15 tests
+	$(PY) -m pytest -m "not gpu" -n $(TEST_WORKERS) --dist worksteal --durations=15 tests
 
 ## test-fast: CPU tests without the ones that compile torch headers (tens of seconds each)
 test-fast: $(VENV)/.ready
-	$(PY) -m pytest -m "not gpu and not slow" tests
+	$(PY) -m pytest -m "not gpu and not slow" -n $(TEST_WORKERS) --dist worksteal tests
 
 ## gpu-test: the GPU suite and the demo, with the machine's own python3 and CUDA torch
 gpu-test:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import textwrap
 from pathlib import Path
@@ -13,18 +14,32 @@ ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels"
 
 
+def run_dir(tmp_path_factory, name: str) -> Path:
+    """A folder for the whole test run: with pytest-xdist (`-n`), one that every worker shares.
+
+    jitlab's builds lock what they make (flock per cache entry), so workers that need the same build
+    wait for one another instead of compiling it twice.
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # pytest-N/, the folder above each worker's popen-gwK/
+    folder = base / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 @pytest.fixture(scope="session", autouse=True)
 def shared_pch(tmp_path_factory):
-    """One folder of precompiled torch headers for the whole session (a minute to make on 2 cores)."""
-    import os
-
+    """One folder of precompiled torch headers for the whole run (a minute to make on 2 cores)."""
     if "JITLAB_PCH_DIR" not in os.environ:
-        os.environ["JITLAB_PCH_DIR"] = str(tmp_path_factory.mktemp("pch"))
+        os.environ["JITLAB_PCH_DIR"] = str(run_dir(tmp_path_factory, "pch"))
     return os.environ["JITLAB_PCH_DIR"]
 
 
 def pytest_collection_modifyitems(config, items):
-    """GPU tests need a GPU: without one they are deselected, never counted as passed."""
+    """GPU tests need a GPU: without one they are deselected, never counted as passed. The slow tests
+    (torch headers, browsers) go first, so that parallel workers (`-n`) do not end on one long test."""
+    items.sort(key=lambda i: not any(m in i.keywords for m in ("slow", "browser")))  # stable
     if torch.cuda.is_available():
         return
     keep = [i for i in items if "gpu" not in i.keywords]
@@ -56,8 +71,8 @@ def ip(cache, tmp_path, monkeypatch):
 
 @pytest.fixture(scope="session")
 def shared_cache(tmp_path_factory) -> Path:
-    """A cache shared by the tests that build torch-style snippets (tens of seconds each)."""
-    return tmp_path_factory.mktemp("shared_cache")
+    """A cache shared by the tests that do not test the cache (one per run, all workers)."""
+    return run_dir(tmp_path_factory, "shared_cache")
 
 
 @pytest.fixture

@@ -107,6 +107,17 @@ def test_new_function_recompiles_host_and_binding(features):
     assert _compiled(_build(features)) == {"features.host.cpp", "bind.cpp"}
 
 
+def test_binding_unit_is_shared_between_folders(tmp_path, use_shared_cache):
+    """The binding unit includes nothing, so the same functions in another folder reuse its object
+    (the device and host units, whose #line directives name the file, compile again)."""
+    first, second = tmp_path / "a" / "features.cu", tmp_path / "b" / "features.cu"
+    for path in (first, second):
+        path.parent.mkdir()
+        shutil.copy(FEATURES, path)
+    _build(first)
+    assert _compiled(_build(second)) == {"features.device.cu", "features.host.cpp"}
+
+
 def test_device_error_points_at_the_users_line(features):
     """A kernel error is reported at the user's file and line, from nvcc."""
     k = _break(features, "y[i] = y[i] * y[i];", "y[i] * y[i]", "y[i] * undefined_thing")

@@ -233,7 +233,10 @@ def _compile(unit: Unit, flags: Flags, stem: str, pch: Path | None, extra: str =
         cmd_flags = [*flags.includes, *flags.nvcc, *(flags.nvcc_torch if unit.torch or "c10::" in extra else ())]
     else:
         cmd_flags = [*flags.includes, *flags.cxx, *flags.cuda_include, *flags.cxx_user]
-    key = cache.build_key({"format": config.FORMAT_VERSION, "unit": unit.name, "text": text, "flags": cmd_flags,
+    # A unit that includes nothing (a binding unit: declarations and PYBIND11_MODULE) cannot depend on
+    # the snippet's include folders: leaving them out of its key shares it between folders.
+    key_flags = cmd_flags if "#include" in text else [f for f in cmd_flags if f not in flags.includes]
+    key = cache.build_key({"format": config.FORMAT_VERSION, "unit": unit.name, "text": text, "flags": key_flags,
                            "pch": str(pch) if pch else "", "toolchain": flags.toolchain, "deps": unit.deps})
     # The module name the unit's PYBIND11_MODULE gets: from its own key, never from the build's, so a
     # kernel edit (a new build name) reuses the host objects.

@@ -2,9 +2,10 @@
 // gives for fp16 tensors), row-major: A is M x K, B is K x N, C is M x N. Any M, N, K.
 //
 //   k = jitlab.load("kernels/hgemm.cu")
-//   k.hgemm_kernel2(C, A, B, M, N, K, grid=(cdiv(N, 128), cdiv(M, 128)), block=256)
-//   k.hgemm_bf16_kernel2(...)   # the same kernel for bfloat16 tensors (sm_80 and newer)
-//   (every version's launch: run1, run2 in kernels/hgemm.ref.py; cdiv(a, b) = (a + b - 1) // b)
+//   k.hgemm_kernel3(C, A, B, M, N, K, grid=(cdiv(N, 128), cdiv(M, 256)), block=256, shared_mem=162816)
+//   k.hgemm_bf16_kernel3(...)   # the same kernel for bfloat16 tensors (sm_80 and newer)
+//   (shared_mem as on sm_80 and sm_90; every version's launch, for any GPU: run1, run2, run3 in
+//   kernels/hgemm.ref.py; cdiv(a, b) = (a + b - 1) // b)
 //
 // A tensor core multiplies small tiles: one WMMA mma_sync is a whole warp computing a 16 x 16 x 16
 // product (4096 FMAs). Peaks: T4 65 TFLOP/s fp16, H100 SXM ~990 dense (8 and 67 for fp32 on the CUDA
@@ -12,13 +13,18 @@
 // tensor cores from shared memory fast enough is the whole game.
 //
 // version 1 (hgemm_kernel1): 4 warps, one 16 x 16 fragment each, 16-wide slices staged in shared memory. The API, not speed.
-// version 2 (hgemm_kernel2): 128 x 128 x 32 tiles, 8 warps of 4 x 2 fragments, cp.async double buffering. The one to use.
+// version 2 (hgemm_kernel2): 128 x 128 x 32 tiles, 8 warps of 4 x 2 fragments, cp.async double buffering in 38 KB.
+// version 3 (hgemm_kernel3): 256 x 128 x 64 tiles, 8 warps of 4 x 4 fragments, 3 stages in 159 KB. The one to use.
 //
-// Measured on an H100 at 4096^3 (cuBLAS 0.18 ms, ~740 TFLOP/s): 5.5 ms and 0.50 ms (~275 TFLOP/s,
-// 0.37x cuBLAS). WMMA with operands in registers peaks at ~640 TFLOP/s there; version 2 is bound by
-// shared memory: 384 B of fragment loads per 16 x 16 x 16 product against 128 B per clock per SM
-// caps this shape near 300 TFLOP/s (Nsight Compute: short_scoreboard stalls first). cuBLAS uses
-// Hopper's wgmma, where 4 warps share operands read from shared memory once.
+// Measured on an H100 at 4096^3, alternating with torch.matmul (benchmarks/hgemm_sweep.py; cuBLAS
+// ~0.20 ms fp16, ~0.19 ms bf16: ~700 TFLOP/s): version 1 5.5 ms; version 2 0.52 ms (~265 TFLOP/s,
+// 0.37x cuBLAS), bf16 0.78 ms (0.24x); version 3 0.36 ms (~380 TFLOP/s, 0.55x), bf16 0.40 ms (0.48x,
+// timed before load_stage's copies lost their branch). WMMA with operands in registers peaks at ~640
+// TFLOP/s there. Version 2 is bound by shared memory: 384 B of fragment loads per 16 x 16 x 16 product
+// against 128 B per clock per SM cap it near 300 TFLOP/s (Nsight Compute: short_scoreboard stalls
+// first). Version 3's 64 x 64 warp tiles need 256 B, and its 64-deep stages halve the barriers (32
+// deep: 0.44x); Nsight Compute then finds the tensor pipe and L2 both ~70% busy. cuBLAS uses Hopper's
+// wgmma, where 4 warps share operands read from shared memory once.
 
 #include <mma.h>
 #include <cuda_fp16.h>
@@ -78,7 +84,8 @@ __global__ void __launch_bounds__(128) hgemm_kernel1(__half* C, const __half* A,
 
 // The tile shape, overridable to experiment: jitlab.load(path, defines={"HGEMM_BK": 16, "HGEMM_STAGES": 4})
 // (launch HGEMM_THREADS threads per block then, one block per BM x BN tile). Measured on the H100 at
-// 4096^3: BK 16 with 4 stages, 64 x 64 warp tiles and 128 x 64 blocks were all slower than this.
+// 4096^3: BK 16 with 4 stages, 64 x 64 warp tiles and 128 x 64 blocks were all slower than this
+// within 48 KB of static shared memory (version 3 has more room).
 #ifndef HGEMM_BM
 #define HGEMM_BM 128  // block tile
 #endif
@@ -110,11 +117,13 @@ __global__ void __launch_bounds__(128) hgemm_kernel1(__half* C, const __half* A,
 #define HGEMM_B_CHUNKS (HGEMM_BK * HGEMM_BN / 8 / HGEMM_THREADS)
 
 // 16 bytes global -> shared. sm_80+: cp.async (the copy engine writes shared memory directly, no
-// registers; src_bytes = 0 zero-fills the 16 bytes without reading). Older: a plain load and store.
+// registers; src_bytes = 0 zero-fills the 16 bytes without reading; .L2::128B has L2 fetch whole
+// 128-byte lines, which ptxas otherwise adds to some builds and not others: ~10% on version 3's bf16
+// on the H100). Older: a plain load and store.
 __device__ __forceinline__ void hgemm_copy16(void* dst, const void* src, bool valid) {
 #if __CUDA_ARCH__ >= 800
     const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0));
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0));
 #else
     *reinterpret_cast<uint4*>(dst) = valid ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
 #endif
@@ -137,15 +146,15 @@ __device__ __forceinline__ void hgemm_copy_wait() {
 // One stage, anywhere: A's BM x BK tile and B's BK x BN tile in chunks of 8 elements (16 bytes),
 // zeros past the edges. On the vector path (K % 8 == N % 8 == 0) a chunk is wholly inside or
 // wholly outside the matrix; otherwise the chunk is loaded element by element.
-template <typename T>
+template <typename T, int BM, int BN, int BK, int LDA, int LDB, int THREADS>
 __device__ __forceinline__ void hgemm_load_edge(T* as, T* bs, const T* A, const T* B, int M, int N, int K,
                                                 int row0, int col0, int t, bool vec) {
     const int tid = threadIdx.x;
-#pragma unroll
-    for (int i = 0; i < HGEMM_A_CHUNKS; ++i) {
-        const int id = tid + i * HGEMM_THREADS;
-        const int ar = id / (HGEMM_BK / 8), ac = (id % (HGEMM_BK / 8)) * 8;
-        T* dst = as + ar * HGEMM_LDA + ac;
+#pragma unroll 1  // edge tiles are rare: keep the registers for the accumulators
+    for (int i = 0; i < BM * BK / 8 / THREADS; ++i) {
+        const int id = tid + i * THREADS;
+        const int ar = id / (BK / 8), ac = (id % (BK / 8)) * 8;
+        T* dst = as + ar * LDA + ac;
         const int row = row0 + ar, col = t + ac;
         if (vec) {
             const bool ok = row < M && col < K;
@@ -156,11 +165,11 @@ __device__ __forceinline__ void hgemm_load_edge(T* as, T* bs, const T* A, const 
             for (int j = 0; j < 8; ++j) dst[j] = (row < M && col + j < K) ? A[(size_t)row * K + col + j] : T(0.0f);
         }
     }
-#pragma unroll
-    for (int i = 0; i < HGEMM_B_CHUNKS; ++i) {
-        const int id = tid + i * HGEMM_THREADS;
-        const int br = id / (HGEMM_BN / 8), bc = (id % (HGEMM_BN / 8)) * 8;
-        T* dst = bs + br * HGEMM_LDB + bc;
+#pragma unroll 1
+    for (int i = 0; i < BK * BN / 8 / THREADS; ++i) {
+        const int id = tid + i * THREADS;
+        const int br = id / (BN / 8), bc = (id % (BN / 8)) * 8;
+        T* dst = bs + br * LDB + bc;
         const int row = t + br, col = col0 + bc;
         if (vec) {
             const bool ok = row < K && col < N;
@@ -207,7 +216,7 @@ __device__ __forceinline__ void hgemm_body2(T* C, const T* A, const T* B, int M,
                 hgemm_copy16(bs + (b_r + i * HGEMM_B_STEP) * HGEMM_LDB + b_c, b_src + (size_t)(t + i * HGEMM_B_STEP) * N, true);
             }
         } else {
-            hgemm_load_edge(as, bs, A, B, M, N, K, row0, col0, t, vec);
+            hgemm_load_edge<T, HGEMM_BM, HGEMM_BN, HGEMM_BK, HGEMM_LDA, HGEMM_LDB, HGEMM_THREADS>(as, bs, A, B, M, N, K, row0, col0, t, vec);
         }
     };
 
@@ -289,12 +298,244 @@ __global__ void __launch_bounds__(HGEMM_THREADS, HGEMM_MINB) hgemm_kernel2(__hal
 
 // The same kernel for bfloat16 (fp32's range, 8 bits of mantissa): WMMA takes bf16 from sm_80; built
 // for an older arch the kernel is empty and writes nothing. ~190 TFLOP/s on the H100, not 275: CUDA
-// 13's WMMA compiles bf16 fragment loads to generic LD.E + MOVM, not ldmatrix (LDSM) as for fp16.
+// 13's WMMA compiles bf16 fragment loads to generic LD.E + MOVM, not ldmatrix (LDSM) as for fp16
+// (version 3's hgemm_load_shared says why, and works around it).
 __global__ void __launch_bounds__(HGEMM_THREADS, HGEMM_MINB) hgemm_bf16_kernel2(__nv_bfloat16* C,
                                                                                 const __nv_bfloat16* A,
                                                                                 const __nv_bfloat16* B,
                                                                                 int M, int N, int K) {
 #if __CUDA_ARCH__ >= 800
     hgemm_body2(C, A, B, M, N, K);
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// version 3: 256 x 128 x 64 tiles, 8 warps of 64 x 64, 3 cp.async stages, fragments double-buffered
+
+// Overridable like version 2's; the launch (run3 in hgemm.ref.py) computes grid, block and shared_mem
+// with the same table. The k depth is what the arch's shared memory per block allows: 3 stages of
+// 64 take 159 KB (sm_80 has 163 KB, sm_90 and sm_100 227 KB), 3 of 32 take 85 KB (sm_86, sm_89 and
+// sm_120 have 99 KB), and sm_75 (64 KB, no cp.async) takes 2 stages of 32 (57 KB).
+#ifndef HGEMM3_BM
+#define HGEMM3_BM 256
+#endif
+#ifndef HGEMM3_BN
+#define HGEMM3_BN 128
+#endif
+#ifndef HGEMM3_BK
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 900 || __CUDA_ARCH__ == 1000
+#define HGEMM3_BK 64  // one barrier per 64 k instead of 32: 0.44x -> 0.55x cuBLAS on the H100
+#else
+#define HGEMM3_BK 32
+#endif
+#endif
+#ifndef HGEMM3_STAGES
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define HGEMM3_STAGES 2
+#else
+#define HGEMM3_STAGES 3
+#endif
+#endif
+#ifndef HGEMM3_WM
+#define HGEMM3_WM 64  // warp tile: 4 x 4 fragments, 8 fragment loads per 16 mma_sync (version 2: 6 per 8)
+#endif
+#ifndef HGEMM3_WN
+#define HGEMM3_WN 64
+#endif
+#ifndef HGEMM3_GROUP
+#define HGEMM3_GROUP 8  // block rows visited together (L2 reuse)
+#endif
+#ifndef HGEMM3_BF16_LDS
+#define HGEMM3_BF16_LDS 1  // 0: bf16 fragments through wmma::load_matrix_sync (see hgemm_load_shared)
+#endif
+#define HGEMM3_THREADS (32 * (HGEMM3_BM / HGEMM3_WM) * (HGEMM3_BN / HGEMM3_WN))
+
+// Fragment loads from shared memory. CUDA 13 compiles WMMA's bf16 loads with generic addresses (LD.E,
+// 4 bytes a lane, plus MOVM to transpose B) where fp16 gets ldmatrix (LDSM, 16 bytes a lane): NVVM
+// infers the .shared state space of fp16's wmma.load but not of bf16's, even straight off a
+// __shared__ array. So bf16 issues the same wmma.load instruction with .shared spelled out: still
+// WMMA filling a WMMA fragment, in its own layout (4 registers of 2 bf16 each, PTX ISA "wmma.load").
+template <typename Frag, typename T>
+__device__ __forceinline__ void hgemm_load_shared(Frag& f, const T* p, unsigned ldm) {
+    wmma::load_matrix_sync(f, p, ldm);
+}
+
+#if HGEMM3_BF16_LDS && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800)
+#define HGEMM3_WMMA_LOAD_BF16(op)                                                                         \
+    unsigned* r = reinterpret_cast<unsigned*>(f.x);                                                       \
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));                                \
+    asm volatile("wmma.load." op ".sync.aligned.row.m16n16k16.shared.bf16 {%0, %1, %2, %3}, [%4], %5;\n" \
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s), "r"(ldm));
+__device__ __forceinline__ void hgemm_load_shared(
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major>& f, const __nv_bfloat16* p, unsigned ldm) {
+    HGEMM3_WMMA_LOAD_BF16("a")
+}
+__device__ __forceinline__ void hgemm_load_shared(
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major>& f, const __nv_bfloat16* p, unsigned ldm) {
+    HGEMM3_WMMA_LOAD_BF16("b")
+}
+#endif
+
+// Shared by the mainloop and the epilogue.
+#define HGEMM3_FM (HGEMM3_WM / 16)
+#define HGEMM3_FN (HGEMM3_WN / 16)
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> hgemm3_acc[HGEMM3_FM][HGEMM3_FN];
+
+// The k loop of one block: acc += A[row0 .., :] @ B[:, col0 ..] for the warp's 64 x 64. FAST: the block
+// is interior (whole tiles in M, N and K, 16-byte aligned), so copies need no checks at all.
+template <typename T, bool FAST>
+__device__ __forceinline__ void hgemm_mainloop3(hgemm3_acc& acc, T* smem, const T* A, const T* B, int M, int N,
+                                                int K, int row0, int col0, int wm, int wn, bool vec) {
+    constexpr int BM = HGEMM3_BM, BN = HGEMM3_BN, BK = HGEMM3_BK;
+    constexpr int S = HGEMM3_STAGES, THREADS = HGEMM3_THREADS, FM = HGEMM3_FM, FN = HGEMM3_FN, KK = BK / 16;
+    constexpr int LDA = BK + 8, LDB = BN + 8;  // rows padded by 16 bytes: conflict-free ldmatrix, as in version 2
+    constexpr int A_STAGE = BM * LDA, STAGE = A_STAGE + BK * LDB;  // elements
+    constexpr int A_CHUNKS = BM * BK / 8 / THREADS, B_CHUNKS = BK * BN / 8 / THREADS;
+    constexpr int A_STEP = THREADS / (BK / 8), B_STEP = THREADS / (BN / 8);
+    static_assert(KK % 2 == 0, "BK: a multiple of 32 (the fragment sets alternate within a tile)");
+    static_assert(S >= 2 && A_CHUNKS * THREADS * 8 == BM * BK && B_CHUNKS * THREADS * 8 == BK * BN, "tile shape");
+
+    const int tid = threadIdx.x;
+    const int a_r = tid / (BK / 8), a_c = (tid % (BK / 8)) * 8;
+    const int b_r = tid / (BN / 8), b_c = (tid % (BN / 8)) * 8;
+    const T* a_src = A + (size_t)(row0 + a_r) * K + a_c;  // dereferenced only if FAST
+    const T* b_src = B + (size_t)b_r * N + col0 + b_c;
+    T* a_dst = smem + a_r * LDA + a_c;
+    T* b_dst = smem + A_STAGE + b_r * LDB + b_c;
+    auto load_stage = [&](int s, int t) {  // tile t into stage s
+        if (FAST) {
+#pragma unroll
+            for (int i = 0; i < A_CHUNKS; ++i) {
+                hgemm_copy16(a_dst + s * STAGE + i * A_STEP * LDA, a_src + t + (size_t)i * A_STEP * K, true);
+            }
+#pragma unroll
+            for (int i = 0; i < B_CHUNKS; ++i) {
+                hgemm_copy16(b_dst + s * STAGE + i * B_STEP * LDB, b_src + (size_t)(t + i * B_STEP) * N, true);
+            }
+        } else {
+            T* as = smem + s * STAGE;
+            hgemm_load_edge<T, BM, BN, BK, LDA, LDB, THREADS>(as, as + A_STAGE, A, B, M, N, K, row0, col0, t, vec);
+        }
+    };
+
+    // Two sets of operand fragments: the loads for step k + 1 are issued before step k's products,
+    // so their shared-memory latency hides behind 16 mma_sync instead of stalling them.
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a[2][FM];
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b[2][FN];
+    auto load_fragments = [&](int buf, const T* stage, int kk) {
+#pragma unroll
+        for (int i = 0; i < FM; ++i) hgemm_load_shared(a[buf][i], stage + (wm + i * 16) * LDA + kk, LDA);
+#pragma unroll
+        for (int j = 0; j < FN; ++j) hgemm_load_shared(b[buf][j], stage + A_STAGE + kk * LDB + wn + j * 16, LDB);
+    };
+
+    const int tiles = (K + BK - 1) / BK;
+#pragma unroll
+    for (int s = 0; s < S - 1; ++s) {  // prologue: S - 1 tiles in flight, one commit each (as version 2)
+        if (s < tiles) load_stage(s, s * BK);
+        hgemm_copy_commit();
+    }
+    hgemm_copy_wait<S - 2>();
+    __syncthreads();
+    load_fragments(0, smem, 0);
+    int cur = 0, fill = S - 1;  // the stage being read, the stage being refilled
+    for (int kt = 0; kt < tiles; ++kt) {
+        const int nxt = cur + 1 == S ? 0 : cur + 1;
+#pragma unroll
+        for (int k = 0; k < KK; ++k) {
+            if (k == KK - 1) {
+                // Tile kt + 1 must have landed before its first fragments are loaded below; the barrier
+                // also says that every warp has loaded its last fragments of tile kt - 1's stage ...
+                hgemm_copy_wait<S - 2>();
+                __syncthreads();
+            }
+            if (k + 1 < KK) load_fragments((k + 1) % 2, smem + cur * STAGE, (k + 1) * 16);
+            else load_fragments((k + 1) % 2, smem + nxt * STAGE, 0);  // past the last tile: unused
+            if (k == 0) {
+                // ... which is the stage refilled here (the barrier at the end of tile kt - 1).
+                if (kt + S - 1 < tiles) load_stage(fill, (kt + S - 1) * BK);
+                hgemm_copy_commit();
+                fill = fill + 1 == S ? 0 : fill + 1;
+            }
+#pragma unroll
+            for (int i = 0; i < FM; ++i) {
+#pragma unroll
+                for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], a[k % 2][i], b[k % 2][j], acc[i][j]);
+            }
+        }
+        cur = nxt;
+    }
+    hgemm_copy_wait<0>();
+}
+
+template <typename T>
+__device__ __forceinline__ void hgemm_body3(T* C, const T* A, const T* B, int M, int N, int K, T* smem) {
+    constexpr int BM = HGEMM3_BM, BN = HGEMM3_BN, WM = HGEMM3_WM, WN = HGEMM3_WN;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    // Block order: grid (x, y) is renumbered so that consecutive blocks walk down GROUP block rows
+    // before moving right: the blocks running together share B's column tiles (and A's rows) in L2.
+    const int gx = gridDim.x, per_group = HGEMM3_GROUP * gx;
+    const int id = blockIdx.y * gx + blockIdx.x, first = id / per_group * HGEMM3_GROUP;
+    const int rows = min((int)gridDim.y - first, HGEMM3_GROUP);
+    const int row0 = (first + (id % per_group) % rows) * BM, col0 = (id % per_group) / rows * BN;
+    const int wm = (warp / (BN / WN)) * WM, wn = (warp % (BN / WN)) * WN;
+
+    const size_t bits = reinterpret_cast<size_t>(A) | reinterpret_cast<size_t>(B) | reinterpret_cast<size_t>(C);
+    const bool vec = (bits & 15) == 0 && K % 8 == 0 && N % 8 == 0;
+    hgemm3_acc acc;
+#pragma unroll
+    for (int i = 0; i < HGEMM3_FM; ++i) {
+#pragma unroll
+        for (int j = 0; j < HGEMM3_FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+    }
+    if (vec && row0 + BM <= M && col0 + BN <= N && K % HGEMM3_BK == 0) {
+        hgemm_mainloop3<T, true>(acc, smem, A, B, M, N, K, row0, col0, wm, wn, vec);
+    } else {
+        hgemm_mainloop3<T, false>(acc, smem, A, B, M, N, K, row0, col0, wm, wn, vec);
+    }
+    __syncthreads();  // the pipeline's shared memory is free: reuse it for the epilogue (as version 2)
+
+    float* cs = reinterpret_cast<float*>(smem) + warp * 16 * HGEMM_LDC;
+    const int lr = lane / 2, lc = (lane % 2) * 8;
+#pragma unroll
+    for (int i = 0; i < HGEMM3_FM; ++i) {
+#pragma unroll
+        for (int j = 0; j < HGEMM3_FN; ++j) {
+            wmma::store_matrix_sync(cs, acc[i][j], HGEMM_LDC, wmma::mem_row_major);
+            __syncwarp();
+            const int r = row0 + wm + i * 16 + lr, c = col0 + wn + j * 16 + lc;
+            __align__(16) T out[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) hgemm_store(&out[e], cs[lr * HGEMM_LDC + lc + e]);
+            if (vec) {
+                if (r < M && c < N) {
+                    *reinterpret_cast<uint4*>(C + (size_t)r * N + c) = *reinterpret_cast<const uint4*>(out);
+                }
+            } else if (r < M) {
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    if (c + e < N) C[(size_t)r * N + c + e] = out[e];
+                }
+            }
+            __syncwarp();
+        }
+    }
+}
+
+// Dynamic shared memory: STAGES x (BM x (BK + 8) + BK x (BN + 8)) x 2 bytes (the table above); past
+// 48 KB jitlab opts the kernel in when the launch passes shared_mem=. 255 registers a thread at most:
+// the 64 x 64 warp tile's accumulators alone take 128.
+__global__ void __launch_bounds__(HGEMM3_THREADS, 1) hgemm_kernel3(__half* C, const __half* A, const __half* B,
+                                                                   int M, int N, int K) {
+    extern __shared__ __align__(128) unsigned char hgemm3_smem[];
+    hgemm_body3(C, A, B, M, N, K, reinterpret_cast<__half*>(hgemm3_smem));
+}
+
+// bfloat16, sm_80 and newer (empty on older archs, as version 2's).
+__global__ void __launch_bounds__(HGEMM3_THREADS, 1) hgemm_bf16_kernel3(__nv_bfloat16* C, const __nv_bfloat16* A,
+                                                                        const __nv_bfloat16* B, int M, int N, int K) {
+#if __CUDA_ARCH__ >= 800
+    extern __shared__ __align__(128) unsigned char hgemm3_smem[];
+    hgemm_body3(C, A, B, M, N, K, reinterpret_cast<__nv_bfloat16*>(hgemm3_smem));
 #endif
 }

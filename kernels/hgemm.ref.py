@@ -1,17 +1,18 @@
 """Reference for hgemm.cu: C = A @ B with fp16 tensors (fp32 accumulation, fp16 out), as torch.matmul.
 
 Sizes and shapes as in sgemm.ref.py (one int; SHAPES maps the awkward ones to (M, N, K), any other
-n is n x n x n). Version 2's paths: 16-byte copies (K % 8 == N % 8 == 0) with full and partial
-tiles, and element copies (K or N not a multiple of 8).
+n is n x n x n). The copy paths of versions 2 and 3: 16-byte copies (K % 8 == N % 8 == 0) with full
+and partial tiles, and element copies (K or N not a multiple of 8); version 3 takes its unchecked
+path only for whole tiles (512 and 4096 here).
 
 Inputs are scaled by K ** -0.25 each, so C ~ N(0, 1). Both sides accumulate the same fp16 products
 in fp32, in different orders, then round to fp16 (a half ulp is 2 ** -11 relative, 4.9e-4): two
 correct results differ by at most an ulp, ~1e-3 relative near 1 (plus noise ~1e-5 from the sums),
 so rtol = atol = 2e-3. A missing k tile is off by ~0.2 at K = 1000.
 
-The bfloat16 kernel (hgemm_bf16_kernel2) takes other inputs, so it is not in VARIANTS: check it with
-``jitlab.check(functools.partial(run_bf16, k), reference, inputs_bf16, sizes=SIZES,
-tolerance_override=TOLERANCE_BF16)`` (lesson 06 does).
+The bfloat16 kernels (hgemm_bf16_kernel2 and 3) take other inputs, so they are not in VARIANTS: check
+one with ``jitlab.check(functools.partial(run_bf16, k), reference, inputs_bf16, sizes=SIZES,
+tolerance_override=TOLERANCE_BF16)`` (lesson 06 does; benchmarks/hgemm_sweep.py times both dtypes).
 """
 import torch
 
@@ -74,13 +75,50 @@ def run2(k, inp):
     return _launch(k.hgemm_kernel2, inp, 128, 256)
 
 
+# Version 3's tile (HGEMM3_* in hgemm.cu): BM x BN blocks of 8 warps; the k depth and the stages by
+# the arch's shared memory per block, as the table in hgemm.cu picks them.
+V3_BM, V3_BN, V3_THREADS = 256, 128, 256
+V3_BK64 = {(8, 0), (9, 0), (10, 0)}  # 163 KB or more a block: 3 stages of 64 (159 KB)
+
+
+def v3_tile(device) -> tuple[int, int]:
+    """(BK, stages) of version 3 on a device: (64, 3), (32, 3) with ~99 KB, (32, 2) on sm_75."""
+    cap = torch.cuda.get_device_capability(device)
+    return (64, 3) if cap in V3_BK64 else (32, 3) if cap >= (8, 0) else (32, 2)
+
+
+def v3_shared_mem(device) -> int:
+    """Version 3's dynamic shared memory in bytes: stages x (A tile + B tile), rows padded by 8 elements."""
+    bk, stages = v3_tile(device)
+    return stages * (V3_BM * (bk + 8) + bk * (V3_BN + 8)) * 2
+
+
+def _launch3(kernel, inp):
+    a, b = inp["a"], inp["b"]
+    (m, k), n = a.shape, b.shape[1]
+    c = torch.empty(m, n, device=a.device, dtype=a.dtype)
+    kernel(c, a, b, m, n, k, grid=(cdiv(n, V3_BN), cdiv(m, V3_BM)), block=V3_THREADS,
+           shared_mem=v3_shared_mem(a.device))
+    return c
+
+
+def run3(k, inp):
+    """Version 3: one 256 x 128 tile of C per block of 8 warps, up to 159 KB of dynamic shared memory."""
+    return _launch3(k.hgemm_kernel3, inp)
+
+
 def run_bf16(k, inp):
+    """Version 3 for bfloat16 tensors (sm_80 and newer)."""
+    return _launch3(k.hgemm_bf16_kernel3, inp)
+
+
+def run2_bf16(k, inp):
     """Version 2 for bfloat16 tensors (sm_80 and newer)."""
     return _launch(k.hgemm_bf16_kernel2, inp, 128, 256)
 
 
-run = run2  # the version to use; every version is in VARIANTS under its kernel's name
-VARIANTS = {"hgemm_kernel1": run1, "hgemm_kernel2": run2}
+run = run3  # the version to use; every version is in VARIANTS under its kernel's name
+VARIANTS = {"hgemm_kernel1": run1, "hgemm_kernel2": run2, "hgemm_kernel3": run3}
 
 
 def flops(inp):

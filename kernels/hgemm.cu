@@ -17,14 +17,14 @@
 // version 3 (hgemm_kernel3): 256 x 128 x 64 tiles, 8 warps of 4 x 4 fragments, 3 stages in 159 KB. The one to use.
 //
 // Measured on an H100 at 4096^3, alternating with torch.matmul (benchmarks/hgemm_sweep.py; cuBLAS
-// ~0.20 ms fp16, ~0.19 ms bf16: ~700 TFLOP/s): version 1 5.5 ms; version 2 0.52 ms (~265 TFLOP/s,
-// 0.37x cuBLAS), bf16 0.78 ms (0.24x); version 3 0.36 ms (~380 TFLOP/s, 0.55x), bf16 0.40 ms (0.48x,
-// timed before load_stage's copies lost their branch). WMMA with operands in registers peaks at ~640
-// TFLOP/s there. Version 2 is bound by shared memory: 384 B of fragment loads per 16 x 16 x 16 product
-// against 128 B per clock per SM cap it near 300 TFLOP/s (Nsight Compute: short_scoreboard stalls
-// first). Version 3's 64 x 64 warp tiles need 256 B, and its 64-deep stages halve the barriers (32
-// deep: 0.44x); Nsight Compute then finds the tensor pipe and L2 both ~70% busy. cuBLAS uses Hopper's
-// wgmma, where 4 warps share operands read from shared memory once.
+// ~0.19 ms in both dtypes: ~700 TFLOP/s): version 1 5.5 ms; version 2 0.52 ms (~265 TFLOP/s, 0.37x
+// cuBLAS), bf16 0.77 ms (0.24x); version 3 0.35 ms (~390 TFLOP/s, 0.55x), bf16 0.40 ms (~345 TFLOP/s,
+// 0.47x, with the same instruction mix in its main loop as fp16). WMMA with operands in registers
+// peaks at ~640 TFLOP/s there. Version 2 is bound by shared memory: 384 B of fragment loads per
+// 16 x 16 x 16 product against 128 B per clock per SM cap it near 300 TFLOP/s (Nsight Compute:
+// short_scoreboard stalls first). Version 3's 64 x 64 warp tiles need 256 B, and its 64-deep stages
+// halve the barriers (32 deep: 0.44x); Nsight Compute then finds the tensor pipe and L2 both ~70%
+// busy. cuBLAS uses Hopper's wgmma, where 4 warps share operands read from shared memory once.
 
 #include <mma.h>
 #include <cuda_fp16.h>

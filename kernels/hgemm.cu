@@ -181,6 +181,31 @@ __device__ __forceinline__ void hgemm_load_edge(T* as, T* bs, const T* A, const 
     }
 }
 
+// The epilogue of versions 2 and 3: one 16 x 16 fp32 fragment of C at (r0, c0), rounded to T, through
+// the warp's 16 x 20 floats `cs` (a fragment's layout is unspecified, shared memory's is not). Lane l
+// converts row l / 2, columns (l % 2) * 8 .. + 7, and writes them as one 16-byte store (vector path,
+// inside C) or element by element, guarded at the edges.
+template <typename T, typename Frag>
+__device__ __forceinline__ void hgemm_store_fragment(T* C, const Frag& acc, float* cs, int r0, int c0, int M, int N,
+                                                     bool vec) {
+    const int lane = threadIdx.x % 32, lr = lane / 2, lc = (lane % 2) * 8;
+    wmma::store_matrix_sync(cs, acc, HGEMM_LDC, wmma::mem_row_major);
+    __syncwarp();
+    const int r = r0 + lr, c = c0 + lc;
+    __align__(16) T out[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) hgemm_store(&out[e], cs[lr * HGEMM_LDC + lc + e]);
+    if (vec) {
+        if (r < M && c < N) *reinterpret_cast<uint4*>(C + (size_t)r * N + c) = *reinterpret_cast<const uint4*>(out);
+    } else if (r < M) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            if (c + e < N) C[(size_t)r * N + c + e] = out[e];
+        }
+    }
+    __syncwarp();  // the lanes are done reading before the next fragment overwrites cs
+}
+
 // Rows between one thread's chunks: a block's threads cover A_STEP rows of A (B_STEP of B) per round.
 #define HGEMM_A_STEP (HGEMM_THREADS / (HGEMM_BK / 8))
 #define HGEMM_B_STEP (HGEMM_THREADS / (HGEMM_BN / 8))
@@ -190,7 +215,7 @@ __device__ __forceinline__ void hgemm_body2(T* C, const T* A, const T* B, int M,
     // 2 stages x (10240 + 8704) B = 37888 B: under the 48 KB of static shared memory, and two blocks
     // fit on an SM of any arch from sm_80 (sm_75: one).
     __shared__ __align__(128) T smem[HGEMM_STAGES * (HGEMM_A_STAGE + HGEMM_B_STAGE)];
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int tid = threadIdx.x, warp = tid / 32;
     const int row0 = blockIdx.y * HGEMM_BM, col0 = blockIdx.x * HGEMM_BN;
     const int wm = (warp / (HGEMM_BN / HGEMM_WN)) * HGEMM_WM, wn = (warp % (HGEMM_BN / HGEMM_WN)) * HGEMM_WN;
     const size_t bits = reinterpret_cast<size_t>(A) | reinterpret_cast<size_t>(B) | reinterpret_cast<size_t>(C);
@@ -264,29 +289,13 @@ __device__ __forceinline__ void hgemm_body2(T* C, const T* A, const T* B, int M,
     hgemm_copy_wait<0>();
     __syncthreads();  // the pipeline's shared memory is free: reuse it for the epilogue
 
-    // Each warp: a fragment at a time through its own 16 x 20 floats; lane l converts row l / 2,
-    // columns (l % 2) * 8 .. + 7, and writes them as one 16-byte store (vector path, inside C).
+    // Each warp: a fragment at a time through its own 16 x 20 floats of the freed shared memory.
     float* cs = reinterpret_cast<float*>(smem) + warp * 16 * HGEMM_LDC;
-    const int lr = lane / 2, lc = (lane % 2) * 8;
 #pragma unroll
     for (int i = 0; i < HGEMM_WM / 16; ++i) {
 #pragma unroll
         for (int j = 0; j < HGEMM_WN / 16; ++j) {
-            wmma::store_matrix_sync(cs, acc[i][j], HGEMM_LDC, wmma::mem_row_major);
-            __syncwarp();
-            const int r = row0 + wm + i * 16 + lr, c = col0 + wn + j * 16 + lc;
-            __align__(16) T out[8];
-#pragma unroll
-            for (int e = 0; e < 8; ++e) hgemm_store(&out[e], cs[lr * HGEMM_LDC + lc + e]);
-            if (vec) {
-                if (r < M && c < N) *reinterpret_cast<uint4*>(C + (size_t)r * N + c) = *reinterpret_cast<const uint4*>(out);
-            } else if (r < M) {
-#pragma unroll
-                for (int e = 0; e < 8; ++e) {
-                    if (c + e < N) C[(size_t)r * N + c + e] = out[e];
-                }
-            }
-            __syncwarp();  // the lanes are done reading before the next fragment overwrites cs
+            hgemm_store_fragment(C, acc[i][j], cs, row0 + wm + i * 16, col0 + wn + j * 16, M, N, vec);
         }
     }
 }
@@ -471,7 +480,7 @@ __device__ __forceinline__ void hgemm_mainloop3(hgemm3_acc& acc, T* smem, const 
 template <typename T>
 __device__ __forceinline__ void hgemm_body3(T* C, const T* A, const T* B, int M, int N, int K, T* smem) {
     constexpr int BM = HGEMM3_BM, BN = HGEMM3_BN, WM = HGEMM3_WM, WN = HGEMM3_WN;
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int tid = threadIdx.x, warp = tid / 32;
     // Block order: grid (x, y) is renumbered so that consecutive blocks walk down GROUP block rows
     // before moving right: the blocks running together share B's column tiles (and A's rows) in L2.
     const int gx = gridDim.x, per_group = HGEMM3_GROUP * gx;
@@ -496,28 +505,11 @@ __device__ __forceinline__ void hgemm_body3(T* C, const T* A, const T* B, int M,
     __syncthreads();  // the pipeline's shared memory is free: reuse it for the epilogue (as version 2)
 
     float* cs = reinterpret_cast<float*>(smem) + warp * 16 * HGEMM_LDC;
-    const int lr = lane / 2, lc = (lane % 2) * 8;
 #pragma unroll
     for (int i = 0; i < HGEMM3_FM; ++i) {
 #pragma unroll
         for (int j = 0; j < HGEMM3_FN; ++j) {
-            wmma::store_matrix_sync(cs, acc[i][j], HGEMM_LDC, wmma::mem_row_major);
-            __syncwarp();
-            const int r = row0 + wm + i * 16 + lr, c = col0 + wn + j * 16 + lc;
-            __align__(16) T out[8];
-#pragma unroll
-            for (int e = 0; e < 8; ++e) hgemm_store(&out[e], cs[lr * HGEMM_LDC + lc + e]);
-            if (vec) {
-                if (r < M && c < N) {
-                    *reinterpret_cast<uint4*>(C + (size_t)r * N + c) = *reinterpret_cast<const uint4*>(out);
-                }
-            } else if (r < M) {
-#pragma unroll
-                for (int e = 0; e < 8; ++e) {
-                    if (c + e < N) C[(size_t)r * N + c + e] = out[e];
-                }
-            }
-            __syncwarp();
+            hgemm_store_fragment(C, acc[i][j], cs, row0 + wm + i * 16, col0 + wn + j * 16, M, N, vec);
         }
     }
 }

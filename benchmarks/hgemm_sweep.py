@@ -65,7 +65,7 @@ def launcher(ref, cfg: dict | None, bf16: bool):
         bk, stages = ref.v3_tile(a.device)
         c = {"HGEMM3_BM": ref.V3_BM, "HGEMM3_BN": ref.V3_BN, "HGEMM3_BK": bk, "HGEMM3_STAGES": stages, **cfg}
         bm, bn, bk = c["HGEMM3_BM"], c["HGEMM3_BN"], c["HGEMM3_BK"]
-        smem = c["HGEMM3_STAGES"] * (bm * (bk + 8) + bk * (bn + 8)) * 2
+        smem = ref.v3_smem_bytes(bk, c["HGEMM3_STAGES"], bm, bn)
         out = torch.empty(m, n, device=a.device, dtype=a.dtype)
         kernel = k.hgemm_bf16_kernel3 if bf16 else k.hgemm_kernel3
         kernel(out, a, b, m, n, kk, grid=(ref.cdiv(n, bn), ref.cdiv(m, bm)), block=ref.V3_THREADS, shared_mem=smem)

@@ -87,10 +87,14 @@ def v3_tile(device) -> tuple[int, int]:
     return (64, 3) if cap in V3_BK64 else (32, 3) if cap >= (8, 0) else (32, 2)
 
 
+def v3_smem_bytes(bk: int, stages: int, bm: int = V3_BM, bn: int = V3_BN) -> int:
+    """Version 3's dynamic shared memory for a tile: stages x (A tile + B tile), rows padded by 8 elements."""
+    return stages * (bm * (bk + 8) + bk * (bn + 8)) * 2
+
+
 def v3_shared_mem(device) -> int:
-    """Version 3's dynamic shared memory in bytes: stages x (A tile + B tile), rows padded by 8 elements."""
-    bk, stages = v3_tile(device)
-    return stages * (V3_BM * (bk + 8) + bk * (V3_BN + 8)) * 2
+    """Version 3's dynamic shared memory in bytes on a device."""
+    return v3_smem_bytes(*v3_tile(device))
 
 
 def _launch3(kernel, inp):

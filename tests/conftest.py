@@ -38,7 +38,7 @@ def shared_pch(tmp_path_factory):
 
 def pytest_collection_modifyitems(config, items):
     """GPU tests need a GPU: without one they are deselected, never counted as passed. The slow tests
-    (torch headers, browsers) go first, so that parallel workers (`-n`) do not end on one long test."""
+    (torch headers, browsers) go first, so that parallel workers (`-n`) start the long ones early."""
     items.sort(key=lambda i: not any(m in i.keywords for m in ("slow", "browser")))  # stable
     if torch.cuda.is_available():
         return

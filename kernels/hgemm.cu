@@ -402,6 +402,12 @@ __device__ __forceinline__ void hgemm_mainloop3(hgemm3_acc& acc, T* smem, const 
     constexpr int A_CHUNKS = BM * BK / 8 / THREADS, B_CHUNKS = BK * BN / 8 / THREADS;
     constexpr int A_STEP = THREADS / (BK / 8), B_STEP = THREADS / (BN / 8);
     static_assert(KK % 2 == 0, "BK: a multiple of 32 (the fragment sets alternate within a tile)");
+    // The k step that refills a stage: any step before the barrier at KK - 1 (which waits for the next
+    // tile's group, so it must come after this commit). Step 1 rather than 0: ptxas then spreads the 12
+    // copies among the products of steps 1 and 2, for bf16 as for fp16; at step 0 it issued bf16's in one
+    // block of ~60 instructions without an HMMA (sm_90 SASS), the shared-memory queue full while the
+    // tensor cores waited.
+    constexpr int REFILL = KK > 2 ? 1 : 0;
     static_assert(S >= 2 && A_CHUNKS * THREADS * 8 == BM * BK && B_CHUNKS * THREADS * 8 == BK * BN, "tile shape");
 
     const int tid = threadIdx.x;
@@ -460,7 +466,7 @@ __device__ __forceinline__ void hgemm_mainloop3(hgemm3_acc& acc, T* smem, const 
             }
             if (k + 1 < KK) load_fragments((k + 1) % 2, smem + cur * STAGE, (k + 1) * 16);
             else load_fragments((k + 1) % 2, smem + nxt * STAGE, 0);  // past the last tile: unused
-            if (k == 0) {
+            if (k == REFILL) {
                 // ... which is the stage refilled here (the barrier at the end of tile kt - 1).
                 if (kt + S - 1 < tiles) load_stage(fill, (kt + S - 1) * BK);
                 hgemm_copy_commit();

@@ -10,9 +10,9 @@ in fp32, in different orders, then round to fp16 (a half ulp is 2 ** -11 relativ
 correct results differ by at most an ulp, ~1e-3 relative near 1 (plus noise ~1e-5 from the sums),
 so rtol = atol = 2e-3. A missing k tile is off by ~0.2 at K = 1000.
 
-The bfloat16 kernels (hgemm_bf16_kernel2 and 3) take other inputs, so they are not in VARIANTS: check
-one with ``jitlab.check(functools.partial(run_bf16, k), reference, inputs_bf16, sizes=SIZES,
-tolerance_override=TOLERANCE_BF16)`` (lesson 06 does; benchmarks/hgemm_sweep.py times both dtypes).
+The bfloat16 version 3 (hgemm_bf16_kernel3, sm_80 and newer) is in VARIANTS on a GPU that has it, with
+its own inputs and tolerance (VARIANT_INPUTS, VARIANT_TOLERANCE), so `jitlab run` checks and times it
+beside cuBLAS in bf16. Lesson 06 checks it by hand; benchmarks/hgemm_sweep.py times both dtypes.
 """
 import torch
 
@@ -123,6 +123,10 @@ def run2_bf16(k, inp):
 
 run = run3  # the version to use; every version is in VARIANTS under its kernel's name
 VARIANTS = {"hgemm_kernel1": run1, "hgemm_kernel2": run2, "hgemm_kernel3": run3}
+if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0):  # bf16 WMMA: sm_80 and newer
+    VARIANTS["hgemm_bf16_kernel3"] = run_bf16
+    VARIANT_INPUTS = {"hgemm_bf16_kernel3": inputs_bf16}
+    VARIANT_TOLERANCE = {"hgemm_bf16_kernel3": TOLERANCE_BF16}
 
 
 def flops(inp):

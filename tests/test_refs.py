@@ -83,6 +83,41 @@ def test_check_each_checks_every_version_on_the_cpu(tmp_path):
     assert sorted({c.size for c in capped[0][1].cases}) == [1, 7]
 
 
+def test_a_variant_with_its_own_inputs_and_tolerance_is_checked_on_them(tmp_path):
+    """VARIANT_INPUTS/VARIANT_TOLERANCE give one version other inputs (a bf16 kernel beside fp32 ones):
+    check_each feeds it those, within its tolerance; the other versions keep the ref's."""
+    extra = '''
+SEEN = []
+def inputs_half(size, seed, device):
+    return {"x": (torch.arange(size, dtype=torch.float32) + seed).half()}
+def run_half(m, inp):
+    SEEN.append(inp["x"].dtype)
+    return (m(inp["x"].float()) + 0.01).half()
+VARIANTS = {"same": run, "half": run_half}
+VARIANT_INPUTS = {"half": inputs_half}
+VARIANT_TOLERANCE = {"half": {"rtol": 0.0, "atol": 0.02}}
+'''
+    ref = _ref(tmp_path, extra)
+    original, same, half = ref.versions
+    assert same.inputs is original.inputs is ref.inputs and same.tolerance is None
+    assert half.inputs is ref.module.inputs_half and half.tolerance == {"rtol": 0.0, "atol": 0.02}
+    out = [(v.name, verdict.passed) for v, verdict in refs.check_each(lambda x: x * 2, ref, "cpu", name="k")]
+    assert out == [("original", True), ("same", True), ("half", True)]
+    assert set(ref.module.SEEN) == {torch.float16}
+    tight = _ref(tmp_path, extra.replace('"atol": 0.02', '"atol": 0.001'), "t.ref.py")  # 0.01 off: now too much
+    assert [verdict.passed for _, verdict in refs.check_each(lambda x: x * 2, tight, "cpu", name="k")] == [
+        True, True, False]
+
+
+def test_variant_inputs_for_an_unknown_version_are_an_error(tmp_path):
+    """A VARIANT_INPUTS key that is not in VARIANTS (a typo) is named, with the versions there are."""
+    with pytest.raises(SnippetError, match=r"VARIANT_INPUTS/VARIANT_TOLERANCE name 'hlaf', not in VARIANTS \(half\)"):
+        _ref(tmp_path, '''
+VARIANTS = {"half": run}
+VARIANT_INPUTS = {"hlaf": inputs}
+''')
+
+
 def test_find_kernels_pairs_snippets_with_their_references(tmp_path):
     """Every snippet with a NAME.ref.py beside it is found; a named snippet without one is an error naming the file."""
     (tmp_path / "a.cu").write_text("__global__ void a() {}\n")

@@ -8,7 +8,8 @@ A kernel ``kernels/NAME.cu`` (or ``NAME.cpp``, or a folder ``NAME/``) has its re
   ``run(module, inputs)``;
 - optional: ``SEEDS`` (default ``[0]``), ``TOLERANCE`` (``{"rtol": ..., "atol": ...}``),
   ``VARIANTS`` (faster versions, name → run function), ``VARIANT_SIZES`` (their sizes, default
-  ``SIZES``), ``BENCH_SIZES`` (default: the largest size), ``ORIGINAL_MAX_SIZE`` (the original
+  ``SIZES``), ``VARIANT_INPUTS`` and ``VARIANT_TOLERANCE`` (name → the ``inputs`` function and the
+  tolerance of a version that takes other inputs, a bfloat16 kernel beside fp16 ones), ``BENCH_SIZES`` (default: the largest size), ``ORIGINAL_MAX_SIZE`` (the original
   version is not timed above it), ``bytes_moved(inputs)`` and ``flops(inputs)`` (GB/s, FLOP/s and
   the roofline).
 
@@ -91,11 +92,14 @@ def path_for(snippet: str | Path, ref: str | Path | None = None) -> Path:
 
 @dataclass(frozen=True)
 class Version:
-    """One version of a kernel: ``original`` (``run``) or a ``VARIANTS`` entry, with its check sizes."""
+    """One version of a kernel: ``original`` (``run``) or a ``VARIANTS`` entry, with its check sizes,
+    its inputs and its tolerance (the ref's own unless ``VARIANT_INPUTS``/``VARIANT_TOLERANCE`` say)."""
 
     name: str
     run: Callable
     sizes: list
+    inputs: Callable
+    tolerance: dict | None = None
 
 
 class Ref:
@@ -114,8 +118,15 @@ class Ref:
         self.bench_sizes: list | None = list(module.BENCH_SIZES) if hasattr(module, "BENCH_SIZES") else None
         self.original_max_size = getattr(module, "ORIGINAL_MAX_SIZE", None)
         variant_sizes = list(getattr(module, "VARIANT_SIZES", self.sizes))
-        self.versions = [Version("original", module.run, self.sizes)] + [
-            Version(name, fn, variant_sizes) for name, fn in getattr(module, "VARIANTS", {}).items()]
+        variants = dict(getattr(module, "VARIANTS", {}))
+        inputs, tolerance = dict(getattr(module, "VARIANT_INPUTS", {})), dict(getattr(module, "VARIANT_TOLERANCE", {}))
+        unknown = sorted((set(inputs) | set(tolerance)) - set(variants))
+        if unknown:
+            raise SnippetError(f"{path}: VARIANT_INPUTS/VARIANT_TOLERANCE name {', '.join(map(repr, unknown))}, "
+                               f"not in VARIANTS ({', '.join(variants) or 'none'})")
+        self.versions = [Version("original", module.run, self.sizes, self.inputs, self.tolerance)] + [
+            Version(name, fn, variant_sizes, inputs.get(name, self.inputs), tolerance.get(name, self.tolerance))
+            for name, fn in variants.items()]
 
     def version(self, name: str) -> Version:
         """The version called ``name``.
@@ -187,5 +198,5 @@ def check_each(module, ref: Ref, device: str, *, name: str, versions: list[Versi
     for v in versions or ref.versions:
         run = functools.partial(v.run, module)
         chosen = sizes or [s for s in v.sizes if max_size is None or s <= max_size] or v.sizes[:1]
-        yield v, checker.check(wrap(run) if wrap else run, ref.reference, ref.inputs, sizes=chosen, seeds=ref.seeds,
-                               device=device, tolerance_override=ref.tolerance, name=f"{name}/{v.name}")
+        yield v, checker.check(wrap(run) if wrap else run, ref.reference, v.inputs, sizes=chosen, seeds=ref.seeds,
+                               device=device, tolerance_override=v.tolerance, name=f"{name}/{v.name}")

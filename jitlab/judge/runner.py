@@ -70,9 +70,9 @@ def run_kernel(k: refs.Kernel, device: str, *, time_it: bool = True, compile_ref
         run = _quiet(functools.partial(version.run, mod))
         for size in ref.timed_sizes(version, max_size):
             with progress.Step(f"timing {k.name} {version.name} at size {size}"):
-                r = bench(run, ref.inputs, size, reference=ref.reference, bytes_moved=ref.bytes_moved, flops=ref.flops,
-                          device=device, compile_reference=compile_reference and device == "cuda",
-                          tolerance_override=ref.tolerance, name=version.name)
+                r = bench(run, version.inputs, size, reference=ref.reference, bytes_moved=ref.bytes_moved,
+                          flops=ref.flops, device=device, compile_reference=compile_reference and device == "cuda",
+                          tolerance_override=version.tolerance, name=version.name)
             results.append(k.name, {**r.to_dict(), "build": mod.build.name})
             emit({**row, "status": "ok" if r.verdict.passed else "FAIL", "size": size, "result": r,
                   "detail": "" if r.verdict.passed else "; ".join(r.verdict.reasons)[:160]})

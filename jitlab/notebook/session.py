@@ -274,10 +274,10 @@ class Session:
                           html=bench_table(rows), seconds=time.perf_counter() - t0, png=png, value=rows)
 
     def _bench_one(self, ref: refs.Ref, version: refs.Version, size):
-        return benchmark.bench(functools.partial(version.run, self.module), ref.inputs, size, reference=ref.reference,
-                               bytes_moved=ref.bytes_moved, flops=ref.flops, device=self.device,
+        return benchmark.bench(functools.partial(version.run, self.module), version.inputs, size,
+                               reference=ref.reference, bytes_moved=ref.bytes_moved, flops=ref.flops, device=self.device,
                                compile_reference=self.compile_reference and self.device == "cuda",
-                               tolerance_override=ref.tolerance, name=version.name)
+                               tolerance_override=version.tolerance, name=version.name)
 
     def compare(self, old: str | Path | None) -> StepResult:
         """A/B: the current version (B) against an earlier one (A, a history file) with ``jitlab.ab``.

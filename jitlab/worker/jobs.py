@@ -192,7 +192,7 @@ def _run(job: Job) -> Outcome:
     if job.action == "run":
         version = chosen[0]
         size = job.size or max(version.sizes)
-        inp = ref.inputs(size, 0, device)
+        inp = version.inputs(size, 0, device)
         for _ in range(job.repeat):
             version.run(mod, inp)
         checker.synchronize(device)

@@ -5,6 +5,7 @@ torch header, then seconds per test.)"""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import jitlab
+from conftest import run_dir
 from jitlab import CompileError
 from jitlab.jit import objects
 
@@ -30,6 +32,20 @@ def features(tmp_path, use_shared_cache) -> Path:
     dst = tmp_path / "features.cu"
     shutil.copy(FEATURES, dst)
     return dst
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory, shared_cache) -> jitlab.Build:
+    """features.cu as shipped, built once for the tests that only read a build (one folder for all
+    workers: the first builds, the others wait on its lock and find it in the cache)."""
+    path = run_dir(tmp_path_factory, "features_pristine") / "features.cu"
+    if not path.is_file():
+        tmp = path.with_name(f".features.{os.getpid()}.cu")
+        shutil.copy(FEATURES, tmp)
+        os.replace(tmp, path)  # whole or absent, never half-written, for a worker that reads it meanwhile
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JITLAB_CACHE_DIR", str(shared_cache))
+        return _build(path)
 
 
 def _build(path: Path) -> jitlab.Build:
@@ -54,25 +70,25 @@ def _nm(path: Path, *flags: str) -> str:
     return subprocess.run(["nm", "-C", *flags, str(path)], capture_output=True, text=True, check=True).stdout
 
 
-def test_compile_only_builds_the_split_units(features):
+def test_compile_only_builds_the_split_units(pristine):
     """Compile-only goes through the split: a device unit for nvcc, a host unit and a binding unit for c++."""
-    b = _build(features)
+    b = pristine
     assert [(u["name"], u["compiler"]) for u in b.manifest["units"]] == [
         ("features.device.cu", "nvcc"), ("features.host.cpp", "cxx"), ("bind.cpp", "cxx")]
     assert b.manifest["notes"] == []
     assert {"affine_kernel", "square_kernel", "reverse_kernel"} <= set(b.resources)
 
 
-def test_nvcc_never_sees_torch(features):
+def test_nvcc_never_sees_torch(pristine):
     """The device unit's nvcc command names no torch include folder."""
-    b = _build(features)
+    b = pristine
     nvcc_lines = [line for line in b.log.splitlines() if "nvcc" in line.split(" ")[0]]
     assert nvcc_lines and not any("torch/include" in line for line in nvcc_lines)
 
 
-def test_host_units_resolve_against_device_units(features):
+def test_host_units_resolve_against_device_units(pristine):
     """Kernels, template instantiations and device variables the host unit names are all defined."""
-    b = _build(features)
+    b = pristine
     undefined = _nm(b.artifact, "-u")
     for name in ("affine_kernel", "square_kernel", "reverse_kernel", "times_kernel", "c_bias", "d_calls"):
         assert name not in undefined, name
@@ -148,17 +164,17 @@ def test_precompiled_header_is_made_once(features, shared_pch):
     assert "-include" in b.log and "not used because" not in b.log
 
 
-def test_units_use_the_smallest_header_set(features):
+def test_units_use_the_smallest_header_set(pristine):
     """Host functions compile on torch/types.h, the binding on types.h and torch's pybind casters: the
     umbrella include is blanked, so no unit parses torch/extension.h."""
-    b = _build(features)
+    b = pristine
     assert {u["name"]: u["headers"] for u in b.manifest["units"]} == {
         "features.device.cu": "", "features.host.cpp": "host", "bind.cpp": "bind"}
     assert objects.pch_text("host", cuda=True, cuda_torch=False) == "#include <torch/types.h>\n#include <cuda_runtime.h>\n"
     assert "torch/csrc/utils/pybind.h" in objects.pch_text("bind", cuda=True, cuda_torch=True)
     assert objects.pch_text("full", cuda=False, cuda_torch=False) == "#include <torch/extension.h>\n"
     host = next(Path(line.split(" -c ")[1].split()[0]) for line in b.log.splitlines() if "features.host.cpp -o" in line)
-    assert "#include <torch/extension.h>" in features.read_text() and "torch/extension.h" not in host.read_text()
+    assert "#include <torch/extension.h>" in FEATURES.read_text() and "torch/extension.h" not in host.read_text()
     assert re.search(r"-include \S*torch-host-\w+/jitlab_torch.h", b.log)
 
 

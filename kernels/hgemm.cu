@@ -345,6 +345,9 @@ __global__ void __launch_bounds__(HGEMM_THREADS, HGEMM_MINB) hgemm_bf16_kernel2(
 #define HGEMM3_STAGES 3
 #endif
 #endif
+// The tile this arch compiled with, in the module (PTX and cubin): tests/test_kernels.py checks it
+// against the launch's table (hgemm.ref.py, v3_tile), which must give the same shared-memory size.
+__device__ const int hgemm3_tile[2] = {HGEMM3_BK, HGEMM3_STAGES};
 #ifndef HGEMM3_WM
 #define HGEMM3_WM 64  // warp tile: 4 x 4 fragments, 8 fragment loads per 16 mma_sync (version 2: 6 per 8)
 #endif

@@ -81,10 +81,14 @@ V3_BM, V3_BN, V3_THREADS = 256, 128, 256
 V3_BK64 = {(8, 0), (9, 0), (10, 0)}  # 163 KB or more a block: 3 stages of 64 (159 KB)
 
 
-def v3_tile(device) -> tuple[int, int]:
-    """(BK, stages) of version 3 on a device: (64, 3), (32, 3) with ~99 KB, (32, 2) on sm_75."""
-    cap = torch.cuda.get_device_capability(device)
+def v3_tile_for(cap: tuple[int, int]) -> tuple[int, int]:
+    """(BK, stages) of version 3 for a compute capability: (64, 3), (32, 3) with ~99 KB, (32, 2) on sm_75."""
     return (64, 3) if cap in V3_BK64 else (32, 3) if cap >= (8, 0) else (32, 2)
+
+
+def v3_tile(device) -> tuple[int, int]:
+    """(BK, stages) of version 3 on a device."""
+    return v3_tile_for(torch.cuda.get_device_capability(device))
 
 
 def v3_smem_bytes(bk: int, stages: int, bm: int = V3_BM, bn: int = V3_BN) -> int:

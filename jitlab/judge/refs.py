@@ -9,8 +9,9 @@ A kernel ``kernels/NAME.cu`` (or ``NAME.cpp``, or a folder ``NAME/``) has its re
 - optional: ``SEEDS`` (default ``[0]``), ``TOLERANCE`` (``{"rtol": ..., "atol": ...}``),
   ``VARIANTS`` (faster versions, name → run function), ``VARIANT_SIZES`` (their sizes, default
   ``SIZES``), ``VARIANT_INPUTS`` and ``VARIANT_TOLERANCE`` (name → the ``inputs`` function and the
-  tolerance of a version that takes other inputs, a bfloat16 kernel beside fp16 ones), ``BENCH_SIZES`` (default: the largest size), ``ORIGINAL_MAX_SIZE`` (the original
-  version is not timed above it), ``bytes_moved(inputs)`` and ``flops(inputs)`` (GB/s, FLOP/s and
+  tolerance of a version that takes other inputs, a bfloat16 kernel beside fp16 ones),
+  ``BENCH_SIZES`` (default: the largest size), ``ORIGINAL_MAX_SIZE`` (the original version is not
+  timed above it), ``bytes_moved(inputs)`` and ``flops(inputs)`` (GB/s, FLOP/s and
   the roofline).
 
 Every other module reads a reference through :func:`load`'s :class:`Ref`, never with ``getattr``.

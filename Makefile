@@ -15,9 +15,10 @@ demo: $(VENV)/.ready
 
 ## test: the CPU test suite (what CI runs); GPU tests are deselected without a GPU. Installs Chromium
 ## for the browser test when this user may (scripts/setup-browser), otherwise says what to run.
-## Tests run in TEST_WORKERS processes (pytest-xdist): most of the suite waits on compilers, browsers
-## and subprocesses, so 4 workers beat 2 even on 2 cores; builds are shared through one cache per run.
-TEST_WORKERS ?= 4
+## Tests run in TEST_WORKERS processes (pytest-xdist): part of the suite waits on compilers, browsers
+## and subprocesses, so 3 workers beat 2 on 2 cores (fresh clone here: 8 min 3 s; 2 workers 8 min 21 s;
+## 4 workers 8 min 46 s, each a process more to start); builds are shared through one cache per run.
+TEST_WORKERS ?= 3
 test: $(VENV)/.ready
 	scripts/setup-browser
 	$(PY) -m pytest -m "not gpu" -n $(TEST_WORKERS) --dist worksteal --durations=15 tests

@@ -365,7 +365,7 @@ def main() -> int:
         rows.append(("seed 004 square_matrix", *measure_torch_style(
             Jitlab(SQUARE_CU, ".cu", "square", "cuda", work), Plain(SQUARE_CU, "square", "cuda", work), work)))
         for name, template in (("CUDAContext.h stream, 2 kernels", STREAM_CU), ("__constant__ memory", CONSTANT_CU)):
-            jit, plain = Jitlab(template, ".cu", "torchcu", "cuda", work), Plain(template, "torchcu", "cuda", work)
+            jit = Jitlab(template, ".cu", "torchcu", "cuda", work)
             # jitlab only: plain load_inline needs a minute per build of these (the "jitlab today").
             rows.append((name, {"cold": jit.step(1), "edit": jit.step(2)}, {}))
     print(table(rows))

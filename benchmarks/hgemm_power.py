@@ -10,7 +10,6 @@ time at the start and at the end, with nvidia-smi's clock, power and power-cap f
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 import subprocess
 import sys
@@ -44,10 +43,9 @@ def main() -> int:
     import torch
 
     import jitlab
+    from jitlab.judge import refs
 
-    spec = importlib.util.spec_from_file_location("hgemm_ref", ROOT / "kernels" / "hgemm.ref.py")
-    ref = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ref)
+    ref = refs.load(ROOT / "kernels" / "hgemm.ref.py")
     module = jitlab.load(ROOT / "kernels" / "hgemm.cu")
     print(f"GPU: {torch.cuda.get_device_name()}, {LAUNCHES} launches each at {SIZE}^3")
     for dtype, inputs, run in [("bf16", ref.inputs_bf16, ref.run_bf16), ("fp16", ref.inputs, ref.run3)]:

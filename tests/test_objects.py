@@ -16,7 +16,8 @@ import pytest
 import jitlab
 from conftest import run_dir
 from jitlab import CompileError
-from jitlab.jit import objects
+from jitlab.jit import pch
+from jitlab.jit.flags import Options, object_flags
 
 FEATURES = Path(__file__).parent / "fixtures" / "split" / "features.cu"
 ARCH = "sm_75"
@@ -145,13 +146,16 @@ def test_device_error_points_at_the_users_line(features):
 
 
 def test_host_error_points_at_the_users_line(features):
-    """A host-function error is reported at the user's file and line, from the host compiler."""
+    """A host-function error is reported at the user's file and line, from the host compiler. The
+    undeclared name is none of torch's, so it is reported from the small set at once: no torch/extension.h
+    retry (that would make the full set, a minute on 2 cores, to print the same error)."""
     k = _break(features, "auto y = torch::empty_like(x);", "torch::empty_like(x)", "torch::empty_like(missing_tensor)")
     with pytest.raises(CompileError) as e:
         _build(features)
     d = e.value.diagnostics[0]
     assert (Path(d.path).name, d.line) == ("features.cu", k + 1) and "missing_tensor" in d.message
     assert "host.cpp, c++" in e.value.summary
+    assert "torch-host-" in e.value.log and "torch-full-" not in e.value.log
 
 
 def test_precompiled_header_is_made_once(features, shared_pch):
@@ -170,9 +174,9 @@ def test_units_use_the_smallest_header_set(pristine):
     b = pristine
     assert {u["name"]: u["headers"] for u in b.manifest["units"]} == {
         "features.device.cu": "", "features.host.cpp": "host", "bind.cpp": "bind"}
-    assert objects.pch_text("host", cuda=True, cuda_torch=False) == "#include <torch/types.h>\n#include <cuda_runtime.h>\n"
-    assert "torch/csrc/utils/pybind.h" in objects.pch_text("bind", cuda=True, cuda_torch=True)
-    assert objects.pch_text("full", cuda=False, cuda_torch=False) == "#include <torch/extension.h>\n"
+    assert pch.pch_text("host", cuda=True, cuda_torch=False) == "#include <torch/types.h>\n#include <cuda_runtime.h>\n"
+    assert "torch/csrc/utils/pybind.h" in pch.pch_text("bind", cuda=True, cuda_torch=True)
+    assert pch.pch_text("full", cuda=False, cuda_torch=False) == "#include <torch/extension.h>\n"
     host = next(Path(line.split(" -c ")[1].split()[0]) for line in b.log.splitlines() if "features.host.cpp -o" in line)
     assert "#include <torch/extension.h>" in FEATURES.read_text() and "torch/extension.h" not in host.read_text()
     assert re.search(r"-include \S*torch-host-\w+/jitlab_torch.h", b.log)
@@ -195,6 +199,39 @@ def test_names_outside_the_small_set_build_on_full(tmp_path, use_shared_cache):
     assert [u["headers"] for u in b.manifest["units"] if u["name"] == "nn_user.host.cpp"] == ["full"]
     host_log = next(o for o in b.log.split("\n/") if "nn_user.host.cpp -o" in o)
     assert "torch-full-" in host_log and "torch-host-" not in b.log
+
+
+# GCC 12's and clang's wordings, as they print them (GCC quotes ‘…’ in a UTF-8 locale).
+MISSING = [
+    ("‘missing_tensor’ was not declared in this scope", ("", "missing_tensor"), False),
+    ("‘n’ was not declared in this scope", ("", "n"), False),
+    ("‘class at::Tensor’ has no member named ‘numell’; did you mean ‘numel’?", ("at::Tensor", "numell"), False),
+    ("‘empy_like’ is not a member of ‘torch’; did you mean ‘empty_like’?", ("torch", "empy_like"), False),
+    ("‘torch::nn’ has not been declared", ("torch", "nn"), True),
+    ("‘nn’ has not been declared", ("", "nn"), True),
+    ("‘load’ is not a member of ‘torch::jit’", ("torch::jit", "load"), True),
+    ("'py' has not been declared", ("", "py"), True),
+    ("no member named 'nn' in namespace 'torch'", ("torch", "nn"), True),
+    ("use of undeclared identifier 'missing_tensor'", ("", "missing_tensor"), False),
+]
+
+
+@pytest.mark.parametrize("message, missing, retried", MISSING, ids=[m[1][1] + ("-retried" if m[2] else "") for m in MISSING])
+def test_only_names_torch_declares_are_retried_on_full(message, missing, retried, pristine):
+    """A name the full set declares and the small one lacks (or one inside torch's namespaces) is worth
+    a compile on torch/extension.h; a name torch does not declare at all is the user's typo. The name
+    sets are the real ones, read from the preprocessed headers (once per run)."""
+    log = f"/tmp/k/features.cu:12:5: error: {message}\n   12 |   auto y = ...;\n      |            ^~~~\n"
+    assert pch.missing_names(log) == [missing]
+    flags = object_flags(pristine.plan, [ARCH], Options(compile_only=True))
+    assert pch.larger_set_may_fix(log, flags, cuda=True, small="host") is retried
+
+
+def test_missing_names_read_only_errors():
+    """Notes and warnings name nothing missing; an error whose missing name has no quotes is tried on full."""
+    assert pch.missing_names("a.cpp:3:1: note: ‘foo’ was not declared in this scope\n") == []
+    assert pch.missing_names("a.cpp:3:1: error: cannot convert ‘int’ to ‘at::Tensor’\n") == []
+    assert pch.missing_names("a.cpp:3:1: error: name was not declared here\n") is None
 
 
 def test_errors_on_the_small_set_are_not_retried(features, shared_pch):

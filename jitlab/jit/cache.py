@@ -112,6 +112,14 @@ def verify_artifact(folder: Path, manifest: dict) -> str | None:
     return None
 
 
+def trusted_manifest(folder: Path) -> dict | None:
+    """The manifest of a complete entry whose artifact matches it, else ``None`` (make it again)."""
+    manifest = read_manifest(folder)
+    if manifest is None or verify_artifact(folder, manifest):
+        return None
+    return manifest
+
+
 #: Seconds between a waiting build's reports of whom it waits for.
 LOCK_REPORT_EVERY = 10.0
 _LOCK_POLL = 0.1  # seconds between tries of a held lock

@@ -22,7 +22,8 @@ from pathlib import Path
 from jitlab.errors import SnippetError
 from jitlab.jit import ctypes_map
 from jitlab.jit import split as split_mod
-from jitlab.jit.objects import Unit, includes_umbrella
+from jitlab.jit.objects import Unit
+from jitlab.jit.pch import includes_umbrella
 from jitlab.jit.parse import Function, SourceFile, line_directive
 from jitlab.jit.shims import shim_unit
 
@@ -296,7 +297,7 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         text = rename_module(f)
         owns_module = bool(f.pybind_module)
         headers = split_mod.header_texts(f, dirs)
-        # The smallest precompiled torch header set for its host code (jitlab.jit.objects.HEADERS).
+        # The smallest precompiled torch header set for its host code (jitlab.jit.pch.HEADERS).
         umbrella = any(includes_umbrella(h) for h in headers.values())
         if f.language == "cpp":
             units.append(Unit(f"{stem}.cpp", "cxx", CHECK_MACROS + with_line_directive(f, text), torch=True,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from jitlab.errors import ToolchainError
 from jitlab.jit import toolchain
-from jitlab.jit.objects import Flags, Object, Unit, UnitError, require_tool
+from jitlab.jit.objects import Flags, Object, Unit, UnitError
 from jitlab.jit.symbols import demangle, local_symbols
 
 
@@ -31,7 +31,7 @@ def link(objects: list[Object], name: str, folder: Path, flags: Flags) -> Path:
     Raises:
         UnitError: The link failed (its log says why).
     """
-    cxx = require_tool(toolchain.cxx_path(), "c++")
+    cxx = toolchain.require_tool(toolchain.cxx_path(), "c++")
     inputs, log = linkable(objects, folder)
     module = next((o for o in objects if o.unit.module), None)
     if module is not None:

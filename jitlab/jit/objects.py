@@ -8,21 +8,12 @@ from the objects (:mod:`jitlab.jit.linker`, about a tenth of a second)::
     build_cache/objects/square_matrix.device-3f9c0a1b2c4d5e6f/   unit text, .o, build.log, jitlab.json
     build_cache/pch/torch-host-9d1e.../jitlab_torch.h(.gch)       a precompiled torch header ($JITLAB_PCH_DIR)
 
-Torch's headers cost a host unit seconds even precompiled: GCC instantiates, in every unit, the
-templates that the headers' inline functions use. So there are three precompiled header sets, each
-made once per toolchain and flag set and used with ``-include``, and a unit gets the smallest that
-covers what it uses (:data:`HEADERS`):
-
-- ``host``: ``torch/types.h`` (tensors, ATen ops, factories, ``TORCH_CHECK``, ``AT_DISPATCH``) and,
-  for CUDA snippets, the CUDA runtime and torch's CUDA context and guard headers: host functions;
-- ``bind``: ``torch/types.h`` and torch's pybind11 casters: the binding unit, and C++ snippets;
-- ``full``: ``torch/extension.h``, what ``load_inline`` gives: everything else.
-
-A unit built on a smaller set has its own ``#include <torch/extension.h>`` lines blanked. If it then
-fails on a name the set may lack (an undeclared name, a missing member), it is compiled again on
-``full``, and the snippet's units start on ``full`` from then on: a smaller set makes a build faster,
-never different. Every cache entry is written the way :mod:`jitlab.jit.cache` writes builds: under a
-lock, manifest last, a corrupt entry rebuilt.
+Host units that use torch compile on a precompiled torch header set (:mod:`jitlab.jit.pch`): the
+smallest that covers what they use, with their own ``#include <torch/extension.h>`` lines blanked. A
+unit that fails on a name only a larger set declares is compiled again on ``full``, and the snippet's
+units start on ``full`` from then on: a smaller set makes a build faster, never different. Every cache
+entry is written the way :mod:`jitlab.jit.cache` writes builds: under a lock, manifest last, a corrupt
+entry rebuilt.
 """
 
 from __future__ import annotations
@@ -31,14 +22,12 @@ import concurrent.futures
 import os
 import re
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab import config, progress
-from jitlab.errors import ToolchainError
-from jitlab.jit import cache, diagnostics, toolchain
+from jitlab.jit import cache, diagnostics, pch, toolchain
 from jitlab.jit.parse import line_directive
 from jitlab.jit.symbols import instantiations, undefined_symbols
 
@@ -182,51 +171,38 @@ def _collect(futures: dict, done: dict[str, Object], sources: dict[str, str]) ->
                                         e.log, sources) from None
 
 
-# A compile error that a larger header set might fix: a name or member the smaller set does not declare.
-_MISSING = re.compile(r"not declared|not a member of|has not been declared|does not name a|not a namespace|"
-                      r"incomplete type|no matching function|is not a template|undeclared identifier|no member named|"
-                      r"no type named|not a class")
-_TORCH_UMBRELLAS = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|all|torch|python)\.h[>"][^\n]*$',
-                              re.MULTILINE)
-
-
 def _compile_host(unit: Unit, flags: Flags, stem: str, cuda: bool) -> Object:
     """A host unit's object, on the smallest precompiled header set that compiles it.
 
-    A unit that fails on its own set with an error a larger set might fix is compiled on ``full``;
-    the snippet's later builds of that unit start there (a hint in the object cache).
+    A unit that fails on its own set on a name only ``full`` declares is compiled on ``full``; the
+    snippet's later builds of that unit start there (a hint in the object cache). Other errors are
+    reported from its own set at once.
     """
     if not unit.torch:
         return _compile(unit, flags, stem, None)
     hint = _hint_path(stem, unit)
     if unit.headers != "full" and not hint.is_file():
         try:
-            return _compile(unit, flags, stem, precompiled_header(flags, cuda, unit.headers), headers=unit.headers)
+            return _compile(unit, flags, stem, pch.precompiled_header(flags, cuda, unit.headers), headers=unit.headers)
         except UnitError as e:
-            if not _MISSING.search(e.log):
+            if not pch.larger_set_may_fix(e.log, flags, cuda, unit.headers):
                 raise
-        obj = _compile(unit, flags, stem, precompiled_header(flags, cuda, "full"), headers="full")
+        obj = _compile(unit, flags, stem, pch.precompiled_header(flags, cuda, "full"), headers="full")
         hint.parent.mkdir(parents=True, exist_ok=True)
         hint.write_text(f"failed on the {unit.headers} headers, built on full\n")
         return obj
-    return _compile(unit, flags, stem, precompiled_header(flags, cuda, "full"), headers="full")
-
-
-def includes_umbrella(text: str) -> bool:
-    """Whether ``text`` includes ``torch/extension.h`` (or ``all.h``, ``torch.h``, ``python.h``): a local
-    header that does pulls all of torch into any unit, so the unit is built on ``full``."""
-    return _TORCH_UMBRELLAS.search(text) is not None
+    return _compile(unit, flags, stem, pch.precompiled_header(flags, cuda, "full"), headers="full")
 
 
 def _hint_path(stem: str, unit: Unit) -> Path:
     return objects_root() / "hints" / f"{_identifier(stem)}.{unit.name}.full"
 
 
-def _compile(unit: Unit, flags: Flags, stem: str, pch: Path | None, extra: str = "", headers: str = "") -> Object:
+def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: str = "", headers: str = "") -> Object:
     """One unit → its cached object; compiles only on a miss."""
     text = unit.text
     if headers and headers != "full":
-        text = _TORCH_UMBRELLAS.sub("", text)  # the set is precompiled; the umbrella would parse all of torch
+        text = pch.without_umbrellas(text)  # the set is precompiled; the umbrella would parse all of torch
     if extra:
         text = _with_instantiations(text, extra)
     if unit.compiler == "nvcc":
@@ -237,7 +213,7 @@ def _compile(unit: Unit, flags: Flags, stem: str, pch: Path | None, extra: str =
     # the snippet's include folders: leaving them out of its key shares it between folders.
     key_flags = cmd_flags if "#include" in text else [f for f in cmd_flags if f not in flags.includes]
     key = cache.build_key({"format": config.FORMAT_VERSION, "unit": unit.name, "text": text, "flags": key_flags,
-                           "pch": str(pch) if pch else "", "toolchain": flags.toolchain, "deps": unit.deps})
+                           "pch": str(header) if header else "", "toolchain": flags.toolchain, "deps": unit.deps})
     # The module name the unit's PYBIND11_MODULE gets: from its own key, never from the build's, so a
     # kernel edit (a new build name) reuses the host objects.
     extension = f"{_identifier(stem)}_{key[:12]}" if unit.torch else ""
@@ -245,14 +221,14 @@ def _compile(unit: Unit, flags: Flags, stem: str, pch: Path | None, extra: str =
     root = objects_root()
     folder = cache.entry_dir(name, root)
     t0 = time.perf_counter()
-    manifest = _trusted(folder)
+    manifest = cache.trusted_manifest(folder)
     if manifest is None:
         with cache.build_lock(name, root):
-            manifest = _trusted(folder)
+            manifest = cache.trusted_manifest(folder)
             if manifest is None:
                 cache.reset_dir(folder)
                 with progress.doing(f"compiling {unit.name}"):
-                    manifest = _run_compiler(unit, text, cmd_flags, folder, pch, extension)
+                    manifest = _run_compiler(unit, text, cmd_flags, folder, header, extension)
                 cache.write_manifest(folder, manifest)
                 return _object(unit, folder, manifest, False, time.perf_counter() - t0, headers)
     return _object(unit, folder, manifest, True, 0.0, headers)
@@ -264,22 +240,16 @@ def _object(unit: Unit, folder: Path, manifest: dict, cached: bool, seconds: flo
                   extension=manifest.get("extension", ""), undefined=manifest.get("undefined", []), headers=headers)
 
 
-def _trusted(folder: Path) -> dict | None:
-    manifest = cache.read_manifest(folder)
-    if manifest is None or cache.verify_artifact(folder, manifest):
-        return None
-    return manifest
-
-
-def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, pch: Path | None, extension: str) -> dict:
+def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, header: Path | None, extension: str) -> dict:
     src = folder / unit.name
     obj = folder / (unit.name + ".o")
     src.write_text(f"#define TORCH_EXTENSION_NAME {extension}\n{text}" if extension else text)
     if unit.compiler == "nvcc":
-        cmd = [require_tool(toolchain.nvcc_path(), "nvcc"), "-c", str(src), "-o", str(obj), *cmd_flags]
+        cmd = [toolchain.require_tool(toolchain.nvcc_path(), "nvcc"), "-c", str(src), "-o", str(obj), *cmd_flags]
     else:
-        include = ["-include", str(pch), "-Winvalid-pch"] if pch and unit.torch else []
-        cmd = [require_tool(toolchain.cxx_path(), "c++"), "-x", "c++", "-c", str(src), "-o", str(obj), *include, *cmd_flags]
+        include = ["-include", str(header), "-Winvalid-pch"] if header and unit.torch else []
+        cmd = [toolchain.require_tool(toolchain.cxx_path(), "c++"), "-x", "c++", "-c", str(src), "-o", str(obj),
+               *include, *cmd_flags]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
     log = " ".join(cmd) + "\n" + proc.stdout + proc.stderr
     (folder / "build.log").write_text(log)
@@ -289,89 +259,9 @@ def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, pch
             "extension": extension, "undefined": undefined_symbols(obj) if unit.compiler == "cxx" else []}
 
 
-def require_tool(path: str | None, name: str) -> str:
-    """``path``, the compiler found for ``name``, or a ToolchainError when there is none."""
-    if not path:
-        raise ToolchainError(f"{name} not found: run `jitlab` on a machine with the CUDA toolkit and a C++ compiler")
-    return path
-
-
 def _identifier(stem: str) -> str:
     safe = "".join(c if c.isalnum() else "_" for c in stem).strip("_") or "snippet"
     return "k" + safe if safe[0].isdigit() else safe
-
-
-# ---- the precompiled torch headers ----------------------------------------------------------------
-
-# The header sets, smallest first (see the module docstring). Measured on 2 cores with GCC 12, an empty
-# unit on each costs 3.5 s, 6 s and 9.5 s.
-HEADERS = ("host", "bind", "full")
-
-
-def pch_text(headers: str, cuda: bool, cuda_torch: bool) -> str:
-    """What a precompiled header set holds.
-
-    ``host`` and ``full`` add, for CUDA snippets, the CUDA runtime and, with a CUDA build of torch,
-    its context and guard headers (what torch-style CUDA host code includes); ``bind`` is the same
-    for every snippet.
-    """
-    if headers not in HEADERS:
-        raise ValueError(f"unknown header set {headers!r}: one of {', '.join(HEADERS)}")
-    if headers == "bind":
-        return ("#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n"
-                "#include <torch/csrc/Exceptions.h>\n")
-    text = "#include <torch/extension.h>\n" if headers == "full" else "#include <torch/types.h>\n"
-    if cuda:
-        text += "#include <cuda_runtime.h>\n"
-    if cuda and cuda_torch:
-        text += "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n"
-    return text
-
-
-def precompiled_header(flags: Flags, cuda: bool, headers: str = "full") -> Path:
-    """A precompiled torch header set for these host flags, made on first use (tens of seconds, once).
-
-    Returns:
-        The header to pass with ``-include``; its ``.gch`` lies beside it.
-    """
-    import torch
-
-    text = pch_text(headers, cuda, torch.version.cuda is not None)
-    # `bind` holds no CUDA header: one set for C++ and CUDA snippets (GCC does not check include folders).
-    cxx = [*flags.cxx, *(flags.cuda_include if cuda and headers != "bind" else ())]
-    tools = [t for t in flags.toolchain if headers != "bind" or t[0] not in ("nvcc", "torch_cuda")]
-    key = cache.build_key({"format": config.FORMAT_VERSION, "pch": text, "flags": cxx, "toolchain": tools})
-    name = f"torch-{headers}-{key}"
-    root = config.pch_dir()
-    folder = cache.entry_dir(name, root)
-    header = folder / "jitlab_torch.h"
-    if _trusted(folder) is not None:
-        return header
-
-    def waiting():
-        progress.say(f"jitlab: waiting for the precompiled torch header {name}, which another build is making ...",
-                     file=sys.stdout)
-
-    with cache.build_lock(name, root, on_wait=waiting):
-        if _trusted(folder) is not None:
-            return header
-        cache.reset_dir(folder)
-        header.write_text(text)
-        progress.say(f"jitlab: precompiling torch's headers for host code ({headers}: once per toolchain, "
-                     f"{'~1 min' if headers == 'full' else '~30 s'} on 2 cores) ...", file=sys.stdout)
-        t0 = time.perf_counter()
-        gch = folder / "jitlab_torch.h.gch"
-        cmd = [require_tool(toolchain.cxx_path(), "c++"), "-x", "c++-header", str(header), "-o", str(gch), *cxx]
-        with progress.doing(f"precompiling torch's headers ({headers})"):
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-        (folder / "build.log").write_text(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
-        if proc.returncode != 0:
-            raise ToolchainError(f"jitlab: precompiling torch's headers failed (log: {folder / 'build.log'}):\n"
-                                 f"{proc.stderr[-2000:]}")
-        cache.write_manifest(folder, {"artifact": gch.name, "size": gch.stat().st_size,
-                                      "sha256": cache.file_sha256(gch),
-                                      "seconds": round(time.perf_counter() - t0, 2)})
-    return header
 
 
 # ---- template instantiation ----------------------------------------------------------------------

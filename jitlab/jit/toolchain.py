@@ -80,6 +80,13 @@ def nvcc_version() -> str | None:
 
 
 @functools.cache
+def require_tool(path: str | None, name: str) -> str:
+    """``path``, the compiler found for ``name``, or a ToolchainError when there is none."""
+    if not path:
+        raise ToolchainError(f"{name} not found: run `jitlab` on a machine with the CUDA toolkit and a C++ compiler")
+    return path
+
+
 def cxx_path() -> str | None:
     """The host C++ compiler torch will use (``$CXX`` or ``c++``)."""
     return shutil.which(os.environ.get("CXX", "c++"))

@@ -1,0 +1,215 @@
+"""The precompiled torch header sets host units compile on, and the names each set declares.
+
+Torch's headers cost a host unit seconds even precompiled: GCC instantiates, in every unit, the
+templates that the headers' inline functions use. So there are three sets, each made once per
+toolchain and flag set in ``$JITLAB_PCH_DIR`` and used with ``-include``; a unit gets the smallest
+that covers what it uses (:data:`HEADERS`):
+
+- ``host``: ``torch/types.h`` (tensors, ATen ops, factories, ``TORCH_CHECK``, ``AT_DISPATCH``) and,
+  for CUDA snippets, the CUDA runtime and torch's CUDA context and guard headers: host functions;
+- ``bind``: ``torch/types.h`` and torch's pybind11 casters: the binding unit, and C++ snippets;
+- ``full``: ``torch/extension.h``, what ``load_inline`` gives: everything else.
+
+A unit that fails on a smaller set is compiled again on ``full`` only when the error names something
+``full`` declares and the smaller set does not (:func:`larger_set_may_fix`): ``torch::nn`` is retried,
+a misspelt variable is reported at once. That needs the names each set declares: the identifiers of
+its preprocessed text (``c++ -E -dD``, about a second), kept beside the precompiled headers::
+
+    build_cache/pch/torch-host-9d1e.../jitlab_torch.h(.gch)   a precompiled set
+    build_cache/pch/names-full-4b2c.../names.txt              the identifiers of a set, one per line
+
+Both are cache entries written the way :mod:`jitlab.jit.cache` writes builds: under a lock, manifest
+last, a corrupt one made again.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from jitlab import config, progress
+from jitlab.errors import ToolchainError
+from jitlab.jit import cache, toolchain
+
+if TYPE_CHECKING:
+    from jitlab.jit.objects import Flags
+
+# The header sets, smallest first. Measured on 2 cores with GCC 12, an empty unit on each costs 3.5 s,
+# 6 s and 9.5 s; making them ~30 s, ~45 s and ~55 s.
+HEADERS = ("host", "bind", "full")
+
+_TORCH_UMBRELLAS = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|all|torch|python)\.h[>"][^\n]*$',
+                              re.MULTILINE)
+
+
+def pch_text(headers: str, cuda: bool, cuda_torch: bool) -> str:
+    """What a header set holds.
+
+    ``host`` and ``full`` add, for CUDA snippets, the CUDA runtime and, with a CUDA build of torch,
+    its context and guard headers (what torch-style CUDA host code includes); ``bind`` is the same
+    for every snippet.
+    """
+    if headers not in HEADERS:
+        raise ValueError(f"unknown header set {headers!r}: one of {', '.join(HEADERS)}")
+    if headers == "bind":
+        return ("#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n"
+                "#include <torch/csrc/Exceptions.h>\n")
+    text = "#include <torch/extension.h>\n" if headers == "full" else "#include <torch/types.h>\n"
+    if cuda:
+        text += "#include <cuda_runtime.h>\n"
+    if cuda and cuda_torch:
+        text += "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n"
+    return text
+
+
+def includes_umbrella(text: str) -> bool:
+    """Whether ``text`` includes ``torch/extension.h`` (or ``all.h``, ``torch.h``, ``python.h``): a local
+    header that does pulls all of torch into any unit, so the unit is built on ``full``."""
+    return _TORCH_UMBRELLAS.search(text) is not None
+
+
+def without_umbrellas(text: str) -> str:
+    """``text`` with its umbrella includes blanked: on a smaller set they would parse all of torch."""
+    return _TORCH_UMBRELLAS.sub("", text)
+
+
+def precompiled_header(flags: Flags, cuda: bool, headers: str = "full") -> Path:
+    """A precompiled header set for these host flags, made on first use (tens of seconds, once).
+
+    Returns:
+        The header to pass with ``-include``; its ``.gch`` lies beside it.
+    """
+    text, cxx, name = _describe("torch", flags, cuda, headers)
+
+    def make(folder: Path) -> Path:
+        header = folder / "jitlab_torch.h"
+        header.write_text(text)
+        progress.say(f"jitlab: precompiling torch's headers for host code ({headers}: once per toolchain, "
+                     f"{'~1 min' if headers == 'full' else '~30 s'} on 2 cores) ...", file=sys.stdout)
+        gch = folder / "jitlab_torch.h.gch"
+        with progress.doing(f"precompiling torch's headers ({headers})"):
+            _run([toolchain.require_tool(toolchain.cxx_path(), "c++"), "-x", "c++-header", str(header),
+                  "-o", str(gch), *cxx], folder, "precompiling torch's headers")
+        return gch
+
+    return _made_once(name, make).with_name("jitlab_torch.h")
+
+
+def declared_names(flags: Flags, cuda: bool, headers: str) -> frozenset[str]:
+    """Every identifier in a header set's preprocessed text, macros' names included (about a second, once)."""
+    text, cxx, name = _describe("names", flags, cuda, headers)
+
+    def make(folder: Path) -> Path:
+        header = folder / "jitlab_torch.h"
+        header.write_text(text)
+        cmd = [toolchain.require_tool(toolchain.cxx_path(), "c++"), "-x", "c++", "-E", "-dD", str(header), *cxx]
+        out = _run(cmd, folder, "reading torch's headers")
+        names = folder / "names.txt"
+        names.write_text("\n".join(sorted(set(re.findall(r"[A-Za-z_]\w*", out)))) + "\n")
+        return names
+
+    return frozenset(_made_once(name, make).read_text().split())
+
+
+# A compile error that a larger header set might fix: a name or member the smaller set does not declare.
+_MISSING = re.compile(r"not declared|not a member of|has not been declared|does not name a|not a namespace|"
+                      r"incomplete type|no matching function|is not a template|undeclared identifier|no member named|"
+                      r"no type named|not a class")
+# GCC quotes with ‘…’ in a UTF-8 locale and '…' otherwise; clang with '…'.
+_QUOTED = re.compile(r"[‘'`]([^’'`\n]+)[’']")
+_ERROR = re.compile(r"\berror\b")
+_TORCH_NAMESPACES = {"torch", "at", "c10", "caffe2", "pybind11", "py"}
+
+
+def missing_names(log: str) -> list[tuple[str, str]] | None:
+    """``(qualifier, name)`` for each name a compile error says is missing (GCC's and clang's wordings):
+    ``[]`` when no error says so, ``None`` when one does but its name cannot be read."""
+    found: list[tuple[str, str]] = []
+    for line in log.splitlines():
+        line = line.split("; did you mean", 1)[0]  # a suggestion is a name the set has
+        if not _ERROR.search(line) or not _MISSING.search(line):
+            continue
+        quoted = _QUOTED.findall(line)
+        # The missing name follows these words (GCC: ‘class at::Tensor’ has no member named ‘numell’),
+        # else it is the first quoted one (‘nn’ is not a member of ‘torch’).
+        after = re.search(r"(?:named|for call to|incomplete type)\s*[‘'`]([^’'`\n]+)", line)
+        missing = after.group(1) if after else quoted[0] if quoted else None
+        if missing is None:
+            return None
+        *own, name = _unqualified(missing).split("::")
+        others = [_unqualified(q) for q in quoted if q != missing]
+        found.append(("::".join(own) or (others[0] if others else ""), name))
+    return found
+
+
+def _unqualified(quoted: str) -> str:
+    """``class torch::nn::Module`` → ``torch::nn::Module``; ``at::add(at::Tensor&)`` → ``at::add``."""
+    return re.split(r"[(<\s]", re.sub(r"^(?:class|struct|union|enum|namespace)\s+", "", quoted.strip()), 1)[0]
+
+
+def larger_set_may_fix(log: str, flags: Flags, cuda: bool, small: str) -> bool:
+    """Whether a unit that failed on the ``small`` set may compile on ``full``.
+
+    Yes when an error names something ``full`` declares that ``small`` does not (``torch::nn``), or a
+    name ``full`` declares inside torch's namespaces (``torch::jit::load``); no for names torch does not
+    declare at all (a misspelt variable or member), which ``full`` would report the same way a minute later.
+    When no missing name can be read from the errors, it tries.
+    """
+    if not _MISSING.search(log):
+        return False
+    missing = missing_names(log)
+    if missing is None:
+        return True
+    full, own = declared_names(flags, cuda, "full"), declared_names(flags, cuda, small)
+    return any(name in full and (name not in own or qualifier.split("::")[0] in _TORCH_NAMESPACES)
+               for qualifier, name in missing)
+
+
+def _describe(kind: str, flags: Flags, cuda: bool, headers: str) -> tuple[str, list[str], str]:
+    """A set's text, host flags and cache entry name (``<kind>-<headers>-<key>``)."""
+    import torch
+
+    text = pch_text(headers, cuda, torch.version.cuda is not None)
+    # `bind` holds no CUDA header: one set for C++ and CUDA snippets (GCC does not check include folders).
+    cxx = [*flags.cxx, *(flags.cuda_include if cuda and headers != "bind" else ())]
+    tools = [t for t in flags.toolchain if headers != "bind" or t[0] not in ("nvcc", "torch_cuda")]
+    key = cache.build_key({"format": config.FORMAT_VERSION, "pch": text, "flags": cxx, "toolchain": tools})
+    return text, cxx, f"{kind}-{headers}-{key}"
+
+
+def _made_once(name: str, make: Callable[[Path], Path]) -> Path:
+    """The artifact of the entry ``name`` in the pch folder: ``make(folder)`` writes it on a miss, under
+    the entry's lock, and the manifest is written last."""
+    root = config.pch_dir()
+    folder = cache.entry_dir(name, root)
+    manifest = cache.trusted_manifest(folder)
+    if manifest is not None:
+        return folder / manifest["artifact"]
+
+    def waiting():
+        progress.say(f"jitlab: waiting for {name}, which another build is making ...", file=sys.stdout)
+
+    with cache.build_lock(name, root, on_wait=waiting):
+        manifest = cache.trusted_manifest(folder)
+        if manifest is not None:
+            return folder / manifest["artifact"]
+        cache.reset_dir(folder)
+        t0 = time.perf_counter()
+        artifact = make(folder)
+        cache.write_manifest(folder, {"artifact": artifact.name, "size": artifact.stat().st_size,
+                                      "sha256": cache.file_sha256(artifact),
+                                      "seconds": round(time.perf_counter() - t0, 2)})
+    return artifact
+
+
+def _run(cmd: list[str], folder: Path, what: str) -> str:
+    """Run the host compiler for a set; its command and output go to the entry's build.log."""
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    (folder / "build.log").write_text(" ".join(cmd) + "\n" + proc.stderr)
+    if proc.returncode != 0:
+        raise ToolchainError(f"jitlab: {what} failed (log: {folder / 'build.log'}):\n{proc.stderr[-2000:]}")
+    return proc.stdout

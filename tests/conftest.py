@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -79,6 +80,27 @@ def shared_cache(tmp_path_factory) -> Path:
 def use_shared_cache(shared_cache, monkeypatch) -> Path:
     monkeypatch.setenv("JITLAB_CACHE_DIR", str(shared_cache))
     return shared_cache
+
+
+@pytest.fixture
+def jitlab_cli(monkeypatch, capfd):
+    """jitlab_cli("build", ..., cwd=folder) → what the `jitlab` command exits with and prints, as a
+    CompletedProcess. It runs ``jitlab.cli.main`` in this process (a new Python process spends ~2 s of
+    CPU importing torch); test_cli.py runs ``python -m jitlab`` as a process of its own too."""
+    from jitlab import cli
+
+    def _run(*args, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+        monkeypatch.chdir(cwd)
+        capfd.readouterr()
+        argv = [str(a) for a in args]
+        try:
+            code = cli.main(argv)
+        except SystemExit as e:  # argparse's usage errors
+            code = e.code
+        out, err = capfd.readouterr()
+        return subprocess.CompletedProcess(["jitlab", *argv], code, out, err)
+
+    return _run
 
 
 @pytest.fixture

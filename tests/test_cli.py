@@ -18,17 +18,36 @@ KERNELS = ROOT / "kernels"
 
 
 @pytest.fixture
-def jl(tmp_path):
-    """jl("build", ...) → the finished `python -m jitlab ...` process, with its own cache folder."""
+def jl(tmp_path, monkeypatch, jitlab_cli):
+    """jl("build", ...) → what `jitlab build ...` exits with and prints, run from the project's root
+    with its own cache folder (in this process: see conftest's jitlab_cli)."""
     cache = tmp_path / "cli_cache"
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(cache))
 
     def _run(*args: str) -> subprocess.CompletedProcess:
-        env = {**os.environ, "JITLAB_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
-        return subprocess.run([sys.executable, "-m", "jitlab", *map(str, args)], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=300)
+        return jitlab_cli(*args)
 
     _run.cache = cache
     return _run
+
+
+def jitlab_process(*args: str, cache: Path) -> subprocess.CompletedProcess:
+    """`python -m jitlab ...` as a process of its own."""
+    env = {**os.environ, "JITLAB_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "jitlab", *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_python_m_jitlab_is_the_command(tmp_path, write):
+    """`python -m jitlab` exits with main's code: 0 for a build, 1 for a compile error (file:line on
+    stderr), 2 for bad usage."""
+    good = jitlab_process("build", KERNELS / "add2_cpu.cpp", cache=tmp_path / "c")
+    assert good.returncode == 0 and "add2_cpu" in good.stdout, good.stderr
+    bad = write("broken.cpp", "void f(float* y) { y[0] = not_declared_here; }\n")
+    r = jitlab_process("build", bad, cache=tmp_path / "c")
+    assert r.returncode == 1 and "broken.cpp:1:" in r.stderr, r.stdout + r.stderr
+    r = jitlab_process("frobnicate", cache=tmp_path / "c")
+    assert r.returncode == 2 and "usage: jitlab" in r.stderr
 
 
 def build_dirs(cache: Path) -> list[Path]:

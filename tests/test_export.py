@@ -368,13 +368,13 @@ def test_files_are_readable_by_everyone_and_leave_no_temporaries(tmp_path):
 
 
 # ---- the command ------------------------------------------------------------------------------
-def jl(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "jitlab", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+@pytest.fixture
+def jl(jitlab_cli):
+    """jl("export", ..., cwd=folder) → `jitlab export ...` run in ``folder`` (in this process)."""
+    return jitlab_cli
 
 
-def test_cli_export_prints_the_folder_and_two_commands(tmp_path):
+def test_cli_export_prints_the_folder_and_two_commands(tmp_path, jl):
     """`jitlab export PATH` writes ./NAME_package and prints it with the install and import commands."""
     r = jl("export", KERNELS / "add2_cpu.cpp", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -386,7 +386,7 @@ def test_cli_export_prints_the_folder_and_two_commands(tmp_path):
     assert "  building it needs:  a C++ compiler and torch" in r.stdout
 
 
-def test_cli_export_of_a_cuda_snippet_says_it_needs_cuda(tmp_path):
+def test_cli_export_of_a_cuda_snippet_says_it_needs_cuda(tmp_path, jl):
     """`jitlab export kernels/add2.cu` says building needs nvcc and a CUDA torch, and on a CPU torch that this one is not."""
     r = jl("export", KERNELS / "add2.cu", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -396,7 +396,7 @@ def test_cli_export_of_a_cuda_snippet_says_it_needs_cuda(tmp_path):
         assert f"  missing here:       a CUDA build of torch: this torch ({torch.__version__}) is CPU-only" in r.stdout
 
 
-def test_cli_export_options_and_refusal(tmp_path):
+def test_cli_export_options_and_refusal(tmp_path, jl):
     """--out and --name are used; a second export into the same folder exits 1 naming --force; --force succeeds."""
     args = ["export", KERNELS / "square_matrix_cpu.cpp", "--out", tmp_path / "o", "--name", "sq"]
     assert jl(*args, cwd=tmp_path).returncode == 0
@@ -406,7 +406,7 @@ def test_cli_export_options_and_refusal(tmp_path):
     assert jl(*args, "--force", cwd=tmp_path).returncode == 0
 
 
-def test_cli_bad_name_exits_1(tmp_path):
+def test_cli_bad_name_exits_1(tmp_path, jl):
     """A bad --name exits 1 with the fix on stderr and writes nothing."""
     r = jl("export", KERNELS / "add2_cpu.cpp", "--name", "my-kernels", cwd=tmp_path)
     assert r.returncode == 1 and "--name my_kernels" in r.stderr
@@ -415,7 +415,7 @@ def test_cli_bad_name_exits_1(tmp_path):
 
 # ---- really building them -------------------------------------------------------------------------
 @pytest.mark.slow
-def test_torch_style_cpp_package_builds_installs_and_imports(tmp_path):
+def test_torch_style_cpp_package_builds_installs_and_imports(tmp_path, jl):
     """square_matrix_cpu.cpp and seed 004's hello (no #include at all) as one package: `jitlab export`, the pip
     command it prints (into a folder), import, call."""
     snippet = tmp_path / "cpp_ops"

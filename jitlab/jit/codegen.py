@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import ctypes_map
+from jitlab.jit import ctypes_map, pch
 from jitlab.jit import split as split_mod
 from jitlab.jit.objects import Unit
-from jitlab.jit.pch import includes_umbrella
 from jitlab.jit.parse import Function, SourceFile, line_directive
 from jitlab.jit.shims import shim_unit
 
@@ -298,7 +297,7 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         owns_module = bool(f.pybind_module)
         headers = split_mod.header_texts(f, dirs)
         # The smallest precompiled torch header set for its host code (jitlab.jit.pch.HEADERS).
-        umbrella = any(includes_umbrella(h) for h in headers.values())
+        umbrella = any(pch.includes_umbrella(h) for h in headers.values())
         if f.language == "cpp":
             units.append(Unit(f"{stem}.cpp", "cxx", CHECK_MACROS + with_line_directive(f, text), torch=True,
                               module=owns_module, headers="full" if umbrella else "bind", source=str(f.path)))

@@ -79,7 +79,6 @@ def nvcc_version() -> str | None:
     return m.group(1) if m else "unknown"
 
 
-@functools.cache
 def require_tool(path: str | None, name: str) -> str:
     """``path``, the compiler found for ``name``, or a ToolchainError when there is none."""
     if not path:
@@ -87,6 +86,7 @@ def require_tool(path: str | None, name: str) -> str:
     return path
 
 
+@functools.cache
 def cxx_path() -> str | None:
     """The host C++ compiler torch will use (``$CXX`` or ``c++``)."""
     return shutil.which(os.environ.get("CXX", "c++"))

@@ -113,7 +113,8 @@ def declared_names(flags: Flags, cuda: bool, headers: str) -> frozenset[str]:
         header = folder / "jitlab_torch.h"
         header.write_text(text)
         cmd = [toolchain.require_tool(toolchain.cxx_path(), "c++"), "-x", "c++", "-E", "-dD", str(header), *cxx]
-        out = _run(cmd, folder, "reading torch's headers")
+        with progress.doing(f"reading the names torch's headers declare ({headers})"):
+            out = _run(cmd, folder, "reading torch's headers")
         names = folder / "names.txt"
         names.write_text("\n".join(sorted(set(re.findall(r"[A-Za-z_]\w*", out)))) + "\n")
         return names

@@ -206,20 +206,22 @@ def test_names_outside_the_small_set_build_on_full(tmp_path, use_shared_cache):
 
 # GCC 12's and clang's wordings, as they print them (GCC quotes ‘…’ in a UTF-8 locale).
 MISSING = [
-    ("‘missing_tensor’ was not declared in this scope", ("", "missing_tensor"), False),
-    ("‘n’ was not declared in this scope", ("", "n"), False),
-    ("‘class at::Tensor’ has no member named ‘numell’; did you mean ‘numel’?", ("at::Tensor", "numell"), False),
-    ("‘empy_like’ is not a member of ‘torch’; did you mean ‘empty_like’?", ("torch", "empy_like"), False),
-    ("‘torch::nn’ has not been declared", ("torch", "nn"), True),
-    ("‘nn’ has not been declared", ("", "nn"), True),
-    ("‘load’ is not a member of ‘torch::jit’", ("torch::jit", "load"), True),
-    ("'py' has not been declared", ("", "py"), True),
-    ("no member named 'nn' in namespace 'torch'", ("torch", "nn"), True),
-    ("use of undeclared identifier 'missing_tensor'", ("", "missing_tensor"), False),
+    ("‘missing_tensor’ was not declared in this scope", ("", "missing_tensor", False), False),
+    ("‘n’ was not declared in this scope", ("", "n", False), False),
+    ("‘class at::Tensor’ has no member named ‘numell’; did you mean ‘numel’?", ("at::Tensor", "numell", False), False),
+    ("‘empy_like’ is not a member of ‘torch’; did you mean ‘empty_like’?", ("torch", "empy_like", False), False),
+    ("‘tourch’ has not been declared", ("", "tourch", True), False),
+    ("‘torch::nn’ has not been declared", ("torch", "nn", True), True),
+    ("‘nn’ has not been declared", ("", "nn", True), True),
+    ("‘load’ is not a member of ‘torch::jit’", ("torch::jit", "load", False), True),
+    ("‘py’ has not been declared", ("", "py", True), True),
+    ("‘THPVariable_Wrap’ was not declared in this scope", ("", "THPVariable_Wrap", False), True),
+    ("no member named 'nn' in namespace 'torch'", ("torch", "nn", False), True),
+    ("use of undeclared identifier 'missing_tensor'", ("", "missing_tensor", False), False),
 ]
 
 
-@pytest.mark.parametrize("message, missing, retried", MISSING, ids=[m[1][1] + ("-retried" if m[2] else "") for m in MISSING])
+@pytest.mark.parametrize("message, missing, retried", MISSING, ids=[f"{m[1][1]}-{'retried' if m[2] else 'reported'}" for m in MISSING])
 def test_only_names_torch_declares_are_retried_on_full(message, missing, retried, pristine):
     """A name the full set declares and the small one lacks (or one inside torch's namespaces) is worth
     a compile on torch/extension.h; a name torch does not declare at all is the user's typo. The name

@@ -11,8 +11,8 @@ that covers what it uses (:data:`HEADERS`):
 - ``full``: ``torch/extension.h``, what ``load_inline`` gives: everything else.
 
 A unit that fails on a smaller set is compiled again on ``full`` only when the error names something
-``full`` declares and the smaller set does not (:func:`larger_set_may_fix`): ``torch::nn`` is retried,
-a misspelt variable is reported at once. That needs the names each set declares: the identifiers of
+``full`` declares that the smaller one may lack (:func:`larger_set_may_fix`): ``torch::nn`` is
+retried, a misspelt variable is reported at once. That needs the names each set declares: the identifiers of
 its preprocessed text (``c++ -E -dD``, about a second), kept beside the precompiled headers::
 
     build_cache/pch/torch-host-9d1e.../jitlab_torch.h(.gch)   a precompiled set
@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 from jitlab import config, progress
 from jitlab.errors import ToolchainError
@@ -116,12 +116,14 @@ def declared_names(flags: Flags, cuda: bool, headers: str) -> frozenset[str]:
         with progress.doing(f"reading the names torch's headers declare ({headers})"):
             out = _run(cmd, folder, "reading torch's headers")
         names = folder / "names.txt"
-        names.write_text("\n".join(sorted(set(re.findall(r"[A-Za-z_]\w*", out)))) + "\n")
+        code = _LITERALS.sub(" ", out)  # "model.py" names nothing
+        names.write_text("\n".join(sorted(set(re.findall(r"[A-Za-z_]\w*", code)))) + "\n")
         return names
 
     return frozenset(_made_once(name, make).read_text().split())
 
 
+_LITERALS = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'')
 # A compile error that a larger header set might fix: a name or member the smaller set does not declare.
 _MISSING = re.compile(r"not declared|not a member of|has not been declared|does not name a|not a namespace|"
                       r"incomplete type|no matching function|is not a template|undeclared identifier|no member named|"
@@ -130,12 +132,22 @@ _MISSING = re.compile(r"not declared|not a member of|has not been declared|does 
 _QUOTED = re.compile(r"[‘'`]([^’'`\n]+)[’']")
 _ERROR = re.compile(r"\berror\b")
 _TORCH_NAMESPACES = {"torch", "at", "c10", "caffe2", "pybind11", "py"}
+# Wordings for a name used as a scope (``X::``).
+_AS_SCOPE = re.compile(r"has not been declared|is not a namespace|is not a class, namespace")
 
 
-def missing_names(log: str) -> list[tuple[str, str]] | None:
-    """``(qualifier, name)`` for each name a compile error says is missing (GCC's and clang's wordings):
-    ``[]`` when no error says so, ``None`` when one does but its name cannot be read."""
-    found: list[tuple[str, str]] = []
+class Missing(NamedTuple):
+    """A name a compile error says is missing."""
+
+    qualifier: str  #: what it was looked up in (``torch::jit``), or ``""``
+    name: str
+    scope: bool  #: used as a scope (``py::object``: "‘py’ has not been declared")
+
+
+def missing_names(log: str) -> list[Missing] | None:
+    """Each name a compile error says is missing (GCC's and clang's wordings): ``[]`` when no error
+    says so, ``None`` when one does but its name cannot be read."""
+    found: list[Missing] = []
     for line in log.splitlines():
         line = line.split("; did you mean", 1)[0]  # a suggestion is a name the set has
         if not _ERROR.search(line) or not _MISSING.search(line):
@@ -149,7 +161,7 @@ def missing_names(log: str) -> list[tuple[str, str]] | None:
             return None
         *own, name = _unqualified(missing).split("::")
         others = [_unqualified(q) for q in quoted if q != missing]
-        found.append(("::".join(own) or (others[0] if others else ""), name))
+        found.append(Missing("::".join(own) or (others[0] if others else ""), name, bool(_AS_SCOPE.search(line))))
     return found
 
 
@@ -161,10 +173,11 @@ def _unqualified(quoted: str) -> str:
 def larger_set_may_fix(log: str, flags: Flags, cuda: bool, small: str) -> bool:
     """Whether a unit that failed on the ``small`` set may compile on ``full``.
 
-    Yes when an error names something ``full`` declares that ``small`` does not (``torch::nn``), or a
-    name ``full`` declares inside torch's namespaces (``torch::jit::load``); no for names torch does not
-    declare at all (a misspelt variable or member), which ``full`` would report the same way a minute later.
-    When no missing name can be read from the errors, it tries.
+    Only names ``full`` declares can be fixed by it, and of those: a name the small set does not
+    declare (``THPVariable_Wrap``), one looked up in torch's namespaces (``torch::jit::load``), or
+    one used as a scope (``py::object``). A name torch does not declare (a misspelt variable or
+    member) or a local one the small set has too (``n``) is the user's to fix: ``full`` would report
+    it the same way, a minute later. When no missing name can be read from the errors, it tries.
     """
     if not _MISSING.search(log):
         return False
@@ -172,8 +185,8 @@ def larger_set_may_fix(log: str, flags: Flags, cuda: bool, small: str) -> bool:
     if missing is None:
         return True
     full, own = declared_names(flags, cuda, "full"), declared_names(flags, cuda, small)
-    return any(name in full and (name not in own or qualifier.split("::")[0] in _TORCH_NAMESPACES)
-               for qualifier, name in missing)
+    return any(m.name in full and (m.name not in own or m.scope or m.qualifier.split("::")[0] in _TORCH_NAMESPACES)
+               for m in missing)
 
 
 def _describe(kind: str, flags: Flags, cuda: bool, headers: str) -> tuple[str, list[str], str]:

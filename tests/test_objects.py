@@ -210,6 +210,7 @@ MISSING = [
     ("‘n’ was not declared in this scope", ("", "n", False), False),
     ("‘class at::Tensor’ has no member named ‘numell’; did you mean ‘numel’?", ("at::Tensor", "numell", False), False),
     ("‘empy_like’ is not a member of ‘torch’; did you mean ‘empty_like’?", ("torch", "empy_like", False), False),
+    ("variable ‘std::ifstream f’ has initializer but incomplete type", ("std", "ifstream", False), True),
     ("‘tourch’ has not been declared", ("", "tourch", True), False),
     ("‘torch::nn’ has not been declared", ("torch", "nn", True), True),
     ("‘nn’ has not been declared", ("", "nn", True), True),

@@ -131,7 +131,6 @@ _MISSING = re.compile(r"not declared|not a member of|has not been declared|does 
 # GCC quotes with ‘…’ in a UTF-8 locale and '…' otherwise; clang with '…'.
 _QUOTED = re.compile(r"[‘'`]([^’'`\n]+)[’']")
 _ERROR = re.compile(r"\berror\b")
-_TORCH_NAMESPACES = {"torch", "at", "c10", "caffe2", "pybind11", "py"}
 # Wordings for a name used as a scope (``X::``).
 _AS_SCOPE = re.compile(r"has not been declared|is not a namespace|is not a class, namespace")
 
@@ -174,10 +173,11 @@ def larger_set_may_fix(log: str, flags: Flags, cuda: bool, small: str) -> bool:
     """Whether a unit that failed on the ``small`` set may compile on ``full``.
 
     Only names ``full`` declares can be fixed by it, and of those: a name the small set does not
-    declare (``THPVariable_Wrap``), one looked up in torch's namespaces (``torch::jit::load``), or
-    one used as a scope (``py::object``). A name torch does not declare (a misspelt variable or
-    member) or a local one the small set has too (``n``) is the user's to fix: ``full`` would report
-    it the same way, a minute later. When no missing name can be read from the errors, it tries.
+    declare (``THPVariable_Wrap``), a qualified one (``torch::jit::load``, ``std::ifstream`` that the
+    small set only forward-declares), or one used as a scope (``py::object``). A name torch does not
+    declare (a misspelt variable or member), or a plain name the small set has too (``n``), is the
+    user's to fix: ``full`` would report it the same way, a minute later. When no missing name can be
+    read from the errors, it tries.
     """
     if not _MISSING.search(log):
         return False
@@ -185,8 +185,7 @@ def larger_set_may_fix(log: str, flags: Flags, cuda: bool, small: str) -> bool:
     if missing is None:
         return True
     full, own = declared_names(flags, cuda, "full"), declared_names(flags, cuda, small)
-    return any(m.name in full and (m.name not in own or m.scope or m.qualifier.split("::")[0] in _TORCH_NAMESPACES)
-               for m in missing)
+    return any(m.name in full and (m.name not in own or m.qualifier or m.scope) for m in missing)
 
 
 def _describe(kind: str, flags: Flags, cuda: bool, headers: str) -> tuple[str, list[str], str]:

@@ -134,6 +134,29 @@ def test_unreadable_manifest_is_a_miss(cache, write):
     assert not m2.build.cached and run_scale(m2).tolist()[1] == 2
 
 
+def test_entries_are_trusted_by_hash_or_by_size_where_asked(tmp_path, monkeypatch):
+    """An artifact changed in place is caught by its hash; a header-set entry made with content=False
+    (the precompiled headers: GCC validates those itself, and hashing 0.5 GB took ~0.5 s per host unit)
+    is trusted by its size, so a truncated one is still made again."""
+    from jitlab.jit import cache as jcache, pch
+
+    monkeypatch.setenv("JITLAB_PCH_DIR", str(tmp_path / "pch"))
+    made = []
+
+    def make(folder):
+        made.append(folder)
+        (folder / "a.gch").write_bytes(b"x" * 100)
+        return folder / "a.gch"
+
+    art = pch._made_once("torch-test-0", make, content=False)
+    art.write_bytes(b"y" * 100)  # same size, other bytes
+    assert pch._made_once("torch-test-0", make, content=False) == art and len(made) == 1
+    assert jcache.trusted_manifest(art.parent) is None  # by hash: not trusted
+    art.write_bytes(b"y" * 99)
+    assert pch._made_once("torch-test-0", make, content=False) == art and len(made) == 2
+    assert art.read_bytes() == b"x" * 100
+
+
 def test_concurrent_loads_build_once(cache, write):
     """Two processes loading the same new snippet at once: one builds, both get a correct module."""
     p = write("scale.cpp", scale_src("6.0f"))

@@ -100,22 +100,23 @@ def write_json(path: Path, data: dict) -> None:
         raise
 
 
-def verify_artifact(folder: Path, manifest: dict) -> str | None:
-    """Why the manifest's artifact cannot be trusted, or ``None`` if it matches its recorded hash."""
+def verify_artifact(folder: Path, manifest: dict, content: bool = True) -> str | None:
+    """Why the manifest's artifact cannot be trusted, or ``None`` if it matches its recorded size and
+    (with ``content``) hash."""
     art = folder / manifest.get("artifact", "")
     if not manifest.get("artifact") or not art.is_file():
         return f"{art.name or 'artifact'} is missing"
     if art.stat().st_size != manifest.get("size"):
         return f"{art.name} has {art.stat().st_size} bytes, expected {manifest.get('size')}"
-    if file_sha256(art) != manifest.get("sha256"):
+    if content and file_sha256(art) != manifest.get("sha256"):
         return f"{art.name} does not match its recorded hash"
     return None
 
 
-def trusted_manifest(folder: Path) -> dict | None:
+def trusted_manifest(folder: Path, content: bool = True) -> dict | None:
     """The manifest of a complete entry whose artifact matches it, else ``None`` (make it again)."""
     manifest = read_manifest(folder)
-    if manifest is None or verify_artifact(folder, manifest):
+    if manifest is None or verify_artifact(folder, manifest, content):
         return None
     return manifest
 

@@ -103,8 +103,8 @@ def precompiled_header(flags: Flags, cuda: bool, headers: str = "full") -> Path:
         return gch
 
     # Trusted by its size, not its hash: hashing 0.5-0.8 GB took ~0.5 s per host unit, cache hits
-    # included, and GCC checks a precompiled header itself (-Winvalid-pch: one it cannot use is read
-    # as the header text it was made from, slower, never wrong).
+    # included. A set cut short has another size; GCC checks the compiler and flags a set was made
+    # with itself (-Winvalid-pch: one it cannot use is read as the header text, slower, never wrong).
     return _made_once(name, make, content=False).with_name("jitlab_torch.h")
 
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: a fresh build cache per test, and a writer for snippet files."""
+"""Shared fixtures: a fresh build cache per test, a writer for snippet files, and the `jitlab` command
+run in process."""
 
 from __future__ import annotations
 

@@ -21,14 +21,9 @@ KERNELS = ROOT / "kernels"
 def jl(tmp_path, monkeypatch, jitlab_cli):
     """jl("build", ...) → what `jitlab build ...` exits with and prints, run from the project's root
     with its own cache folder (in this process: see conftest's jitlab_cli)."""
-    cache = tmp_path / "cli_cache"
-    monkeypatch.setenv("JITLAB_CACHE_DIR", str(cache))
-
-    def _run(*args: str) -> subprocess.CompletedProcess:
-        return jitlab_cli(*args)
-
-    _run.cache = cache
-    return _run
+    jitlab_cli.cache = tmp_path / "cli_cache"
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(jitlab_cli.cache))
+    return jitlab_cli
 
 
 def jitlab_process(*args: str, cache: Path) -> subprocess.CompletedProcess:

@@ -12,8 +12,8 @@ that covers what it uses (:data:`HEADERS`):
 
 A unit that fails on a smaller set is compiled again on ``full`` only when the error names something
 ``full`` declares that the smaller one may lack (:func:`larger_set_may_fix`): ``torch::nn`` is
-retried, a misspelt variable is reported at once. That needs the names each set declares: the identifiers of
-its preprocessed text (``c++ -E -dD``, about a second), kept beside the precompiled headers::
+retried, a misspelt variable is reported at once. That needs the names each set declares: the
+identifiers of its preprocessed text (``c++ -E -dD``, about 2 s), kept beside the precompiled headers::
 
     build_cache/pch/torch-host-9d1e.../jitlab_torch.h(.gch)   a precompiled set
     build_cache/pch/names-full-4b2c.../names.txt              the identifiers of a set, one per line
@@ -109,7 +109,7 @@ def precompiled_header(flags: Flags, cuda: bool, headers: str = "full") -> Path:
 
 
 def declared_names(flags: Flags, cuda: bool, headers: str) -> frozenset[str]:
-    """Every identifier in a header set's preprocessed text, macros' names included (about a second, once)."""
+    """Every identifier in a header set's preprocessed text, macros' names included (about 2 s, once)."""
     text, cxx, name = _describe("names", flags, cuda, headers)
 
     def make(folder: Path) -> Path:
@@ -126,6 +126,7 @@ def declared_names(flags: Flags, cuda: bool, headers: str) -> frozenset[str]:
     return frozenset(_made_once(name, make).read_text().split())
 
 
+# String and character literals: the words in them are not names.
 _LITERALS = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'')
 # A compile error that a larger header set might fix: a name or member the smaller set does not declare.
 _MISSING = re.compile(r"not declared|not a member of|has not been declared|does not name a|not a namespace|"

@@ -16,7 +16,7 @@ demo: $(VENV)/.ready
 ## test: the CPU test suite (what CI runs); GPU tests are deselected without a GPU. Installs Chromium
 ## for the browser test when this user may (scripts/setup-browser), otherwise says what to run.
 ## Tests run in TEST_WORKERS processes (pytest-xdist): part of the suite waits on compilers, browsers
-## and subprocesses, so 3 workers beat 2 on 2 cores (fresh clone here: 7 min 7 s to 8 min 4 s, see
+## and subprocesses, so 3 workers beat 2 on 2 cores (fresh clone here: 7 min 8 s to 8 min 20 s, see
 ## docs/benchmarks.md; 4 workers were slower, each a process more to start); builds are shared through one
 ## cache per run.
 TEST_WORKERS ?= 3

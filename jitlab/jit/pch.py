@@ -183,11 +183,11 @@ def larger_set_may_fix(log: str, flags: Flags, cuda: bool, small: str) -> bool:
     user's to fix: ``full`` would report it the same way, a minute later. When no missing name can be
     read from the errors, it tries.
     """
-    if not _MISSING.search(log):
-        return False
     missing = missing_names(log)
     if missing is None:
         return True
+    if not missing:  # no error names anything missing: the name sets are not read
+        return False
     full, own = declared_names(flags, cuda, "full"), declared_names(flags, cuda, small)
     return any(m.name in full and (m.name not in own or m.qualifier or m.scope) for m in missing)
 

@@ -67,6 +67,8 @@ def _fmt_ms(ms: float) -> str:
     return f"{ms * 1000:.2f} µs" if ms < 1 else f"{ms:.3f} ms"
 
 
+_clock = time.perf_counter  # seconds; the one clock of CPU timing and of every time budget (tests swap it)
+
 _flush_buffers: dict[int, torch.Tensor] = {}
 
 
@@ -87,13 +89,13 @@ def _repeat(one_round, *, rep_s: float, min_reps: int, max_reps: int, stable_rto
     (after ``min_reps``), the budget ``rep_s`` is spent, or ``max_reps`` is reached."""
     samples: list[float] = []
     last_median = None
-    t0 = time.perf_counter()
+    t0 = _clock()
     while len(samples) < max_reps:
         samples += one_round()
         med = statistics.median(samples)
         if len(samples) >= min_reps and last_median is not None and abs(med - last_median) <= stable_rtol * last_median:
             break
-        if time.perf_counter() - t0 > rep_s:
+        if _clock() - t0 > rep_s:
             break
         last_median = med
     return samples
@@ -102,8 +104,8 @@ def _repeat(one_round, *, rep_s: float, min_reps: int, max_reps: int, stable_rto
 def _warm_up(fn, warmup_s: float, sync=lambda: None) -> None:
     fn()
     sync()
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < warmup_s:
+    t0 = _clock()
+    while _clock() - t0 < warmup_s:
         fn()
         sync()
 
@@ -151,9 +153,9 @@ def time_cpu(fn, *, warmup_s: float = 0.02, rep_s: float = 0.2, min_reps: int = 
     def one_round() -> list[float]:
         out = []
         for _ in range(10):
-            s = time.perf_counter()
+            s = _clock()
             fn()
-            out.append((time.perf_counter() - s) * 1e3)
+            out.append((_clock() - s) * 1e3)
         return out
 
     samples = _repeat(one_round, rep_s=rep_s, min_reps=min_reps, max_reps=max_reps, stable_rtol=stable_rtol)
@@ -199,8 +201,13 @@ def ab(fn_a, fn_b, device: str = "cuda", rounds: int = 5, **kw) -> ABVerdict:
         ta.samples += ra.samples
         tb.samples += rb.samples
         ta.cache = tb.cache = ra.cache
-    la, lb = (Timing([math.log(x) for x in t.samples if x > 0]) for t in (ta, tb))
+    return ABVerdict(ab_verdict(ta, tb), ta, tb)
+
+
+def ab_verdict(a: Timing, b: Timing) -> str:
+    """B against A from their samples: ``"same"`` when the medians differ by less than the larger
+    interquartile range, both on a log scale; otherwise ``"faster"`` or ``"slower"``."""
+    la, lb = (Timing([math.log(x) for x in t.samples if x > 0]) for t in (a, b))
     noise = max(la.iqr, lb.iqr)
     diff = la.median - lb.median
-    verdict = "same" if abs(diff) <= noise else ("faster" if diff > 0 else "slower")
-    return ABVerdict(verdict, ta, tb)
+    return "same" if abs(diff) <= noise else ("faster" if diff > 0 else "slower")

@@ -159,8 +159,20 @@ def _export(args) -> int:
 def _clean(args) -> int:
     from jitlab.config import cache_dir
 
-    n = api.clean(older_than_days=args.older_than_days)
+    try:
+        done = api.clean(older_than_days=args.older_than_days, headers=args.headers)
+    except ValueError as e:
+        print(f"jitlab clean: {e}", file=sys.stderr)
+        return 2
+    n = done.removed
     print(f"removed {n} build folder{'s' if n != 1 else ''} from {cache_dir()}")
+    if done.busy:
+        print(f"left {done.busy} that another process is building")
+    if not args.headers and (cache_dir() / "pch").is_dir():
+        print(f"kept the precompiled torch headers in {cache_dir() / 'pch'} (`--headers` deletes them too)")
+    if done.left:
+        names = ", ".join(p.name for p in done.left[:8]) + (" …" if len(done.left) > 8 else "")
+        print(f"left {len(done.left)} item{'s' if len(done.left) != 1 else ''} jitlab did not make: {names}")
     return 0
 
 
@@ -232,7 +244,9 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--force", action="store_true", help="overwrite the package's files in a non-empty --out")
     e.set_defaults(func=_export)
     c = sub.add_parser("clean", help="delete cached builds")
-    c.add_argument("--older-than-days", type=float, default=None)
+    c.add_argument("--older-than-days", type=float, default=None, help="keep builds used in the last N days")
+    c.add_argument("--headers", action="store_true",
+                   help="also delete the precompiled torch headers (about a minute to make again, more on 2 cores)")
     c.set_defaults(func=_clean)
     for name, helptext in (("run", "build, check and time kernels against their torch references (default: kernels/)"),
                            ("demo", "the same as `run` over kernels/: every kernel against its torch reference")):

@@ -65,8 +65,21 @@ def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None,
     return _build(paths, options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug, engine))
 
 
-def clean(older_than_days: float | None = None) -> int:
-    """Delete cached builds (all, or those unused for ``older_than_days``); returns how many."""
+def clean(older_than_days: float | None = None, headers: bool = False):
+    """Delete the builds jitlab made in the cache (all, or those unused for ``older_than_days``).
+
+    Args:
+        older_than_days: Keep builds used more recently than this (0 or more).
+        headers: Also delete the precompiled torch headers (the next torch-style build makes them
+            again: about a minute, several on 2 cores).
+
+    Returns:
+        A :class:`jitlab.jit.cache.Cleaned`: ``removed``, ``busy`` (being built elsewhere) and ``left``
+        (files jitlab did not make: never deleted).
+
+    Raises:
+        ValueError: A negative age. CacheError: The cache cannot be written.
+    """
     from jitlab.jit.cache import clean as _clean
 
-    return _clean(older_than_s=None if older_than_days is None else older_than_days * 86400)
+    return _clean(older_than_s=None if older_than_days is None else older_than_days * 86400, headers=headers)

@@ -30,8 +30,10 @@ import os
 import shutil
 import socket
 import sys
+import re
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab import config
@@ -151,7 +153,7 @@ def build_lock(name: str, root: Path | None = None, on_wait=None, timeout: float
     path = root / f"{name}.lock"
     timeout = config.lock_timeout() if timeout is None else timeout  # a bad setting says so before a wait
     with writing(root):
-        root.mkdir(parents=True, exist_ok=True)
+        make_root(root)
         f = open(path, "a+")
     with f:
         if not _try_lock(f):
@@ -359,35 +361,113 @@ def reset_dir(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
 
 
+#: The Cache Directory Tagging Specification's tag (backup tools skip a tagged folder). jitlab writes it
+#: into a cache folder it creates; ``clean`` reads it as "unfinished builds here are jitlab's too".
+TAG = "CACHEDIR.TAG"
+TAG_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+            "# A jitlab build cache (https://bford.info/cachedir/): `jitlab clean` deletes only what jitlab made here.\n")
+#: A build folder's name: ``<snippet>_<key>``, ``<unit>-<key>`` (objects), ``<kind>-<set>-<key>`` (headers).
+_ENTRY_NAME = re.compile(r"^[\w.+-]+[_-][0-9a-f]{16}$")
+
+
+def make_root(root: Path) -> None:
+    """Create the cache folder ``root`` if it is missing; one jitlab creates carries the cache tag."""
+    if root.is_dir():
+        return
+    root.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        fd = os.open(root / TAG, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(TAG_TEXT)
+
+
+def is_tagged(root: Path) -> bool:
+    """Whether ``root`` carries jitlab's cache tag (a folder jitlab created as a cache)."""
+    try:
+        return (root / TAG).read_text().startswith(TAG_TEXT.splitlines()[0])
+    except OSError:
+        return False
+
+
+def made_by_jitlab(folder: Path, tagged: bool) -> bool:
+    """Whether ``folder`` is a build jitlab made: it has a jitlab manifest (any format version), or it
+    is named like an entry and sits in a tagged cache or beside its lock file (an unfinished build)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    try:
+        data = json.loads((folder / MANIFEST).read_text())
+        if isinstance(data, dict) and "format" in data and "artifact" in data:
+            return True
+    except (OSError, ValueError):
+        pass
+    return bool(_ENTRY_NAME.match(folder.name)) and (tagged or (folder.parent / f"{folder.name}.lock").is_file())
+
+
 def entries(root: Path | None = None) -> list[tuple[Path, dict | None]]:
-    """Every build folder with its manifest (``None`` if unfinished), newest first."""
+    """Every build folder jitlab made in ``root`` with its manifest (``None`` if unfinished), newest first."""
     root = root or config.cache_dir()
     if not root.is_dir():
         return []
+    tagged = is_tagged(root)
     found = [(p, read_manifest(p)) for p in root.iterdir()
-             if p.is_dir() and not p.name.startswith(".") and p.name not in SUBCACHES]
+             if p.name not in SUBCACHES and made_by_jitlab(p, tagged)]
     return sorted(found, key=lambda e: e[0].stat().st_mtime, reverse=True)
 
 
-def clean(root: Path | None = None, older_than_s: float | None = None) -> int:
-    """Delete build folders (all, or those not used for ``older_than_s``); returns how many.
+@dataclass
+class Cleaned:
+    """What :func:`clean` did.
 
-    The object and precompiled-header caches inside it are cleaned by the same rule. Folders being
-    built by another process (lock held) are left alone.
+    Attributes:
+        removed: How many build folders were deleted.
+        busy: Builds left because another process is building them.
+        left: Files and folders in the cache that jitlab did not make: never deleted, listed.
     """
+
+    removed: int = 0
+    busy: int = 0
+    left: list[Path] = field(default_factory=list)
+
+
+def clean(root: Path | None = None, older_than_s: float | None = None, headers: bool = False) -> Cleaned:
+    """Delete the builds jitlab made in ``root`` (all, or those not used for ``older_than_s`` seconds).
+
+    Only folders :func:`made_by_jitlab` are deleted, with their lock files; anything else in the folder
+    (a user's files, where ``JITLAB_CACHE_DIR`` points at the wrong folder) is left and listed. The
+    object cache inside is cleaned by the same rule; the precompiled torch headers (minutes to make
+    again) only with ``headers=True``. Builds whose lock another process holds are left alone.
+
+    Raises:
+        ValueError: ``older_than_s`` is negative.
+        CacheError: The cache cannot be written (read-only, not this user's).
+    """
+    if older_than_s is not None and not older_than_s >= 0:
+        raise ValueError(f"older than {older_than_s} s: an age is 0 or more (0 deletes every build)")
     root = root or config.cache_dir()
-    removed = sum(clean(root / sub, older_than_s) for sub in SUBCACHES if (root / sub).is_dir())
+    done = Cleaned()
+    if not root.is_dir():
+        return done
+    for sub in SUBCACHES:
+        if (root / sub).is_dir() and (sub != "pch" or headers):
+            inner = clean(root / sub, older_than_s)
+            done.removed, done.busy = done.removed + inner.removed, done.busy + inner.busy
+    builds = entries(root)
     now = time.time()
-    for folder, _ in entries(root):
-        if older_than_s is not None and now - folder.stat().st_mtime < older_than_s:
-            continue
-        lock = root / f"{folder.name}.lock"
-        with open(lock, "a+") as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+    with writing(root):
+        for folder, _ in builds:
+            if older_than_s is not None and now - folder.stat().st_mtime < older_than_s:
                 continue
-            shutil.rmtree(folder, ignore_errors=True)
-            removed += 1
-        lock.unlink(missing_ok=True)
-    return removed
+            lock = root / f"{folder.name}.lock"
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "r+") as f:
+                if not _try_lock(f):
+                    done.busy += 1
+                    continue
+                shutil.rmtree(folder)
+                done.removed += 1
+            lock.unlink(missing_ok=True)
+    tagged = is_tagged(root)
+    done.left = sorted(p for p in root.iterdir()
+                       if p.name not in (*SUBCACHES, TAG, "README.md") and not p.name.startswith(".")
+                       and not made_by_jitlab(p, tagged) and not (p.suffix == ".lock" and _ENTRY_NAME.match(p.stem)))
+    return done

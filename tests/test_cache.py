@@ -1,0 +1,131 @@
+"""The cache folder's housekeeping: `clean` deletes only what jitlab made (CPU)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import jitlab
+from jitlab.jit import cache
+
+
+def fake_build(root, name: str, manifest: bool = True):
+    """A build folder as jitlab leaves one: an artifact and (when complete) the manifest."""
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "x.so").write_bytes(b"\0" * 8)
+    if manifest:
+        cache.write_manifest(folder, {"artifact": "x.so", "size": 8})
+    return folder
+
+
+def user_files(root):
+    """Files a user keeps in the folder their JITLAB_CACHE_DIR wrongly points at."""
+    (root / "thesis.tex").write_text("\\chapter{1}")
+    (root / "src").mkdir()
+    (root / "src" / "main.c").write_text("int main() {}")
+    (root / "notes_0123456789abcdef").mkdir()  # named like a build, but no manifest and no jitlab tag
+    (root / "notes_0123456789abcdef" / "todo.txt").write_text("keep me")
+
+
+def test_clean_keeps_a_users_files_in_the_cache_folder(tmp_path, monkeypatch, write):
+    """A real build is removed; the user's files beside it survive and are listed."""
+    docs = tmp_path / "Documents"
+    docs.mkdir()
+    user_files(docs)
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(docs))
+    snippet = write("twice.cpp", "void twice(float* y, const float* x, int n) { for (int i = 0; i < n; ++i) y[i] = 2 * x[i]; }")
+    b = jitlab.build(snippet)
+    assert b.folder.parent == docs and b.folder.is_dir()
+    done = jitlab.clean()
+    assert done.removed >= 1 and not b.folder.exists()
+    assert (docs / "thesis.tex").read_text() == "\\chapter{1}" and (docs / "src" / "main.c").is_file()
+    assert (docs / "notes_0123456789abcdef" / "todo.txt").read_text() == "keep me"
+    assert {p.name for p in done.left} >= {"thesis.tex", "src", "notes_0123456789abcdef"}
+
+
+def test_clean_through_a_symlinked_cache_keeps_user_files(tmp_path, monkeypatch):
+    """JITLAB_CACHE_DIR as a link to a folder of user files: builds go, the user's files stay."""
+    real = tmp_path / "projects"
+    real.mkdir()
+    user_files(real)
+    build = fake_build(real, "k_0123456789abcdef")
+    link = tmp_path / "cache_link"
+    link.symlink_to(real)
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(link))
+    done = jitlab.clean(older_than_days=0)
+    assert done.removed == 1 and not build.exists()
+    assert (real / "src" / "main.c").is_file() and (real / "notes_0123456789abcdef").is_dir()
+
+
+def test_a_cache_jitlab_creates_is_tagged_and_its_unfinished_builds_are_cleaned(tmp_path, monkeypatch):
+    """A cache folder jitlab creates carries CACHEDIR.TAG; there an unfinished build (no manifest) is jitlab's."""
+    root = tmp_path / "new_cache"
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(root))
+    with cache.build_lock("k_0123456789abcdef"):
+        pass
+    assert cache.is_tagged(root)
+    unfinished = fake_build(root, "k_fedcba9876543210", manifest=False)
+    assert jitlab.clean().removed == 1 and not unfinished.exists()
+
+
+def test_clean_keeps_precompiled_headers_unless_asked(cache):
+    """The precompiled torch headers (minutes to make) survive `clean`; headers=True removes them."""
+    fake_build(cache, "k_0123456789abcdef")
+    gch = fake_build(cache / "pch", "torch-host-0123456789abcdef")
+    assert jitlab.clean().removed == 1 and gch.is_dir()
+    assert jitlab.clean(headers=True).removed == 1 and not gch.exists()
+
+
+def test_clean_leaves_a_build_in_progress(cache):
+    """A build whose lock another holder has is left and counted as busy."""
+    build = fake_build(cache, "k_0123456789abcdef")
+    with cache_lock_held(cache, "k_0123456789abcdef"):
+        done = jitlab.clean()
+    assert done.removed == 0 and done.busy == 1 and build.is_dir()
+
+
+def test_older_than_keeps_recent_builds(cache):
+    """--older-than-days keeps a build used since then."""
+    old, new = fake_build(cache, "a_0123456789abcdef"), fake_build(cache, "b_0123456789abcdef")
+    past = time.time() - 3 * 86400
+    os.utime(old, (past, past))
+    assert jitlab.clean(older_than_days=1).removed == 1 and new.is_dir() and not old.exists()
+
+
+def test_negative_age_is_refused(cache, jitlab_cli):
+    """A negative age would delete everything: refused, by the function and by the command."""
+    build = fake_build(cache, "k_0123456789abcdef")
+    with pytest.raises(ValueError, match="0 or more"):
+        jitlab.clean(older_than_days=-1)
+    r = jitlab_cli("clean", "--older-than-days", "-1")
+    assert r.returncode == 2 and "0 or more" in r.stderr and build.is_dir()
+
+
+def test_clean_command_lists_what_it_left(cache, jitlab_cli):
+    """`jitlab clean` says what it removed, that it kept the headers, and what it did not make."""
+    fake_build(cache, "k_0123456789abcdef")
+    fake_build(cache / "pch", "torch-host-0123456789abcdef")
+    (cache / "mine.txt").write_text("x")
+    r = jitlab_cli("clean")
+    assert r.returncode == 0, r.stderr
+    assert "removed 1 build folder " in r.stdout and "kept the precompiled torch headers" in r.stdout
+    assert "left 1 item jitlab did not make: mine.txt" in r.stdout
+
+
+class cache_lock_held:
+    """Hold a build's lock the way another process's build does (a second open file description)."""
+
+    def __init__(self, root, name):
+        self.path = root / f"{name}.lock"
+
+    def __enter__(self):
+        import fcntl
+
+        self.f = open(self.path, "a+")
+        fcntl.flock(self.f, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc):
+        self.f.close()

@@ -129,3 +129,72 @@ class cache_lock_held:
 
     def __exit__(self, *exc):
         self.f.close()
+
+
+# ---- what reaches the compiler ----------------------------------------------------------------
+def test_no_shell_command_in_a_define_or_flag_runs(cache, write, tmp_path):
+    """A define or flag holding `; touch FILE` is one argument to the compiler, never a shell command."""
+    snippet = write("fill.cpp", "void fill(float* y, int n) { for (int i = 0; i < n; ++i) y[i] = V; }")
+    planted = [tmp_path / "pwned1", tmp_path / "pwned2", tmp_path / "pwned3"]
+    for attempt in ({"defines": {"V": f"1; touch {planted[0]}; echo"}},
+                    {"defines": {"V": "`touch " + str(planted[1]) + "`"}},
+                    {"defines": {"V": 2}, "cflags": [f"-O1;touch {planted[2]}"]}):
+        with pytest.raises(jitlab.JitlabError):
+            jitlab.load(snippet, **attempt)
+    assert not any(p.exists() for p in planted)
+
+
+def test_a_define_with_spaces_and_quotes_is_one_macro(cache, write):
+    """A value with spaces and quotes reaches the code as written (one macro, no shell word-splitting)."""
+    import torch
+
+    snippet = write("fill2.cpp", """
+        #include <cstring>
+        void fill2(float* y, int n) { for (int i = 0; i < n; ++i) y[i] = std::strlen(WORD) + V; }
+    """)
+    m = jitlab.load(snippet, defines={"WORD": '"a b c"', "V": "(1 + 1)"})
+    y = torch.zeros(3)
+    m.fill2(y, 3)
+    assert y.tolist() == [7.0, 7.0, 7.0]
+
+
+def test_bool_defines_are_1_and_0(cache, write):
+    """defines={'ON': True} is -DON=1, so `#if ON` is true; False is 0."""
+    import torch
+
+    snippet = write("flag.cpp", """
+        void flag(float* y) {
+        #if ON && !OFF
+            y[0] = 1;
+        #else
+            y[0] = -1;
+        #endif
+        }
+    """)
+    y = torch.zeros(1)
+    jitlab.load(snippet, defines={"ON": True, "OFF": False}).flag(y)
+    assert y.item() == 1.0
+
+
+@pytest.mark.parametrize("defines, said", [({"2FAST": 1}, "C identifier"), ({"A B": 1}, "C identifier"),
+                                           ({"X": "1\n#include <evil>"}, "one line")])
+def test_bad_defines_are_refused_before_any_build(cache, write, defines, said):
+    """A macro name that is not an identifier, or a value with a line break, is refused with the fix."""
+    snippet = write("d.cpp", "void d(float* y) { y[0] = 1; }")
+    with pytest.raises(jitlab.SnippetError, match=said):
+        jitlab.build(snippet, defines=defines)
+    assert not cache.exists() or not any(cache.iterdir())
+
+
+def test_arch_may_be_a_number(cache, write):
+    """arch=90 and arch=[75, 90] are sm_90 and sm_75, sm_90 (no TypeError from inside)."""
+    snippet = write("a.cu", "__global__ void ones(float* y) { y[threadIdx.x] = 1; }")
+    assert jitlab.build(snippet, arch=90, compile_only=True, engine="nvcc").archs == ["sm_90"]
+    assert jitlab.build(snippet, arch=[75, 90], compile_only=True, engine="nvcc").archs == ["sm_75", "sm_90"]
+
+
+@pytest.mark.parametrize("name", ["a", "e", "stream", "smem", "gx", "out", "a0"])
+def test_kernel_names_never_clash_with_the_generated_shims(cache, write, name):
+    """A kernel named like a shim's own variables (a, e, stream, …) compiles: the shim's names are prefixed."""
+    snippet = write(f"{name}.cu", f"__global__ void {name}(float* y) {{ y[threadIdx.x] = 1; }}")
+    assert jitlab.build(snippet, arch="sm_75", compile_only=True, engine="nvcc").resources[name]["sm_75"]

@@ -23,7 +23,7 @@ def test_kernel_only_plan_has_no_torch_header():
     text = "\n".join(p.cuda_sources + p.cpp_sources)
     assert "#include <torch" not in text and "torch::" not in text
     assert 'extern "C" int jitlab_launch_saxpy(' in text
-    assert "saxpy<<<dim3(gx, gy, gz), dim3(bx, by, bz), smem, (cudaStream_t)stream>>>" in text
+    assert "saxpy<<<dim3(jitlab_gx, jitlab_gy, jitlab_gz), dim3(jitlab_bx, jitlab_by, jitlab_bz), jitlab_smem, (cudaStream_t)jitlab_stream>>>" in text
 
 
 def test_user_code_follows_a_line_directive():
@@ -103,7 +103,7 @@ def test_kernel_mode_refuses_torch(write):
 def test_half_scalar_crosses_as_bits():
     """A __half scalar is passed as its 16-bit pattern and reinterpreted in the shim."""
     p = plan_of(KERNELS / "scale_half.cu")
-    assert "*reinterpret_cast<const __half*>(&a2)" in "".join(p.cuda_sources)
+    assert "*reinterpret_cast<const __half*>(&jitlab_arg2)" in "".join(p.cuda_sources)
 
 
 def test_duplicate_names_across_files(write):

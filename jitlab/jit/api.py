@@ -7,13 +7,14 @@ import them from here, never from the package root.
 from __future__ import annotations
 
 from jitlab.jit.builder import Build
-from jitlab.jit.flags import Options
+from jitlab.jit.flags import Options, normalize_defines
 
 
 def options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug=False, engine="auto") -> Options:
-    if isinstance(arch, str):
-        arch = [a for a in arch.split(",") if a.strip()]
-    return Options(mode=mode, arch=list(arch) if arch else None, defines=dict(defines or {}),
+    if isinstance(arch, (str, int, float)):  # "sm_75,sm_90", or arch=90
+        arch = [a for a in str(arch).split(",") if a.strip()]
+    arch = [str(a) for a in arch or ()]  # toolchain.normalize_arch reads 90, "9.0", "sm_90"
+    return Options(mode=mode, arch=arch or None, defines=normalize_defines(defines),
                    cflags=list(cflags or ()), cuda_cflags=list(cuda_cflags or ()),
                    ldflags=list(ldflags or ()), compile_only=compile_only, debug=debug, engine=engine)
 

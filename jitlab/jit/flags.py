@@ -9,9 +9,11 @@ compiles: these are command lines.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jitlab.errors import SnippetError
 from jitlab.jit import codegen, objects, toolchain
 
 
@@ -41,6 +43,32 @@ class Options:
     compile_only: bool = False
     debug: bool = False
     engine: str = "auto"
+
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def normalize_defines(defines) -> dict[str, str | None]:
+    """The user's macros as the compilers get them: names checked, ``True``/``False`` as ``1``/``0``.
+
+    ``{"USE_FAST": True}`` would otherwise compile ``-DUSE_FAST=True``, which ``#if`` reads as 0.
+
+    Raises:
+        SnippetError: A name that is not a C identifier, or a value with a line break (neither can be
+            passed to a compiler as one macro).
+    """
+    out: dict[str, str | None] = {}
+    for name, value in dict(defines or {}).items():
+        if not isinstance(name, str) or not _IDENTIFIER.match(name):
+            raise SnippetError(f"define {name!r}: a macro name is a C identifier (letters, digits, `_`, "
+                               f"not starting with a digit), e.g. defines={{'BLOCK': 256}}")
+        if isinstance(value, bool):
+            value = int(value)
+        if value is not None and ("\n" in str(value) or "\r" in str(value)):
+            raise SnippetError(f"define {name}={value!r}: a macro's value is one line; put longer code in the "
+                               f"snippet or a header")
+        out[name] = None if value is None else str(value)
+    return out
 
 
 #: What ``Options.engine`` may be.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 import stat
 import subprocess
 import tempfile
@@ -40,9 +41,9 @@ def load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], o
                 cpp_sources=plan.cpp_sources,
                 cuda_sources=plan.cuda_sources or None,
                 functions=plan.functions,
-                extra_cflags=cflags,
-                extra_cuda_cflags=cuda_cflags if plan.cuda else None,
-                extra_ldflags=[*toolchain.runtime_ldflags(), *opts.ldflags],
+                extra_cflags=_for_ninja(cflags),
+                extra_cuda_cflags=_for_ninja(cuda_cflags) if plan.cuda else None,
+                extra_ldflags=_for_ninja([*toolchain.runtime_ldflags(), *opts.ldflags]),
                 extra_include_paths=[_ninja_escape(d) for d in plan.include_dirs],
                 build_directory=str(_ninja_folder(folder)),
                 verbose=True,
@@ -64,6 +65,12 @@ def load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], o
     so = folder / f"{name}.so"
     return {"artifact": so.name, "size": so.stat().st_size, "sha256": cache.file_sha256(so),
             "resources": parse_resource_usage(log), "compile_only": False}
+
+
+def _for_ninja(flags: list[str]) -> list[str]:
+    """Flags as ``build.ninja`` must hold them: torch writes them unquoted into commands that ninja runs
+    through ``/bin/sh -c``, so each is quoted for the shell (a define's ``;`` or backtick stays text)."""
+    return [_ninja_escape(shlex.quote(f)) for f in flags]
 
 
 def _ninja_escape(flag: str) -> str:

@@ -45,10 +45,13 @@ def _runtime_helpers(cuda: bool, prefix: str = "jitlab_") -> str:
 
 
 def _shim_params(fn: Function) -> tuple[list[str], list[str]]:
-    """Shim parameter declarations and the argument expressions that pass them on."""
+    """Shim parameter declarations and the argument expressions that pass them on.
+
+    Every name a shim declares starts with ``jitlab_``: a kernel or function named ``a``, ``e`` or
+    ``stream`` must not be shadowed inside its own shim."""
     decls, args = [], []
     for i, p in enumerate(fn.params):
-        name = f"a{i}"
+        name = f"jitlab_arg{i}"
         if p.pointer:
             decls.append(f"void* {name}")
             const = "const " if p.const else ""
@@ -65,17 +68,16 @@ def _shim_params(fn: Function) -> tuple[list[str], list[str]]:
 def launch_prototype(fn: Function) -> str:
     """The ``extern "C"`` signature (no semicolon) of a kernel's launch shim: what another unit declares to call it."""
     decls, _ = _shim_params(fn)
-    head = ["unsigned gx", "unsigned gy", "unsigned gz", "unsigned bx", "unsigned by", "unsigned bz",
-            "unsigned smem", "void* stream"]
+    head = [f"unsigned jitlab_{v}" for v in ("gx", "gy", "gz", "bx", "by", "bz", "smem")] + ["void* jitlab_stream"]
     return f'extern "C" int jitlab_launch_{fn.name}({", ".join(head + decls)})'
 
 
 def call_prototype(fn: Function) -> str:
-    """The ``extern "C"`` signature (no semicolon) of a host function's call shim; a result comes back through ``ret``."""
+    """The ``extern "C"`` signature (no semicolon) of a host function's call shim; a result comes back through ``jitlab_ret``."""
     decls, _ = _shim_params(fn)
     returns = fn.returns.strip()
     if returns != "void":
-        decls = [f"{returns}* ret"] + decls
+        decls = [f"{returns}* jitlab_ret"] + decls
     return f'extern "C" int jitlab_call_{fn.name}({", ".join(decls)})'
 
 
@@ -86,19 +88,22 @@ def launch_shim(fn: Function) -> str:
         f"{launch_prototype(fn)} {{\n"
         # Past 48 KB of dynamic shared memory a kernel must opt in (CUDA's rule); a size past the
         # GPU's limit fails here and the launch error names the configuration.
-        f"  if (smem > 48u * 1024u) {{\n"
-        f"    cudaError_t e = cudaFuncSetAttribute((const void*){fn.qualname}, "
-        f"cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);\n"
-        f"    if (e != cudaSuccess) {{ (void)cudaGetLastError(); return (int)e; }}  // not left pending for torch\n"
+        f"  if (jitlab_smem > 48u * 1024u) {{\n"
+        f"    cudaError_t jitlab_e = cudaFuncSetAttribute((const void*){fn.qualname}, "
+        f"cudaFuncAttributeMaxDynamicSharedMemorySize, (int)jitlab_smem);\n"
+        f"    if (jitlab_e != cudaSuccess) {{ (void)cudaGetLastError(); return (int)jitlab_e; }}  // not left pending for torch\n"
         f"  }}\n"
-        f"  {fn.qualname}<<<dim3(gx, gy, gz), dim3(bx, by, bz), smem, (cudaStream_t)stream>>>({', '.join(args)});\n"
+        f"  {fn.qualname}<<<dim3(jitlab_gx, jitlab_gy, jitlab_gz), dim3(jitlab_bx, jitlab_by, jitlab_bz), jitlab_smem, "
+        f"(cudaStream_t)jitlab_stream>>>({', '.join(args)});\n"
         f"  return (int)cudaGetLastError();\n"
         f"}}\n"
-        f'extern "C" int jitlab_attributes_{fn.name}(int* out) {{\n'
-        f"  cudaFuncAttributes a; cudaError_t e = cudaFuncGetAttributes(&a, (const void*){fn.qualname});\n"
-        f"  out[0] = a.numRegs; out[1] = (int)a.sharedSizeBytes; out[2] = (int)a.localSizeBytes;\n"
-        f"  out[3] = (int)a.constSizeBytes; out[4] = a.maxThreadsPerBlock; out[5] = a.binaryVersion;\n"
-        f"  return (int)e;\n"
+        f'extern "C" int jitlab_attributes_{fn.name}(int* jitlab_out) {{\n'
+        f"  cudaFuncAttributes jitlab_a;\n"
+        f"  cudaError_t jitlab_e = cudaFuncGetAttributes(&jitlab_a, (const void*){fn.qualname});\n"
+        f"  jitlab_out[0] = jitlab_a.numRegs; jitlab_out[1] = (int)jitlab_a.sharedSizeBytes;\n"
+        f"  jitlab_out[2] = (int)jitlab_a.localSizeBytes; jitlab_out[3] = (int)jitlab_a.constSizeBytes;\n"
+        f"  jitlab_out[4] = jitlab_a.maxThreadsPerBlock; jitlab_out[5] = jitlab_a.binaryVersion;\n"
+        f"  return (int)jitlab_e;\n"
         f"}}\n"
     )
 
@@ -110,12 +115,12 @@ def call_shim(fn: Function, cuda: bool) -> str:
     """
     _, args = _shim_params(fn)
     call = f"{fn.qualname}({', '.join(args)})"
-    body = f"*ret = {call};" if fn.returns.strip() != "void" else f"{call};"
+    body = f"*jitlab_ret = {call};" if fn.returns.strip() != "void" else f"{call};"
     after = "return (int)cudaGetLastError();" if cuda else "return 0;"
     return (
         f"{call_prototype(fn)} {{\n"
         f"  try {{ {body} }}\n"
-        f"  catch (const std::exception& e) {{ jitlab_remember(e.what()); return -1; }}\n"
+        f"  catch (const std::exception& jitlab_e) {{ jitlab_remember(jitlab_e.what()); return -1; }}\n"
         f'  catch (...) {{ jitlab_remember("unknown C++ exception"); return -1; }}\n'
         f"  {after}\n"
         f"}}\n"

@@ -27,7 +27,7 @@ def _build(args) -> int:
             status = 1
             continue
         except JitlabError as e:
-            print(f"{path}: {e}", file=sys.stderr)
+            print(_about(path, e), file=sys.stderr)
             status = 1
             continue
         what = "cache hit" if b.cached else f"built in {time.perf_counter() - t0:.2f} s"
@@ -39,6 +39,11 @@ def _build(args) -> int:
             print(f"  {name}: not callable ({why})")
         print_resources(b.resources)
     return status
+
+
+def _about(path, e: Exception) -> str:
+    """An error's message, led by the path it is about unless the message names it already."""
+    return str(e) if str(path) in str(e) else f"{path}: {e}"
 
 
 def print_resources(resources: dict) -> None:
@@ -81,7 +86,7 @@ def _inspect(args) -> int:
         print(e, file=sys.stderr)
         return 1
     except JitlabError as e:
-        print(f"{args.path}: {e}", file=sys.stderr)
+        print(_about(args.path, e), file=sys.stderr)
         return 1
     return 0
 
@@ -103,7 +108,7 @@ def _check(args) -> int:
             out = isolate.check(path, isolate=not args.in_process, timeout=args.timeout,
                                sizes=args.size or None, **_snippet_options(args))
         except JitlabError as e:
-            print(f"{path}: {e}", file=sys.stderr)
+            print(_about(path, e), file=sys.stderr)
             status = 1
             continue
         print(f"{path}: {out}")
@@ -145,7 +150,7 @@ def _export(args) -> int:
         name = export.module_name(args.path, args.name)
         needs, missing = export.build_needs(args.path)
     except JitlabError as e:
-        print(f"{args.path}: {e}", file=sys.stderr)
+        print(_about(args.path, e), file=sys.stderr)
         return 1
     print(f"{args.path}: exported as the package `{name}` -> {out}")
     print(f"  building it needs:  {needs}")
@@ -187,6 +192,7 @@ def _run(args) -> int:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jitlab", description="JIT CUDA kernel playground for PyTorch")
+    p.add_argument("--version", action="version", version=f"jitlab {config.VERSION}")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build snippets into the cache (prints resource usage)")
     b.add_argument("paths", nargs="+", help=".cu/.cpp files or folders")
@@ -265,7 +271,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except JitlabError as e:  # every error jitlab raises on purpose says what to do: no traceback
+        print(f"jitlab {args.command}: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -131,3 +131,26 @@ def test_demo_reports_a_wrong_kernel(jl, tmp_path):
     r = jl("demo", root, "--max-size", "200")
     assert r.returncode == 1
     assert "FAIL" in r.stdout and "0 passed, 1 failed" in r.stdout
+
+
+def test_version(jl):
+    """`jitlab --version` prints the version."""
+    r = jl("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"jitlab {__import__('jitlab').__version__}"
+
+
+@pytest.mark.parametrize("command", ["run", "build", "check", "inspect"])
+def test_a_missing_path_is_one_line_naming_it_once(jl, command):
+    """A path that does not exist: exit 1, one line naming the path once, no traceback."""
+    r = jl(command, "kernels/nope.cu")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.count("kernels/nope.cu") == 1 and "no such file" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not toolchain.nvcc_path(), reason="needs nvcc")
+def test_an_arch_nvcc_dropped_names_the_oldest_it_builds(jl):
+    """--arch sm_70 with CUDA 13: says nvcc starts at sm_75 instead of nvcc's bare 'Unsupported gpu architecture'."""
+    if "sm_70" in toolchain.nvcc_archs():
+        pytest.skip("this nvcc still builds for sm_70")
+    r = jl("build", "--compile-only", "--arch", "sm_70", "kernels/saxpy.cu")
+    assert r.returncode == 1 and "builds for sm_75 and newer" in r.stderr and "fatal" not in r.stderr, r.stderr

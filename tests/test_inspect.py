@@ -60,8 +60,16 @@ def test_occupancy_dynamic_shared_and_block_limits():
     assert occ["blocks_per_sm"] == 32 and occ["warps_per_sm"] == 32 and occ["limiter"] == "blocks"
     occ = inspect.occupancy(_r(16), 32, arch="sm_86")  # sm_86: 16 blocks, 48 warps per SM
     assert occ["blocks_per_sm"] == 16 and occ["occupancy"] == pytest.approx(16 / 48)
-    assert inspect.occupancy(_r(16), 256, dynamic_smem=300 * 1024, arch="sm_90")["blocks_per_sm"] == 0
-    assert inspect.occupancy(_r(16), 2048, arch="sm_90")["limiter"] == "threads/warps"
+    big_static = {**_r(16), "shared": 100 * 1024}  # static + dynamic past the per-block maximum: no block fits
+    assert inspect.occupancy(big_static, 256, dynamic_smem=200 * 1024, arch="sm_90")["blocks_per_sm"] == 0
+
+
+@pytest.mark.parametrize("block, smem, said", [(4096, 0, "1 to 1024 threads"), (0, 0, "1 to 1024 threads"),
+                                               (256, -1, "0 to 232448 bytes"), (256, 300 * 1024, "0 to 232448 bytes")])
+def test_occupancy_refuses_a_launch_cuda_cannot_make(block, smem, said):
+    """A block past 1024 threads or a shared-memory size below 0 or past the arch's maximum is refused."""
+    with pytest.raises(jitlab.ArgumentError, match=said):
+        inspect.occupancy(_r(16), block, dynamic_smem=smem, arch="sm_90")
 
 
 def test_occupancy_arch_spellings_and_unknown_arch():

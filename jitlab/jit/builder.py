@@ -100,6 +100,7 @@ def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
     archs: list[str] = []
     if plan.cuda:
         archs = [toolchain.normalize_arch(a) for a in opts.arch] if opts.arch else [toolchain.current_arch()]
+        toolchain.check_archs(archs)
     parts = {
         "format": config.FORMAT_VERSION,
         "kind": plan.kind,

@@ -262,6 +262,34 @@ def normalize_arch(arch: str) -> str:
     return f"{prefix}{digits}{m.group(4)}"
 
 
+@functools.cache
+def nvcc_archs() -> tuple[str, ...]:
+    """The ``sm_XY`` archs the installed nvcc builds for (``nvcc --list-gpu-code``); empty without nvcc."""
+    nvcc = nvcc_path()
+    return tuple(a for a in _run([nvcc, "--list-gpu-code"]).split() if a.startswith("sm_")) if nvcc else ()
+
+
+def check_archs(archs: list[str]) -> None:
+    """Refuse an arch older than the installed nvcc builds for, before nvcc says only ``Unsupported gpu architecture``.
+
+    Raises:
+        ToolchainError: Naming the oldest arch this nvcc builds for and what to do.
+    """
+    known = nvcc_archs()
+    if not known:
+        return
+    oldest = min(known, key=_arch_number)
+    for a in archs:
+        if _arch_number(a) < _arch_number(oldest):
+            raise ToolchainError(
+                f"{a}: nvcc {nvcc_version()} builds for {oldest} and newer (CUDA 13 dropped Maxwell, Pascal and "
+                f"Volta, sm_50 to sm_72); build for {oldest} or later, or use a CUDA 12 toolkit for that GPU")
+
+
+def _arch_number(arch: str) -> int:
+    return int(re.sub(r"\D", "", arch.split("_", 1)[1]) or 0)
+
+
 def gencode_flags(archs: list[str]) -> list[str]:
     """nvcc ``-gencode`` flags: SASS for each ``sm_XY``, PTX for each ``compute_XY``."""
     flags = []

@@ -55,6 +55,8 @@ def find_kernels(*roots: str | Path) -> list[Kernel]:
     found: list[Kernel] = []
     for root in roots or ("kernels",):
         root = Path(root)
+        if not root.exists():
+            raise JitlabError(f"{root}: no such file or folder")
         if root.is_dir() and not (root.parent / f"{root.name}.ref.py").is_file():
             found += [k for k in map(kernel_for, sorted(root.glob("*.ref.py"))) if k]
         else:

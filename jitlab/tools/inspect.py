@@ -85,17 +85,17 @@ def occupancy(resources: dict, block_size: int, dynamic_smem: int = 0, arch: str
         per SM each resource alone allows. 0 blocks means the launch does not fit at all.
     """
     lim = arch_limits(arch)
-    if block_size < 1:
-        raise ArgumentError(f"block size must be at least 1, not {block_size}")
+    if not 1 <= block_size <= lim["max_threads_per_block"]:
+        raise ArgumentError(f"block size {block_size}: a block has 1 to {lim['max_threads_per_block']} threads "
+                            f"on {arch} (CUDA's limit)")
+    if not 0 <= dynamic_smem <= lim["smem_per_block"]:
+        raise ArgumentError(f"dynamic shared memory {dynamic_smem} bytes: a block may ask for 0 to "
+                            f"{lim['smem_per_block']} bytes on {arch} (static shared memory included)")
     regs = int(resources.get("registers", 0))
     warps_per_block = -(-block_size // WARP)
     by: dict[str, int] = {}
 
-    # threads/warps
-    if block_size > lim["max_threads_per_block"]:
-        by["threads/warps"] = 0
-    else:
-        by["threads/warps"] = min(lim["max_warps_per_sm"] // warps_per_block, lim["max_threads_per_sm"] // block_size)
+    by["threads/warps"] = min(lim["max_warps_per_sm"] // warps_per_block, lim["max_threads_per_sm"] // block_size)
     by["blocks"] = lim["max_blocks_per_sm"]
 
     # registers: allocated per warp, in units of reg_alloc_unit, within each of the SM's sub-partitions

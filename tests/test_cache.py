@@ -8,7 +8,7 @@ import time
 import pytest
 
 import jitlab
-from jitlab.jit import cache
+from jitlab.jit import cache as jcache
 
 
 def fake_build(root, name: str, manifest: bool = True):
@@ -17,7 +17,7 @@ def fake_build(root, name: str, manifest: bool = True):
     folder.mkdir(parents=True)
     (folder / "x.so").write_bytes(b"\0" * 8)
     if manifest:
-        cache.write_manifest(folder, {"artifact": "x.so", "size": 8})
+        jcache.write_manifest(folder, {"artifact": "x.so", "size": 8})
     return folder
 
 
@@ -64,9 +64,9 @@ def test_a_cache_jitlab_creates_is_tagged_and_its_unfinished_builds_are_cleaned(
     """A cache folder jitlab creates carries CACHEDIR.TAG; there an unfinished build (no manifest) is jitlab's."""
     root = tmp_path / "new_cache"
     monkeypatch.setenv("JITLAB_CACHE_DIR", str(root))
-    with cache.build_lock("k_0123456789abcdef"):
+    with jcache.build_lock("k_0123456789abcdef"):
         pass
-    assert cache.is_tagged(root)
+    assert jcache.is_tagged(root)
     unfinished = fake_build(root, "k_fedcba9876543210", manifest=False)
     assert jitlab.clean().removed == 1 and not unfinished.exists()
 
@@ -198,3 +198,84 @@ def test_kernel_names_never_clash_with_the_generated_shims(cache, write, name):
     """A kernel named like a shim's own variables (a, e, stream, …) compiles: the shim's names are prefixed."""
     snippet = write(f"{name}.cu", f"__global__ void {name}(float* y) {{ y[threadIdx.x] = 1; }}")
     assert jitlab.build(snippet, arch="sm_75", compile_only=True, engine="nvcc").resources[name]["sm_75"]
+
+
+# ---- whose files the cache trusts -------------------------------------------------------------
+def tiny(write):
+    return write("one.cpp", "void one(float* y) { y[0] = 1; }")
+
+
+def test_a_world_writable_cache_is_refused(tmp_path, monkeypatch, write):
+    """A cache folder anyone may write (a /tmp folder, mode 777) is refused with the fix, nothing built."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(shared))
+    with pytest.raises(jitlab.CacheError, match=r"anyone may write it \(mode 777\).*JITLAB_CACHE_GROUP"):
+        jitlab.build(tiny(write))
+    assert list(shared.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a folder another user's needs root")
+def test_a_cache_of_another_user_is_refused(tmp_path, monkeypatch, write):
+    """A cache folder another user owns (one who could plant a build) is refused, naming the owner."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 4242, 4242)
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(theirs))
+    with pytest.raises(jitlab.CacheError, match="belongs to uid 4242, not to you"):
+        jitlab.build(tiny(write))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a build folder another user's needs root")
+def test_a_planted_build_is_not_loaded(cache, write):
+    """A build folder another user owns inside the cache (a planted .so) is refused, not loaded."""
+    b = jitlab.build(tiny(write))
+    os.chown(b.folder, 4242, 4242)
+    with pytest.raises(jitlab.CacheError, match="will not load the cached build"):
+        jitlab.load(tiny(write))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to a group needs root")
+def test_a_team_cache_needs_its_group_named(tmp_path, monkeypatch, write):
+    """A group-writable cache is refused until JITLAB_CACHE_GROUP names its group, then used."""
+    import grp
+
+    team = tmp_path / "team"
+    team.mkdir()
+    gid = grp.getgrnam("users").gr_gid
+    os.chown(team, os.geteuid(), gid)
+    team.chmod(0o2775)
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(team))
+    with pytest.raises(jitlab.CacheError, match="group users may write it"):
+        jitlab.build(tiny(write))
+    monkeypatch.setenv("JITLAB_CACHE_GROUP", "users")
+    assert jitlab.build(tiny(write)).folder.parent == team
+
+
+def test_a_planted_lock_link_truncates_nothing(cache, write, tmp_path):
+    """A symbolic link at a build's lock path is refused; the file it points to is untouched."""
+    b = jitlab.build(tiny(write))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    snippet = write("two.cpp", "void two(float* y) { y[0] = 2; }")
+    from jitlab.jit import builder
+
+    plan, archs, parts = builder.prepare(snippet, jitlab.Options())
+    name = jcache.module_name(plan.stem, jcache.build_key(parts))
+    (cache_dir := b.folder.parent).joinpath(f"{name}.lock").symlink_to(victim)
+    with pytest.raises(jitlab.CacheError, match="symbolic link"):
+        jitlab.build(snippet)
+    assert victim.read_text() == "precious" and cache_dir.exists()
+
+
+def test_a_manifest_pointing_outside_its_entry_is_not_followed(cache, write, tmp_path):
+    """A manifest whose artifact is `../elsewhere.so` (size and hash matching) is a corrupt entry: rebuilt."""
+    b = jitlab.build(tiny(write))
+    outside = b.folder.parent / "elsewhere.so"
+    outside.write_bytes(b.artifact.read_bytes())
+    manifest = {k: v for k, v in b.manifest.items() if k != "format"}
+    jcache.write_manifest(b.folder, {**manifest, "artifact": "../elsewhere.so"})
+    with pytest.warns(UserWarning, match="not a file of the build's own folder"):
+        again = jitlab.build(tiny(write))
+    assert not again.cached and again.manifest["artifact"] != "../elsewhere.so"

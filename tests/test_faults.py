@@ -326,7 +326,7 @@ def test_full_disk_names_the_fix_and_the_build_works_once_there_is_room(tmp_path
     # 8k: no room for the sources; 28k: the link fails ("ld returned 1"); 36k: the log cannot be written.
     # (Where a build stops depends on the toolchain's output sizes; each one must fail well or work.)
     for size in ("8k", "28k", "36k"):
-        with mounted(tmp_path / f"disk{size}", "-t", "tmpfs", "-o", f"size={size}", "tmpfs") as disk:
+        with mounted(tmp_path / f"disk{size}", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs") as disk:
             monkeypatch.setenv("JITLAB_CACHE_DIR", str(disk))
             try:
                 assert scaled(jitlab.load(p)) == [0, 2, 4, 6]

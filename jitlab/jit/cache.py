@@ -24,13 +24,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import grp
 import hashlib
 import json
 import os
+import pwd
+import re
 import shutil
 import socket
+import stat
 import sys
-import re
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -59,8 +62,84 @@ def module_name(stem: str, key: str) -> str:
 
 
 def entry_dir(name: str, root: Path | None = None) -> Path:
-    """The folder of one build."""
-    return (root or config.cache_dir()) / name
+    """The folder of one build, in a cache folder this user may trust (:func:`trusted_root`)."""
+    return trusted_root(root or config.cache_dir()) / name
+
+
+def trusted_root(root: Path) -> Path:
+    """``root``, once it is known that only this user (or the team named by ``JITLAB_CACHE_GROUP``) can
+    write it: a build in a folder another user can write could run their code in this process.
+
+    A folder that does not exist yet is fine: jitlab makes it, as this user.
+
+    Raises:
+        CacheError: The folder belongs to another user, or others (or a group not named) may write it.
+    """
+    try:
+        st = os.stat(root)
+    except OSError:
+        return root
+    problem = _untrusted(st)
+    if problem:
+        raise CacheError(f"jitlab: will not use the cache folder {root}: {problem}; a build planted there would "
+                         f"run in your process. Use a folder of your own (set {_setting_for(root)}), or for a "
+                         f"team cache make it group-owned and not world-writable and set JITLAB_CACHE_GROUP to "
+                         f"that group")
+    return root
+
+
+def _untrusted(st: os.stat_result) -> str:
+    """Why a file or folder with this status cannot be trusted, or ``""``."""
+    team = _team_gid()
+    if st.st_mode & stat.S_IWOTH:
+        return "anyone may write it (mode {:o})".format(stat.S_IMODE(st.st_mode))
+    if st.st_uid != os.geteuid() and not (team is not None and st.st_gid == team and _in_team(st.st_uid, team)):
+        return f"it belongs to {_user(st.st_uid)}, not to you"
+    if st.st_mode & stat.S_IWGRP and st.st_gid != team and st.st_gid not in _own_private_groups():
+        return f"group {_group(st.st_gid)} may write it (JITLAB_CACHE_GROUP names no such team)"
+    return ""
+
+
+def _team_gid() -> int | None:
+    name = config.getenv("JITLAB_CACHE_GROUP")
+    if not name:
+        return None
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise CacheError(f"JITLAB_CACHE_GROUP={name!r}: no such group on this machine (`getent group` lists them)") from None
+
+
+def _in_team(uid: int, gid: int) -> bool:
+    try:
+        user = pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return user.pw_gid == gid or user.pw_name in grp.getgrgid(gid).gr_mem
+
+
+def _own_private_groups() -> set[int]:
+    """The user's own group when no one else is in it (Debian's user private groups: umask 002 is safe)."""
+    gid = os.getegid()
+    try:
+        g = grp.getgrgid(gid)
+    except KeyError:
+        return set()
+    return {gid} if not g.gr_mem or g.gr_mem == [pwd.getpwuid(os.geteuid()).pw_name] else set()
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _group(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
 def file_sha256(path: Path) -> str:
@@ -73,7 +152,18 @@ def file_sha256(path: Path) -> str:
 
 
 def read_manifest(folder: Path) -> dict | None:
-    """The manifest of a complete build, or ``None`` (missing or unreadable is a miss, never a crash)."""
+    """The manifest of a complete build, or ``None`` (missing or unreadable is a miss, never a crash).
+
+    Raises:
+        CacheError: The entry belongs to someone this user does not trust (see :func:`trusted_root`).
+    """
+    try:
+        problem = _untrusted(os.stat(folder))
+    except OSError:
+        return None
+    if problem:
+        raise CacheError(f"jitlab: will not load the cached build {folder}: {problem}; delete it (`rm -r {folder}`) "
+                         f"if you trust no one else with this cache")
     try:
         data = json.loads((folder / MANIFEST).read_text())
     except (OSError, ValueError):
@@ -105,8 +195,11 @@ def write_json(path: Path, data: dict) -> None:
 def verify_artifact(folder: Path, manifest: dict, content: bool = True) -> str | None:
     """Why the manifest's artifact cannot be trusted, or ``None`` if it matches its recorded size and
     (with ``content``) hash."""
-    art = folder / manifest.get("artifact", "")
-    if not manifest.get("artifact") or not art.is_file():
+    name = manifest.get("artifact")
+    if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
+        return f"its artifact {name!r} is not a file of the build's own folder"
+    art = folder / name
+    if art.is_symlink() or not art.is_file():
         return f"{art.name or 'artifact'} is missing"
     if art.stat().st_size != manifest.get("size"):
         return f"{art.name} has {art.stat().st_size} bytes, expected {manifest.get('size')}"
@@ -153,8 +246,8 @@ def build_lock(name: str, root: Path | None = None, on_wait=None, timeout: float
     path = root / f"{name}.lock"
     timeout = config.lock_timeout() if timeout is None else timeout  # a bad setting says so before a wait
     with writing(root):
-        make_root(root)
-        f = open(path, "a+")
+        make_root(trusted_root(root))
+        f = open_lock(path)
     with f:
         if not _try_lock(f):
             if on_wait:
@@ -168,6 +261,24 @@ def build_lock(name: str, root: Path | None = None, on_wait=None, timeout: float
             with contextlib.suppress(OSError):
                 os.ftruncate(f.fileno(), 0)  # no holder any more
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def open_lock(path: Path):
+    """Open (or create) a lock file without following a symbolic link: a link planted at a lock's
+    predictable path must not make jitlab truncate the file it points to.
+
+    Raises:
+        CacheError: ``path`` is a link.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CacheError(f"jitlab: the lock file {path} is a symbolic link, which jitlab never makes; "
+                             f"someone else may have planted it: remove it (`rm {path}`) and look at who can "
+                             f"write {path.parent}") from None
+        raise
+    return os.fdopen(fd, "r+")
 
 
 def _try_lock(f) -> bool:
@@ -458,8 +569,7 @@ def clean(root: Path | None = None, older_than_s: float | None = None, headers: 
             if older_than_s is not None and now - folder.stat().st_mtime < older_than_s:
                 continue
             lock = root / f"{folder.name}.lock"
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "r+") as f:
+            with open_lock(lock) as f:
                 if not _try_lock(f):
                     done.busy += 1
                     continue

@@ -245,7 +245,7 @@ def _torch_plan(files: list[SourceFile], stem: str) -> Plan:
         for fn in f.functions:
             if binds_itself and not registered:
                 continue  # its own PYBIND11_MODULE decides what Python sees
-            reason = _not_bindable(fn) or (ops.NOT_BOUND if registered else "")
+            reason = _not_bindable(fn) or (ops.role(fn.name, files) if registered else "")
             if reason:
                 skipped.append((fn.name, reason))
             else:

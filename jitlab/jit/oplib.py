@@ -117,7 +117,10 @@ def _open(lib: Library, blocks: list[ops.Block]) -> None:
     if handle.jitlab_ops_register(error, ctypes.c_ulong(_ERROR_SIZE)) != 0:
         _ctypes.dlclose(handle._handle)
         message = error.value.decode(errors="replace").split("\nException raised from")[0].strip()
-        where = ", ".join(sorted({f"{Path(b.path).name}:{b.line}" for b in blocks})) or lib.path.name
+        at = [f"{Path(b.path).name}:{line}" for b in blocks for schema, line in b.defs
+              if "<--- HERE" in message and schema in message]  # a schema torch's parser rejected
+        at = at or [f"{name}:{line}" for name, line in sorted({(Path(b.path).name, b.line) for b in blocks})]
+        where = ", ".join(at) or lib.path.name
         raise SnippetError(f"registering the operators of {where} failed: {message}\n  fix the registration "
                            f"(the m.def schema, or the m.impl kernel's signature to match it) and load again")
     lib.lib = handle

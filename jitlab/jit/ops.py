@@ -39,8 +39,8 @@ class Block:
         path: The file.
         line: 1-based line of the macro.
         defs: ``(schema or name, line)`` for each ``m.def(...)``.
-        impls: Operator names given a kernel: each ``m.impl("name", ...)``, and each ``m.def`` with a
-            function (a kernel for every device).
+        impls: ``(operator, function)`` for each kernel given: each ``m.impl("name", &f)``, and each
+            ``m.def`` with a function (a kernel for every device); ``function`` is ``""`` when not a name.
     """
 
     macro: str
@@ -49,7 +49,7 @@ class Block:
     path: str
     line: int
     defs: tuple[tuple[str, int], ...] = ()
-    impls: tuple[str, ...] = ()
+    impls: tuple[tuple[str, str], ...] = ()
 
     @property
     def defines(self) -> bool:
@@ -104,7 +104,8 @@ def _blocks_of(path: str, text: str) -> tuple[Block, ...]:
             if literal is not None and method == "def":
                 defs.append((literal, call.start_point[0] + 1))
             if literal is not None and (method == "impl" or (method == "def" and len(arguments.named_children) > 1)):
-                impls.append(_op_name(literal))
+                names = [n.text.decode() for a in arguments.named_children[1:] for n in _descendants(a, "identifier")]
+                impls.append((_op_name(literal), names[-1] if names else ""))
         out.append(Block(macro, args[0] if args else "", args[1] if "IMPL" in macro and len(args) > 2 else "",
                          path, node.start_point[0] + 1, tuple(defs), tuple(impls)))
     return tuple(sorted(out, key=lambda b: b.line))
@@ -125,7 +126,7 @@ def operators(files: list[SourceFile]) -> list[Operator]:
         for schema, line in b.defs:
             found.setdefault((b.namespace, _op_name(schema)), Operator(b.namespace, _op_name(schema), schema, (), b.path, line))
     for b in every:
-        for name in b.impls:
+        for name, _ in b.impls:
             op = found.setdefault((b.namespace, name), Operator(b.namespace, name, "", (), b.path, b.line))
             key = b.key or "any device"
             if key not in op.keys:
@@ -136,6 +137,13 @@ def operators(files: list[SourceFile]) -> list[Operator]:
 def _op_name(schema: str) -> str:
     """``scale`` of ``scale.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)`` (or of ``myops::scale``)."""
     return schema.split("(")[0].split("::")[-1].split(".")[0].strip()
+
+
+def role(function: str, files: list[SourceFile]) -> str:
+    """Why an operator snippet's host function is not an attribute: the kernel it is, or :data:`NOT_BOUND`."""
+    uses = [f"{b.key or 'catch-all'} kernel of {b.namespace}::{op}"
+            for f in files for b in blocks(f) for op, fn in b.impls if fn == function]
+    return f"the {', '.join(uses)}: call it through torch.ops" if uses else NOT_BOUND
 
 
 def prelude(f: SourceFile) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import ctypes_map, pch
+from jitlab.jit import ctypes_map, ops, pch
 from jitlab.jit import split as split_mod
 from jitlab.jit.objects import Unit
 from jitlab.jit.parse import Function, SourceFile, line_directive
@@ -65,6 +65,8 @@ class Plan:
         units: Torch-style plans: the translation units, each compiled to its own cached object
             (device units for nvcc without torch, host units for the host compiler).
         notes: One line per file built as one unit instead of split, saying why.
+        ops: The operators the snippet registers (``TORCH_LIBRARY``): then it is loaded as a plain
+            shared library, called through ``torch.ops``, and binds no other function.
     """
 
     stem: str
@@ -81,6 +83,7 @@ class Plan:
     printing: set[str] = field(default_factory=set)
     units: list[Unit] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    ops: list[ops.Operator] = field(default_factory=list)
 
     @property
     def device_sources(self) -> list[str]:
@@ -235,13 +238,14 @@ def _kernel_plan(files: list[SourceFile], stem: str) -> Plan:
 def _torch_plan(files: list[SourceFile], stem: str) -> Plan:
     cu = [f for f in files if f.language == "cuda"]
     cpp = [f for f in files if f.language == "cpp"]
-    binds_itself = any(f.pybind_module for f in files)
+    registered = ops.operators(files)
+    binds_itself = any(f.pybind_module for f in files) or bool(registered)
     exported, skipped = [], []
     for f in files:
         for fn in f.functions:
-            if binds_itself:
+            if binds_itself and not registered:
                 continue  # its own PYBIND11_MODULE decides what Python sees
-            reason = _not_bindable(fn)
+            reason = _not_bindable(fn) or (ops.role(fn.name, files) if registered else "")
             if reason:
                 skipped.append((fn.name, reason))
             else:
@@ -278,6 +282,7 @@ def _torch_plan(files: list[SourceFile], stem: str) -> Plan:
         printing=printing_functions(files),
         units=units,
         notes=notes,
+        ops=registered,
     )
 
 
@@ -295,12 +300,13 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         stem = f.path.stem
         text = rename_module(f)
         owns_module = bool(f.pybind_module)
+        checks = CHECK_MACROS + ops.prelude(f)  # the prelude queues TORCH_LIBRARY registrations
         headers = split_mod.header_texts(f, dirs)
         # The smallest precompiled torch header set for its host code (jitlab.jit.pch.HEADERS).
         umbrella = any(pch.includes_umbrella(h) for h in headers.values())
         if f.language == "cpp":
-            units.append(Unit(f"{stem}.cpp", "cxx", CHECK_MACROS + with_line_directive(f, text), torch=True,
-                              module=owns_module, headers="full" if umbrella else "bind", source=str(f.path)))
+            units.append(Unit(f"{stem}.cpp", "cxx", checks + with_line_directive(f, text), torch=True, module=owns_module,
+                              headers="full" if umbrella else "host" if ops.blocks(f) else "bind", source=str(f.path)))
             continue
         if not f.uses_torch:
             units.append(Unit(f"{stem}.cu", "nvcc", "#include <cuda_runtime.h>\n#include <cassert>\n"
@@ -309,14 +315,16 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         s = split_mod.split(dataclasses.replace(f, text=text), headers)
         if s.reason:
             notes.append(f"{f.path.name} built as one translation unit: {s.reason}")
-            units.append(Unit(f"{stem}.cu", "nvcc", TORCH_CUDA_HEADERS + CHECK_MACROS + with_line_directive(f, text),
+            units.append(Unit(f"{stem}.cu", "nvcc", TORCH_CUDA_HEADERS + checks + with_line_directive(f, text),
                               torch=True, module=owns_module, source=str(f.path)))
             continue
         units.append(Unit(f"{stem}.device.cu", "nvcc", s.device, templates=frozenset(s.templates), source=str(f.path)))
-        host = s.host.replace(line_directive(f.path), CHECK_MACROS + line_directive(f.path), 1)
+        host = s.host.replace(line_directive(f.path), checks + line_directive(f.path), 1)
         units.append(Unit(f"{stem}.host.cpp", "cxx", host, torch=True, module=owns_module,
                           headers="full" if umbrella else "bind" if owns_module else "host", source=str(f.path)))
-    if not binds_itself:
+    if any(ops.blocks(f) for f in files):
+        units.append(ops.registry_unit())
+    elif not binds_itself:
         units.append(Unit("bind.cpp", "cxx", binding_unit(exported), torch=True, module=True, headers="bind"))
     return units, notes
 

@@ -143,13 +143,16 @@ def object_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> objects
     # defines and cflags come after. GCC checks that they leave the header valid and, if not, reads
     # the headers themselves (slow, never wrong; -Winvalid-pch says so in the log).
     cxx = [*_torch_includes("-isystem"), *_torch_defines(), "-fPIC", "-std=c++20", *debug]
-    user_cflags = [f for f in cflags if f not in debug]
+    # An operator snippet is unloaded on reload: GCC's STB_GNU_UNIQUE symbols (static locals of inline
+    # functions) would make the dynamic loader keep it for ever.
+    unique = ["-fno-gnu-unique"] if plan.ops else []
+    user_cflags = [f for f in cflags if f not in debug] + unique
     lib = Path(torch.__file__).parent / "lib"
     ld = [f"-L{lib}", "-lc10", *(["-lc10_cuda"] if plan.cuda else []), "-ltorch_cpu",
           *(["-ltorch_cuda"] if plan.cuda else []), "-ltorch", "-ltorch_python"]
     if plan.cuda:
         ld += [f"-L{toolchain.cuda_lib_dir()}", "-lcudart"]
-    nvcc = _nvcc_flags(plan, archs, opts) if plan.cuda else []
+    nvcc = [*_nvcc_flags(plan, archs, opts), *(f"-Xcompiler={f}" for f in unique)] if plan.cuda else []
     return objects.Flags(includes=tuple(user), cxx=tuple(cxx), cuda_include=tuple(cuda_include),
                          cxx_user=tuple(user_cflags), nvcc=tuple(nvcc), nvcc_torch=tuple(_torch_includes("-isystem=")),
                          ld=(*ld, *toolchain.runtime_ldflags(), *opts.ldflags), toolchain=tuple(sorted(toolchain.fingerprint(plan.cuda).items())))

@@ -16,7 +16,7 @@ import warnings
 from jitlab import output
 from jitlab.errors import ArgumentError, JitlabError, ToolchainError
 from jitlab.jit import builder as build_mod
-from jitlab.jit import cache
+from jitlab.jit import cache, oplib
 from jitlab.jit.flags import Options
 from jitlab.jit.launch import Callable
 
@@ -93,7 +93,8 @@ class Module:
         b = self.build
         state = "cache hit" if b.cached else f"built in {b.seconds:.2f} s"
         lines = [f"<jitlab module {b.name} ({b.plan.kind}, {b.engine}, {state}, {b.folder})"]
-        for n in self.functions:
+        lines += [f"  ops: {op.describe()}" for op in b.plan.ops]
+        for n in [] if b.plan.ops else self.functions:
             f = getattr(self, n)
             lines.append(f"  {getattr(f, '__doc__', None) or n}")
         for n, why in b.plan.skipped:
@@ -111,6 +112,8 @@ def load(b: build_mod.Build) -> Module:
     """
     if b.compile_only:
         raise JitlabError(f"{b.name} was built compile-only (no GPU); it can be inspected but not called")
+    if b.plan.ops:
+        return _bind_ops(b)
     mod = _loaded.get(b.name)
     if mod is not None:
         mod.build = b
@@ -120,6 +123,22 @@ def load(b: build_mod.Build) -> Module:
         _bind_kernel_only(mod, b)
     else:
         _bind_torch(mod, b)
+    _loaded[b.name] = mod
+    return mod
+
+
+def _bind_ops(b: build_mod.Build) -> Module:
+    """An operator snippet: its library made the one ``torch.ops`` runs (an earlier version unloaded), and
+    each operator an attribute (``m.scale`` is ``torch.ops.myops.scale``)."""
+    mod = _loaded.get(b.name) or Module(b)
+    mod.build = b
+    oplib.activate(b.name, b.artifact, b.plan.files, b.plan.ops)
+    mod.functions = []
+    for op in b.plan.ops:
+        packet = oplib.packet(op)
+        if packet is not None and op.name not in mod.functions:
+            setattr(mod, op.name, packet)
+            mod.functions.append(op.name)
     _loaded[b.name] = mod
     return mod
 

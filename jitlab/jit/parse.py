@@ -314,6 +314,8 @@ class _Walker:
         if name == "PYBIND11_MODULE":
             self._pybind(declarator)
             return
+        if name.startswith(("TORCH_LIBRARY", "STABLE_TORCH_LIBRARY")):
+            return  # an operator registration block (jitlab.jit.ops reads it), not a function
         if "__device__" in qualifiers and "__host__" not in qualifiers and "__global__" not in qualifiers:
             return  # device helper: called from kernels only
         if name_node.type not in ("identifier",) or name == "main":

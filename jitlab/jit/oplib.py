@@ -1,0 +1,216 @@
+"""Operator snippets in the process: register a build's operators, and take them back when it is edited.
+
+An operator snippet (:mod:`jitlab.jit.ops`) is linked as a plain shared library, never a Python
+extension module (which can never be unloaded), and opened with ``ctypes`` (``RTLD_LOCAL``, so a later
+version never binds to this one's symbols). ``jitlab_ops_register()`` registers its operators and
+returns an error as text; loading an edited version first calls the old one's ``jitlab_ops_unregister()``
+(its ``torch::Library`` objects destroyed, so the dispatcher forgets every registration) and closes it.
+
+``torch.ops`` caches on the Python side what it looked up: ``torch.ops.myops.scale`` (an
+``OpOverloadPacket``, an attribute of the ``_OpNamespace``) and its overloads (``.default``, attributes
+of the packet, some in ``torch._ops.cached_ops``) hold handles into the dispatcher's operator table,
+which dangle once the operator is gone. They are detached before the old library goes and refreshed in
+place after the new one registers: a reference kept anywhere (``f = torch.ops.myops.scale``) calls the
+new code, and one to an operator the new version dropped raises an error saying so.
+"""
+
+from __future__ import annotations
+
+import _ctypes
+import ctypes
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from jitlab.errors import SnippetError
+from jitlab.jit import ops
+from jitlab.jit.parse import SourceFile
+
+_ERROR_SIZE = 8192
+
+
+@dataclass
+class Library:
+    """A loaded operator build.
+
+    Attributes:
+        name: The build's name.
+        path: Its shared library.
+        lib: The ``ctypes`` handle.
+        snippet: The snippet's files: a later build of the same files replaces it.
+        owns: Namespaces it defines (``TORCH_LIBRARY``); a build defining one of them replaces it.
+        defines: ``ns::op`` of every operator it defines (``m.def``).
+        namespaces: Every namespace it registers in (whose ``torch.ops`` caches it touches).
+    """
+
+    name: str
+    path: Path
+    lib: ctypes.CDLL
+    snippet: tuple[str, ...]
+    owns: frozenset[str]
+    defines: frozenset[str]
+    namespaces: frozenset[str]
+
+
+#: Build name → the loaded library, for every operator build loaded in this process.
+active: dict[str, Library] = {}
+
+
+def activate(name: str, path: Path, files: list[SourceFile], operators: list[ops.Operator]) -> Library:
+    """Make build ``name`` the one whose operators ``torch.ops`` runs (nothing to do when it already is).
+
+    Earlier builds of the same snippet, and builds that define the same namespace or operator, are
+    unloaded first; when the new one fails to register, they are loaded back, so the last working
+    version keeps running.
+
+    Raises:
+        SnippetError: A schema does not parse, a namespace belongs to something outside jitlab (torch's
+            ``aten``, another extension), or torch refused a registration; each names the fix.
+    """
+    if name in active:
+        return active[name]
+    blocks = [b for f in files for b in ops.blocks(f)]
+    _check_schemas(operators)
+    new = Library(name, Path(path), None, tuple(sorted(str(f.path) for f in files)),
+                  frozenset(b.namespace for b in blocks if b.macro in ("TORCH_LIBRARY", "STABLE_TORCH_LIBRARY")),
+                  frozenset(f"{o.namespace}::{o.name}" for o in operators if o.schema),
+                  frozenset(b.namespace for b in blocks))
+    replaced = [lib for lib in active.values()
+                if lib.snippet == new.snippet or lib.owns & new.owns or lib.defines & new.defines]
+    stale = _detach(new.namespaces.union(*(lib.namespaces for lib in replaced)))
+    try:
+        for lib in replaced:
+            unload(lib)
+        try:
+            _check_namespaces(new.owns, blocks)
+            _open(new, blocks)
+        except SnippetError:
+            for lib in replaced:  # the last working version keeps running
+                _open(lib, [])
+            raise
+    finally:
+        _refresh(stale)
+    return new
+
+
+def unload(lib: Library) -> None:
+    """Take a library's operators back from the dispatcher and close it (``torch.ops`` caches are the caller's)."""
+    lib.lib.jitlab_ops_unregister()
+    _ctypes.dlclose(lib.lib._handle)
+    active.pop(lib.name, None)
+    if _mapped(lib.path):  # its registrations are gone either way; only its memory stays
+        warnings.warn(f"jitlab: {lib.path.name} stayed loaded after it was closed (something holds it open)",
+                      stacklevel=3)
+
+
+def packet(op: ops.Operator):
+    """``torch.ops.<ns>.<op>``, or ``None`` when the dispatcher has no such operator."""
+    return getattr(getattr(torch.ops, op.namespace), op.name, None)
+
+
+def _open(lib: Library, blocks: list[ops.Block]) -> None:
+    handle = ctypes.CDLL(str(lib.path))  # RTLD_LOCAL
+    error = ctypes.create_string_buffer(_ERROR_SIZE)
+    if handle.jitlab_ops_register(error, ctypes.c_ulong(_ERROR_SIZE)) != 0:
+        _ctypes.dlclose(handle._handle)
+        message = error.value.decode(errors="replace").split("\nException raised from")[0].strip()
+        at = [f"{Path(b.path).name}:{line}" for b in blocks for schema, line in b.defs
+              if "<--- HERE" in message and schema in message]  # a schema torch's parser rejected
+        at = at or [f"{name}:{line}" for name, line in sorted({(Path(b.path).name, b.line) for b in blocks})]
+        where = ", ".join(at) or lib.path.name
+        raise SnippetError(f"registering the operators of {where} failed: {message}\n  fix the registration "
+                           f"(the m.def schema, or the m.impl kernel's signature to match it) and load again")
+    lib.lib = handle
+    active[lib.name] = lib
+
+
+def _check_schemas(operators: list[ops.Operator]) -> None:
+    """Parse every ``m.def`` schema with torch's own parser, before anything is unloaded."""
+    for op in operators:
+        if "(" not in op.schema:
+            continue
+        try:
+            torch._C.parse_schema(f"{op.namespace}::{op.schema}")
+        except RuntimeError as e:
+            why = str(e).strip().splitlines()[0]
+            raise SnippetError(f"{op.path}:{op.line}: the schema \"{op.schema}\" does not parse: {why}\n  a schema "
+                               f"reads like \"scale(Tensor x, float a) -> Tensor\" (types: Tensor, Tensor(a!) for "
+                               f"one it writes, int, float, bool, Scalar, int[], Tensor? ...)") from None
+
+
+def _check_namespaces(owned: frozenset[str], blocks: list[ops.Block]) -> None:
+    """Refuse a ``TORCH_LIBRARY`` namespace that something other than a jitlab build defines."""
+    for ns in sorted(owned):
+        try:
+            probe = torch._C._dispatch_library("DEF", ns, "", "jitlab namespace check", 0)
+        except RuntimeError as e:
+            at = re.search(r"Previous registration of TORCH_LIBRARY was registered at (\S+?);", str(e))
+            owner = f"registered at {at.group(1)}" if at else "registered"
+            owner = "torch's own" if at and "/aten/" in at.group(1) else owner
+            b = next(b for b in blocks if b.namespace == ns and b.defines)
+            raise SnippetError(f"{b.path}:{b.line}: {b.macro}({ns}, m): the namespace `{ns}` is already {owner}; "
+                               f"give your operators a namespace of your own, e.g. {b.macro}(myops, m)") from None
+        del probe  # destroying the probe gives the namespace back
+
+
+def _detach(namespaces) -> list[tuple]:
+    """Take the namespaces' cached packets off ``torch.ops``: ``(namespace, name, packet, overloads)``."""
+    stale = []
+    for ns in sorted(namespaces):
+        space = torch.ops.__dict__.get(ns)
+        for name in list(getattr(space, "_dir", [])):
+            space._dir.remove(name)
+            old = space.__dict__.pop(name, None)
+            if old is None:
+                continue
+            overloads = {k: v for k, v in vars(old).items() if isinstance(v, torch._ops.OpOverload)}
+            torch._ops.cached_ops.difference_update(overloads.values())
+            stale.append((space, name, old, overloads))
+    return stale
+
+
+def _refresh(stale: list[tuple]) -> None:
+    """Point each detached packet and overload at what is registered now (the same Python objects)."""
+    for space, name, old, overloads in stale:
+        fresh = getattr(space, name, None)
+        if fresh is None:
+            _retire(old, overloads.values())
+            continue
+        _become(old, fresh)
+        setattr(space, name, old)
+        for overload, stale_overload in overloads.items():
+            current = getattr(old, overload, None)
+            if current is None:
+                _retire(None, [stale_overload])
+            else:
+                _become(stale_overload, current)
+                setattr(old, overload, stale_overload)
+
+
+def _become(old, fresh) -> None:
+    state = dict(vars(fresh))
+    vars(old).clear()
+    vars(old).update(state)
+
+
+def _retire(old, overloads) -> None:
+    """Make calls through objects of an operator that is gone raise instead of reaching freed memory."""
+    for obj in [o for o in (old, *overloads) if o is not None]:
+        qualname = getattr(obj, "_qualified_op_name", None) or str(getattr(obj, "_name", "an operator"))
+
+        def gone(*args, _name=qualname, **kwargs):
+            raise RuntimeError(f"{_name} is no longer registered: the snippet that defined it was loaded again "
+                               f"without it; use the module the new load returned")
+
+        vars(obj)["_op"] = gone
+
+
+def _mapped(path: Path) -> bool:
+    try:
+        with open("/proc/self/maps") as maps:
+            return any(str(path) in line for line in maps)
+    except OSError:
+        return False

@@ -32,7 +32,7 @@ from jitlab.jit.flags import Options
 
 __version__ = config.VERSION
 __all__ = [
-    "load", "build", "clean", "check", "bench", "ab", "roofline", "sanitize", "profile", "playground", "Build", "Options", "Module",
+    "load", "build", "clean", "run_program", "check", "bench", "ab", "roofline", "sanitize", "profile", "playground", "Build", "Options", "Module",
     "JitlabError", "CompileError", "SnippetError", "ToolchainError", "LaunchError", "ArgumentError", "CacheError",
 ]
 
@@ -46,6 +46,10 @@ def __getattr__(name):
         from jitlab.jit.loader import Module
 
         return Module
+    if name == "run_program":
+        from jitlab.worker.program import run_program
+
+        return run_program
     if name == "check":
         from jitlab.worker.isolate import check
 

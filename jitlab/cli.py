@@ -1,4 +1,4 @@
-"""The ``jitlab`` command: ``build``, ``inspect``, ``check``, ``sanitize``, ``profile``, ``export``, ``run`` (``demo``), ``clean``. A thin layer over the library's functions."""
+"""The ``jitlab`` command: ``build``, ``exec``, ``inspect``, ``check``, ``sanitize``, ``profile``, ``export``, ``run`` (``demo``), ``clean``. A thin layer over the library's functions."""
 
 from __future__ import annotations
 
@@ -132,13 +132,39 @@ def _report(path, make, ok) -> int:
 def _sanitize(args) -> int:
 
     return _report(args.path, lambda: sanitizer.sanitize(args.path, tool=args.tool, sizes=args.size or None,
-                                                      **_snippet_options(args)), lambda r: r.clean)
+                                                      args=args.args, **_snippet_options(args)), lambda r: r.clean)
 
 
 def _profile(args) -> int:
 
     return _report(args.path, lambda: profiler.profile(args.path, variant=args.variant, size=args.size,
-                                                     kernel=args.kernel), lambda p: p.available)
+                                                     kernel=args.kernel, args=args.args), lambda p: p.available)
+
+
+def _exec(args) -> int:
+    from pathlib import Path
+
+    from jitlab.worker import program
+
+    try:
+        stdin = None if args.stdin is None else sys.stdin.buffer.read() if args.stdin == "-" else Path(args.stdin).read_bytes()
+    except OSError as e:
+        print(f"jitlab exec: --stdin {args.stdin}: {e.strerror}; name a readable file, or - for this terminal's input",
+              file=sys.stderr)
+        return 1
+    defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.define or [])
+    try:
+        run = program.run_program(args.path, args.args, stdin=stdin, timeout=args.timeout or None, arch=args.arch,
+                                  defines=defines, cflags=args.cflag, cuda_cflags=args.nvcc_flag, ldflags=args.ldflag)
+    except CompileError as e:
+        print(e, file=sys.stderr)
+        return 1
+    except JitlabError as e:
+        print(e if str(e).startswith(str(args.path)) else f"{args.path}: {e}", file=sys.stderr)
+        return 1
+    if run.timed_out:
+        return 124  # as timeout(1) says it
+    return 128 - run.returncode if run.returncode < 0 else run.returncode  # a signal as a shell says it
 
 
 def _export(args) -> int:
@@ -205,6 +231,18 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--nvcc-flag", action="append", default=[], help="extra nvcc flag (repeatable)")
     b.add_argument("--cflag", action="append", default=[], help="extra C++ compiler flag (repeatable)")
     b.set_defaults(func=_build)
+    x = sub.add_parser("exec", help="build a program (a .cu/.cpp with int main) through the cache and run it, "
+                                    "as `nvcc prog.cu -o prog && ./prog ARGS`; exit status: the program's")
+    x.add_argument("path", help="a .cu/.cpp file with main (or a folder, one of whose files has it)")
+    x.add_argument("args", nargs="*", help="the program's arguments, after --")
+    x.add_argument("--timeout", type=float, default=60.0, help="seconds before the program is killed (default 60; 0: none)")
+    x.add_argument("--stdin", metavar="FILE", help="a file for its standard input (- : this terminal's input)")
+    x.add_argument("--arch", help="comma-separated archs (default: this GPU)")
+    x.add_argument("-D", "--define", action="append", help="preprocessor macro, NAME or NAME=VALUE")
+    x.add_argument("--nvcc-flag", action="append", default=[], help="extra nvcc flag (repeatable)")
+    x.add_argument("--cflag", action="append", default=[], help="extra host compiler flag (repeatable)")
+    x.add_argument("--ldflag", action="append", default=[], help="extra linker flag or library, e.g. -lcublas")
+    x.set_defaults(func=_exec)
     i = sub.add_parser("inspect", help="resources, occupancy, PTX and SASS of a CUDA snippet's kernels (no GPU needed)")
     i.add_argument("path", help="a .cu file or a folder")
     i.add_argument("--arch", default="sm_90", help="comma-separated archs (default sm_90)")
@@ -242,6 +280,8 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--size", type=int, help="input size (default: the ref's BENCH_SIZES, at most 2^24)")
     pr.add_argument("--kernel", help="only this kernel")
     pr.set_defaults(func=_profile)
+    for sp in (s, pr):
+        sp.add_argument("args", nargs="*", help="a program's arguments, after -- (a file with main runs as it is)")
     e = sub.add_parser("export", help="write a snippet as an installable package (setup.py, the seeds' way); "
                                       "says what building it needs and what this environment lacks")
     e.add_argument("path", help="a .cu/.cpp file or a folder")
@@ -270,7 +310,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # After `--`, everything is the program's (argparse would give a positional list only what precedes options).
+    tail = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser().parse_args(argv[:len(argv) - len(tail) - 1] if "--" in argv else argv)
+    if tail and not hasattr(args, "args"):
+        parser().error(f"`-- {' '.join(tail)}`: only exec, sanitize and profile take a program's arguments")
+    if hasattr(args, "args"):
+        args.args = [*args.args, *tail]
     try:
         return args.func(args)
     except JitlabError as e:  # every error jitlab raises on purpose says what to do: no traceback

@@ -183,37 +183,68 @@ def _first_error(log: str) -> str:
 
 def _build_keyed(plan: codegen.Plan, archs: list[str], parts: dict, opts: Options, engine: str, notes: list[str],
                  t0: float) -> Build:
-    """Find the build of this key in the cache, or make it under the key's lock."""
+    """Find the build of this key in the cache, or make it under the key's lock with ``engine``."""
+
+    def make(name: str, folder: Path) -> dict:
+        if engine == "nvrtc":
+            return _build_nvrtc(plan, folder, archs, opts)
+        if plan.units:
+            return _build_objects(plan, name, folder, archs, opts)
+        if opts.compile_only:
+            return inline.compile_only(plan, name, folder, archs, opts)
+        return inline.load_inline(plan, name, folder, archs, opts)
+
+    return find_or_build(plan, archs, parts, make, compiler="NVRTC" if engine == "nvrtc" else "nvcc", notes=notes,
+                         t0=t0, before=(lambda: toolchain.check(plan.cuda, opts.compile_only)) if engine == "nvcc" else None,
+                         extra={"engine": engine})
+
+
+def find_or_build(plan: codegen.Plan, archs: list[str], parts: dict, make, *, compiler: str = "nvcc",
+                  notes: list[str] = (), t0: float | None = None, before=None, extra: dict | None = None) -> Build:
+    """The one find-or-build of every build kind: the entry of ``parts``' key, or ``make`` it under its lock.
+
+    A trusted manifest (its artifact's size and hash match) is a hit; otherwise the key's lock is
+    taken, the cache is read again (another process may have finished it), the folder is emptied,
+    ``make(name, folder)`` compiles and returns the manifest, and the manifest is written last.
+
+    Args:
+        plan: What is built (its files name the progress line and the errors).
+        archs: The archs built for.
+        parts: Everything that changes the binary; hashed into the key.
+        make: ``make(name, folder) -> manifest``: compiles into ``folder``; the manifest names ``artifact``,
+            its ``size`` and ``sha256``.
+        compiler: What compiles it, for the progress line.
+        notes: Lines shown while it builds and kept in the manifest.
+        t0: When the build call started (default now).
+        before: Called before a miss takes the lock (a toolchain check).
+        extra: Further manifest entries.
+
+    Returns:
+        The build; ``cached`` says whether anything was compiled.
+    """
+    t0 = time.perf_counter() if t0 is None else t0
     key = cache.build_key(parts)
     name = cache.module_name(plan.stem, key)
     folder = cache.entry_dir(name)
     manifest = _trusted_manifest(folder, name)
     if manifest is not None:
         return Build(name, folder, plan, manifest, True, time.perf_counter() - t0, archs)
-    if engine == "nvcc":
-        toolchain.check(plan.cuda, opts.compile_only)
+    if before is not None:
+        before()
 
     with cache.build_lock(name):  # says whom it waits for; a CacheError if the cache cannot be written
         manifest = _trusted_manifest(folder, name, quiet=True)  # another process may have finished it
         if manifest is not None:
             return Build(name, folder, plan, manifest, True, time.perf_counter() - t0, archs)
         # Silent when quick; past $JITLAB_PROGRESS_AFTER seconds a line, a live line naming what compiles, a line.
-        with progress.Step(f"building {describe(plan, archs, 'NVRTC' if engine == 'nvrtc' else 'nvcc')}",
-                           f"built {file_names(plan)}"):
+        with progress.Step(f"building {describe(plan, archs, compiler)}", f"built {file_names(plan)}"):
             for note in notes:
                 progress.say(f"jitlab: {note}")
             cache.reset_dir(folder)
-            if engine == "nvrtc":
-                manifest = _build_nvrtc(plan, folder, archs, opts)
-            elif plan.units:
-                manifest = _build_objects(plan, name, folder, archs, opts)
-            elif opts.compile_only:
-                manifest = inline.compile_only(plan, name, folder, archs, opts)
-            else:
-                manifest = inline.load_inline(plan, name, folder, archs, opts)
+            manifest = make(name, folder)
             manifest["notes"] = [*notes, *manifest.get("notes", [])]
-            manifest.update(seconds=round(time.perf_counter() - t0, 3), archs=archs, kind=plan.kind, engine=engine,
-                            sources=[str(f.path) for f in plan.files], built_at=time.time())
+            manifest.update(seconds=round(time.perf_counter() - t0, 3), archs=archs, kind=plan.kind,
+                            sources=[str(f.path) for f in plan.files], built_at=time.time(), **(extra or {}))
             cache.write_manifest(folder, manifest)
     if config.verbose():
         print((folder / "build.log").read_text(errors="replace"), file=sys.stderr)

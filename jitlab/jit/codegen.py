@@ -16,6 +16,7 @@ at the user's file and line, never at a generated one.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,6 +184,9 @@ def _require_something_to_call(files: list[SourceFile]) -> None:
     if any(f.functions or f.pybind_module for f in files):
         return
     f = files[0]
+    if any(x.has_main for x in files):
+        raise SnippetError(f"{f.path}: a program with only main(), nothing to call from Python: run it with "
+                           f"jitlab.run_program({str(f.path)!r}) or `jitlab exec {f.path}`")
     hint = ""
     if f.parse_error:
         line, col = f.parse_error
@@ -197,7 +201,8 @@ def _require_something_to_call(files: list[SourceFile]) -> None:
 def _kernel_plan(files: list[SourceFile], stem: str) -> Plan:
     cu = [f for f in files if f.language == "cuda"]
     cpp = [f for f in files if f.language == "cpp"]
-    exported, skipped = [], []
+    exported, skipped = [], program_notes(files)
+    program = bool(skipped)
     for f in files:
         for fn in f.functions:
             if fn.internal:
@@ -206,7 +211,12 @@ def _kernel_plan(files: list[SourceFile], stem: str) -> Plan:
             if fn.template:
                 skipped.append((fn.name, "template: instantiate it from a non-template kernel to call it"))
                 continue
-            ctypes_map.check_mappable(fn)
+            why = overload_reason(fn, f) or ctypes_map.unmappable(fn)
+            if why and fn.kind == "global" and not program:  # a kernel-only snippet's kernel must be callable
+                ctypes_map.check_mappable(fn)
+            if why:  # a host helper, or a program's own code: left out, never broken by a shim
+                skipped.append((fn.name, why))
+                continue
             exported.append(fn)
     _check_unique(exported, "rename one (a kernel-only snippet's files of one language are compiled together)")
     cuda_sources, cpp_sources = [], []
@@ -240,12 +250,14 @@ def _torch_plan(files: list[SourceFile], stem: str) -> Plan:
     cpp = [f for f in files if f.language == "cpp"]
     registered = ops.operators(files)
     binds_itself = any(f.pybind_module for f in files) or bool(registered)
-    exported, skipped = [], []
+    exported, skipped = [], program_notes(files)
+    user_types = _user_types(files)
     for f in files:
         for fn in f.functions:
             if binds_itself and not registered:
                 continue  # its own PYBIND11_MODULE decides what Python sees
-            reason = _not_bindable(fn) or (ops.role(fn.name, files) if registered else "")
+            reason = (_not_bindable(fn, user_types) or overload_reason(fn, f)
+                      or (ops.role(fn.name, files) if registered else ""))
             if reason:
                 skipped.append((fn.name, reason))
             else:
@@ -355,7 +367,31 @@ def preludes(plan: Plan) -> tuple[str, str]:
     return (plan.cpp_sources[0] if plan.cpp_sources else ""), (plan.cuda_sources[0] if plan.cuda_sources else "")
 
 
-def _not_bindable(fn: Function) -> str:
+def program_notes(files: list[SourceFile]) -> list[tuple[str, str]]:
+    """``[("main", why)]`` for a whole program (a file defines ``main``), else ``[]``."""
+    main = next((f for f in files if f.has_main), None)
+    return [("main", f"the program's entry point: run it with jitlab.run_program({str(main.path)!r}) "
+                     f"or `jitlab exec {main.path}`")] if main else []
+
+
+def overload_reason(fn: Function, f: SourceFile) -> str:
+    """Why ``fn`` is left out when ``f`` overloads its name (Python needs one function per name), or ``""``."""
+    n = sum(1 for g in f.functions if g.name == fn.name and not g.internal and not g.template)
+    return f"overloaded ({n} definitions in {f.path.name}): give each its own name to call it" if n > 1 else ""
+
+
+def _user_types(files: list[SourceFile]) -> set[str]:
+    """Names of the types the snippet declares itself (a generated unit that declares its functions cannot see them)."""
+    found = set()
+    for f in files:
+        found |= set(re.findall(r"\b(?:struct|class|union|enum(?:\s+class)?)\s+(\w+)\s*(?:final\s*)?[:{]", f.text))
+        found |= set(re.findall(r"\busing\s+(\w+)\s*=", f.text)) | set(re.findall(r"\}\s*(\w+)\s*;", f.text))
+        found |= set(re.findall(r"\btypedef\b[^;{]*\(\s*[*&]\s*(\w+)\s*\)", f.text))  # a function type
+        found |= set(re.findall(r"\btypedef\b[^;{(]*\b(\w+)\s*;", f.text))
+    return found
+
+
+def _not_bindable(fn: Function, user_types: set[str] = frozenset()) -> str:
     if fn.kind == "global":
         return "kernel: launched by the snippet's host functions"
     if fn.template:
@@ -364,6 +400,9 @@ def _not_bindable(fn: Function) -> str:
         return internal_reason(fn)
     if "::" in fn.qualname:
         return "in a namespace: bind it from a top-level function"
+    named = {w for t in [fn.returns] + [p.base for p in fn.params] for w in re.findall(r"\w+", t)}
+    if any(p.function for p in fn.params) or named & user_types:
+        return "its signature names a function or a type the snippet declares: call it from the snippet's own code"
     types = [fn.returns] + [p.base for p in fn.params]
     if any(p.pointer for p in fn.params) or "*" in fn.returns or any(
         t.split()[-1].startswith(("cuda", "CU", "dim3", "__half", "__nv_")) for t in types if t.split()

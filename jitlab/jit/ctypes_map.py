@@ -167,30 +167,36 @@ def _int_literal(digits: str) -> int:
     return int(digits)
 
 
+def unmappable(fn: Function) -> str:
+    """Why jitlab cannot call a kernel-only function from Python (a parameter or return type it cannot
+    pass), in one clause, or ``""`` if it can."""
+    for p in fn.params:
+        base = strip_qualifiers(p.base)
+        ok = not p.function and not p.reference and (
+            (p.pointer == 1 and (base == "void" or base in POINTER_DTYPES)) or (p.pointer == 0 and base in SCALARS))
+        if not ok:
+            what = "is a function" if p.function else f"has type `{p.ctype}`"
+            return f"parameter `{p.text}` {what}, which jitlab cannot pass from Python"
+    if fn.kind == "host" and strip_qualifiers(fn.returns) not in RETURNS:
+        return f"returns `{fn.returns}`, which jitlab cannot return to Python"
+    return ""
+
+
 def check_mappable(fn: Function) -> None:
     """Raise if a kernel-only function has a parameter or return type jitlab cannot pass.
 
     Raises:
-        SnippetError: Naming the function, the parameter and what would work instead.
+        SnippetError: Naming the function, the parameter (:func:`unmappable`) and what would work instead.
     """
-    where = f"{fn.path}:{fn.line}"
-    for p in fn.params:
-        base = strip_qualifiers(p.base)
-        ok = (
-            (p.pointer == 1 and not p.reference and (base == "void" or base in POINTER_DTYPES))
-            or (p.pointer == 0 and not p.reference and base in SCALARS)
-        )
-        if not ok:
-            raise SnippetError(
-                f"{where}: {fn.name}: parameter `{p.text}` has type `{p.ctype}`, which jitlab cannot pass from Python. "
-                f"Kernel-only snippets take pointers to {', '.join(sorted({'float', 'double', '__half', '__nv_bfloat16', 'int', 'int64_t', 'uint8_t', 'bool'}))} (tensors) "
-                f"and plain scalars (Python numbers); pass a pointer instead, or mark the function `static` to keep it private"
-            )
-    if fn.kind == "host" and strip_qualifiers(fn.returns) not in RETURNS:
-        raise SnippetError(
-            f"{where}: {fn.name}: returns `{fn.returns}`, which jitlab cannot return to Python; "
-            f"return void or a plain scalar, write the result through a pointer, or mark it `static`"
-        )
+    why = unmappable(fn)
+    if why.startswith("returns"):
+        raise SnippetError(f"{fn.path}:{fn.line}: {fn.name}: {why}; return void or a plain scalar, write the result "
+                           f"through a pointer, or mark it `static`")
+    if why:
+        kinds = ", ".join(sorted({"float", "double", "__half", "__nv_bfloat16", "int", "int64_t", "uint8_t", "bool"}))
+        raise SnippetError(f"{fn.path}:{fn.line}: {fn.name}: {why}. Kernel-only snippets take pointers to {kinds} "
+                           f"(tensors) and plain scalars (Python numbers); pass a pointer instead, or mark the "
+                           f"function `static` to keep it private")
 
 
 def half_bits(value: float) -> int:

@@ -41,6 +41,7 @@ class Param:
         const: Whether the pointee (or value) is ``const``.
         reference: Whether declared as a reference (``T&``).
         default: The default argument as written (``3``, ``-1.5f``, ``nullptr``), or ``None``.
+        function: Whether it is a function pointer or reference (``void (*k)(int*, int)``).
     """
 
     name: str
@@ -50,6 +51,7 @@ class Param:
     const: bool = False
     reference: bool = False
     default: str | None = None
+    function: bool = False
 
     @property
     def ctype(self) -> str:
@@ -118,6 +120,7 @@ class SourceFile:
         pybind_defs: Python name → C++ function for each ``m.def("name", &function)`` in it.
         has_printf: Whether the file calls ``printf`` (its output is forwarded to Python).
         parse_error: ``(line, column)`` of the first syntax error tree-sitter found, if any.
+        has_main: Whether it defines ``main``: a whole program (:mod:`jitlab.jit.program` builds it).
     """
 
     path: Path
@@ -131,6 +134,7 @@ class SourceFile:
     pybind_defs: dict[str, str] = field(default_factory=dict)
     has_printf: bool = False
     parse_error: tuple[int, int] | None = None
+    has_main: bool = False
 
 
 @functools.cache
@@ -318,6 +322,7 @@ class _Walker:
             return  # an operator registration block (jitlab.jit.ops reads it), not a function
         if "__device__" in qualifiers and "__host__" not in qualifiers and "__global__" not in qualifiers:
             return  # device helper: called from kernels only
+        self.out.has_main |= name == "main" and not namespace and not template
         if name_node.type not in ("identifier",) or name == "main":
             return  # methods, operators, destructors, main()
         type_node = node.child_by_field_name("type")
@@ -412,12 +417,12 @@ def _params(node: ts.Node):
         type_node = p.child_by_field_name("type")
         base = _squash(type_node.text.decode()) if type_node is not None else "int"
         const = any(c.type == "type_qualifier" and c.text == b"const" for c in p.named_children)
-        pointer, reference, name = 0, False, None
+        pointer, reference, function, name = 0, False, False, None
         d = p.child_by_field_name("declarator")
         while d is not None:
-            if d.type in ("pointer_declarator", "abstract_pointer_declarator"):
-                pointer += 1
-            elif d.type in ("array_declarator", "abstract_array_declarator"):
+            function |= d.type in ("function_declarator", "abstract_function_declarator")
+            if d.type in ("pointer_declarator", "abstract_pointer_declarator", "array_declarator",
+                          "abstract_array_declarator"):
                 pointer += 1
             elif d.type in ("reference_declarator", "abstract_reference_declarator"):
                 reference = True
@@ -438,6 +443,7 @@ def _params(node: ts.Node):
             const=const,
             reference=reference,
             default=_squash(default.text.decode()) if default is not None else None,
+            function=function,
         )
 
 

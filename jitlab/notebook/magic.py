@@ -20,12 +20,13 @@ from pathlib import Path
 
 from jitlab import snippets
 from jitlab.errors import CompileError, JitlabError
-from jitlab.jit import api, diagnostics, toolchain
+from jitlab.jit import api, diagnostics, program, toolchain
 
 HELP = """\
 %%{magic} NAME [options]      ({other})
   Saves the cell to kernels/NAME{ext}, builds it, and binds it as NAME: NAME(...) calls its function
   when it has one (or one called NAME), NAME.f(...) calls any, NAME.build is the build.
+  A cell with int main() is a program: saved, built and run, its output in the cell; NAME is the run.
   -D NAME[=VALUE]       preprocessor macro (repeatable)
   --arch sm_75,sm_90    archs to build for (default: this GPU)
   --compile-only        compile without a GPU (needs --arch); nothing is bound
@@ -33,11 +34,14 @@ HELP = """\
   --dir DIR             folder for the snippet (default: kernels)
   --check               check it against kernels/NAME.ref.py after building
   --bench               check and time it against kernels/NAME.ref.py
+  --args "A B"          a program's arguments
+  --timeout S           seconds before a program is stopped (default 60; 0: none)
   --exercise            a lesson's exercise: save to kernels/exercises/NAME{ext} and check it
                         (PASS, or FAIL with the reasons and a hint; see jitlab.notebook.exercises)
   -h, --help            this help
 """
-OPTIONS = ("-D", "--arch", "--compile-only", "--flag", "--dir", "--check", "--bench", "--exercise", "--help")
+OPTIONS = ("-D", "--arch", "--compile-only", "--flag", "--dir", "--check", "--bench", "--exercise", "--args", "--timeout",
+           "--help")
 #: Archs a compile-only build names when there is no GPU to ask: Colab's T4 and an H100.
 NO_GPU_ARCHS = "sm_75,sm_90"
 
@@ -78,6 +82,8 @@ def parse_line(line: str, magic: str = "cuda") -> argparse.Namespace:
     p.add_argument("--check", action="store_true")
     p.add_argument("--bench", action="store_true")
     p.add_argument("--exercise", action="store_true")
+    p.add_argument("--args", default="")
+    p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("-h", "--help", action="store_true")
     try:
         args, extra = p.parse_known_args(shlex.split(line))
@@ -142,6 +148,8 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
     if args.exercise:
         return run_exercise(args, cell, namespace, ext)
     path = snippets.save(Path(args.dir) / f"{args.name}{ext}", cell)
+    if program.is_program(path):
+        return run_program_cell(args, path, cell, namespace, ext)
     if ext == ".cu" and not args.compile_only and not toolchain.gpu_available():  # never loadable here
         print(no_gpu_message(args, line))
         return None
@@ -175,6 +183,36 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
         rows = runner.run_kernel(kernels[0], "cuda" if ext == ".cu" else "cpu", time_it=args.bench)
         runner.print_table(rows)
     return m
+
+
+def run_program_cell(args, path: Path, cell: str, namespace: dict, ext: str):
+    """A cell with ``main``: build the saved program and run it, its output streamed into the cell.
+
+    Without a GPU (or with ``--compile-only``) a CUDA program is built, not run. Binds NAME to the
+    :class:`~jitlab.worker.program.Run` (or the build); returns it, ``None`` on an error shown.
+    """
+    from jitlab.worker import program as runner
+
+    defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.define)
+    flags = {"cuda_cflags": args.flag} if ext == ".cu" else {"cflags": args.flag}
+    idle = args.compile_only or (ext == ".cu" and not toolchain.gpu_available())
+    try:
+        if idle:
+            b = runner.build(path, arch=args.arch or (NO_GPU_ARCHS if ext == ".cu" else None), defines=defines, **flags)
+            why = "--compile-only" if args.compile_only else "no CUDA GPU here"
+            print(f"{args.name}: program built ({'cache hit' if b.cached else f'{b.seconds:.2f} s'}); not run: {why}")
+            result = b
+        else:
+            result = runner.run_program(path, shlex.split(args.args), timeout=args.timeout or None, arch=args.arch,
+                                        defines=defines, **flags)
+    except CompileError as e:
+        print(cell_errors(e, path, cell))
+        return None
+    except JitlabError as e:
+        print(f"jitlab: {e}")
+        return None
+    namespace[args.name] = result
+    return result
 
 
 def how_to_call(name: str, m) -> str:

@@ -14,9 +14,10 @@ import io
 import sys
 from dataclasses import dataclass, field
 
-from jitlab.jit import api, toolchain
+from jitlab.jit import api, program, toolchain
 from jitlab.judge import refs
 from jitlab.worker import proc
+from jitlab.worker import program as runner
 from jitlab.worker.jobs import Job
 
 #: ncu metric → our field (``gpu__time_duration`` is in ns).
@@ -32,6 +33,8 @@ METRICS = {
 }
 _STALL = "smsp__average_warps_issue_stalled_"
 _STALL_SUFFIX = "_per_issue_active.ratio"
+#: Kernel launches of a program that ncu profiles (each is replayed, so a long program is cut short).
+PROGRAM_LAUNCHES = 50
 _NO_COUNTERS = ("ERR_NVGPUCTRPERM", "does not have permission to access NVIDIA GPU Performance Counters")
 
 
@@ -95,16 +98,23 @@ def kernel_names(path) -> list[str]:
 
 def command(names: list[str], job_file: str, result_file: str, launches: int) -> list[str]:
     """The ncu command line that profiles the named kernels in one job."""
+    return tool_command(names, [sys.executable, "-m", "jitlab.worker.jobs", job_file, result_file], launches)
+
+
+def tool_command(names: list[str], target: list[str], launches: int) -> list[str]:
+    """ncu profiling the named kernels of a command line (a job's Python, or a program and its arguments)."""
     exe = toolchain.require_cuda_tool("ncu", "install Nsight Compute (part of the CUDA toolkit) or set CUDA_HOME")
     metrics = ",".join([*METRICS, f"regex:^{_STALL}.*{_STALL_SUFFIX.replace('.', '[.]')}$"])
     return [exe, "--kernel-name-base", "function", "--kernel-name", f"regex:^({'|'.join(names)})$",
-            "--launch-count", str(launches), "--csv", "--page", "raw", "--metrics", metrics,
-            sys.executable, "-m", "jitlab.worker.jobs", job_file, result_file]
+            "--launch-count", str(launches), "--csv", "--page", "raw", "--metrics", metrics, *target]
 
 
 def profile(path, *, variant: str | None = None, size: int | None = None, kernel: str | None = None,
-            repeat: int = 2, timeout: float = 600.0, **options) -> Profile:
-    """Profile a snippet's kernels with Nsight Compute while its ``.ref.py`` workload runs.
+            repeat: int = 2, timeout: float = 600.0, args=(), stdin=None, **options) -> Profile:
+    """Profile a snippet's kernels with Nsight Compute while its ``.ref.py`` workload runs (or a program runs).
+
+    A program (a file with ``int main``) runs as it is, with ``args`` and ``stdin``; the first
+    :data:`PROGRAM_LAUNCHES` launches of its kernels are profiled.
 
     Args:
         path: The snippet; its ``NAME.ref.py`` supplies the inputs and how to call it.
@@ -113,6 +123,8 @@ def profile(path, *, variant: str | None = None, size: int | None = None, kernel
         kernel: Profile only this kernel (default: every ``__global__`` function of the snippet).
         repeat: How many times the version is called; the last launch of each kernel is kept.
         timeout: Seconds before ncu is stopped.
+        args: A program's command-line arguments.
+        stdin: Text or bytes for a program's standard input.
         **options: Build options for :func:`jitlab.load`.
 
     Returns:
@@ -123,7 +135,8 @@ def profile(path, *, variant: str | None = None, size: int | None = None, kernel
     """
     from jitlab.errors import SnippetError
 
-    ref = refs.load(refs.path_for(path))
+    whole = program.is_program(path)
+    ref = None if whole else refs.load(refs.path_for(path))
     names = kernel_names(path)
     if kernel:
         if kernel not in names:
@@ -131,6 +144,11 @@ def profile(path, *, variant: str | None = None, size: int | None = None, kernel
         names = [kernel]
     if not names:
         raise SnippetError(f"{path}: no __global__ kernel to profile")
+    if whole:
+        b = runner.build(path, **options)
+        run = runner.stream(tool_command(names, [str(b.artifact), *map(str, args)], PROGRAM_LAUNCHES), stdin=stdin,
+                            timeout=timeout, echo=False)
+        return _profile_of(run.stdout + run.stderr, None if run.ok else f"the program {run.status}")
     if size is None:
         size = min(max(ref.bench_sizes or ref.sizes), 1 << 24)
 
@@ -139,13 +157,19 @@ def profile(path, *, variant: str | None = None, size: int | None = None, kernel
     launches = repeat * len(names) * 4
     text, outcome, _ = proc.run_job_under(lambda job_file, result_file: command(names, job_file, result_file, launches),
                                           job, env=proc.python_env(), timeout=timeout, prefix="jitlab-profile-")
+    failed = None if outcome is None or outcome.passed else f"the workload failed: [{outcome.category}] {outcome.message}"
+    return _profile_of(text, failed)
+
+
+def _profile_of(text: str, failed: str | None) -> Profile:
+    """The profile in ncu's output; ``failed``: why the workload did not finish, if it did not."""
     if any(s in text for s in _NO_COUNTERS):
         return Profile([], False, "this user may not read the GPU's performance counters (ERR_NVGPUCTRPERM). "
                        "On your own machine: run as root, or set the driver option "
                        "`NVreg_RestrictProfilingToAdminUsers=0`; hosted notebooks (Colab) usually do not allow it.",
                        text)
-    if outcome is not None and not outcome.passed:
-        return Profile([], False, f"the workload failed: [{outcome.category}] {outcome.message}", text)
+    if failed:
+        return Profile([], False, failed, text)
     kernels = parse(text)
     if not kernels and "==ERROR==" in text:
         err = next(ln for ln in text.splitlines() if "==ERROR==" in ln)

@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import ArgumentError
-from jitlab.jit import api, toolchain
+from jitlab.jit import api, program, toolchain
 from jitlab.judge import refs
 from jitlab.worker import proc
-from jitlab.worker.jobs import Job, Outcome
+from jitlab.worker import program as runner
+from jitlab.worker.jobs import PASS, Job, Outcome
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 #: Sizes above this are skipped: tools slow kernels down 10-100x.
@@ -199,19 +200,26 @@ def _source_line(file: str, line: int) -> str:
 
 def command(tool: str, job_file: str, result_file: str) -> list[str]:
     """The compute-sanitizer command line that runs one job file."""
+    return tool_command(tool, [sys.executable, "-m", "jitlab.worker.jobs", job_file, result_file])
+
+
+def tool_command(tool: str, target: list[str]) -> list[str]:
+    """compute-sanitizer running ``tool`` on a command line (a job's Python, or a program and its arguments)."""
     exe = toolchain.require_cuda_tool("compute-sanitizer", "install the CUDA toolkit (it ships compute-sanitizer) "
                                       "or set CUDA_HOME")
     per_tool = {"memcheck": ["--leak-check", "no"]}.get(tool, [])  # racecheck's default report: one line per race
     # API errors are left out: cuda-python probes driver entry points with cuGetProcAddress, and the
     # failed probes (dozens) would fill the print limit before the kernel's own findings.
     return [exe, "--tool", tool, "--print-limit", "20", "--show-backtrace", "device", "--report-api-errors", "no",
-            *per_tool,
-            sys.executable, "-m", "jitlab.worker.jobs", job_file, result_file]
+            *per_tool, *target]
 
 
 def sanitize(path, tool: str = "memcheck", *, job: Job | None = None, variant: str | None = None, sizes=None,
-             timeout: float = 600.0, **options) -> Report:
-    """Run a snippet's check under compute-sanitizer and report each finding at the snippet's line.
+             timeout: float = 600.0, args=(), stdin=None, **options) -> Report:
+    """Run a snippet's check (or a program) under compute-sanitizer and report each finding at the snippet's line.
+
+    A program (a file with ``int main``) runs as it is, with ``args`` and ``stdin``; its exit status is the
+    report's outcome. Any other snippet runs its ``NAME.ref.py`` check.
 
     Args:
         path: The snippet; its ``NAME.ref.py`` supplies inputs and the reference.
@@ -222,6 +230,8 @@ def sanitize(path, tool: str = "memcheck", *, job: Job | None = None, variant: s
         variant: Check one version only.
         sizes: Sizes to check.
         timeout: Seconds before the process is stopped.
+        args: A program's command-line arguments.
+        stdin: Text or bytes for a program's standard input.
         **options: Build options for :func:`jitlab.load`.
 
     Returns:
@@ -233,6 +243,8 @@ def sanitize(path, tool: str = "memcheck", *, job: Job | None = None, variant: s
     """
     if tool not in TOOLS:
         raise ArgumentError(f"unknown sanitizer tool {tool!r}: use one of {', '.join(TOOLS)}")
+    if job is None and program.is_program(path):
+        return _sanitize_program(path, tool, args, stdin, timeout, options)
     refs.path_for(path, job.ref if job else None)  # a missing reference is an error now, not in the child
     job = job or Job("check", str(path), variant=variant, sizes=list(sizes) if sizes else None, options=options)
     if job.sizes is None and job.max_size is None:
@@ -245,6 +257,18 @@ def sanitize(path, tool: str = "memcheck", *, job: Job | None = None, variant: s
 
     findings, summary = parse(text, tool, collect_sources(path))
     return Report(tool, findings, summary, outcome, text, seconds)
+
+
+def _sanitize_program(path, tool: str, args, stdin, timeout: float, options: dict) -> Report:
+    """A program under the tool: its exit status is the outcome, each finding at its file and line."""
+    b = runner.build(path, **options)
+    run = runner.stream(tool_command(tool, [str(b.artifact), *map(str, args)]), stdin=stdin, timeout=timeout, echo=False)
+    text = run.stdout + run.stderr
+    findings, summary = parse(text, tool, [f.path for f in b.plan.files])
+    category = PASS if run.ok else "timeout" if run.timed_out else "crashed" if (run.returncode or 0) < 0 else "error"
+    outcome = Outcome(category, "" if run.ok else f"{path} {run.status}", output=text, seconds=run.seconds,
+                      build="cache hit" if b.cached else f"built in {b.seconds:.2f} s")
+    return Report(tool, findings, summary, outcome, text, run.seconds)
 
 
 def _build_first(job: Job) -> None:

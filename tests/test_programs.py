@@ -1,0 +1,189 @@
+"""Whole programs (a .cpp/.cu with int main): built through the cache, run in a child process with
+their output streamed, exit status, arguments, stdin and a timeout; from Python, the CLI and %%cpp."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import jitlab
+from jitlab.errors import ArgumentError, CompileError, SnippetError
+from jitlab.jit import program
+from jitlab.jit.flags import Options
+from jitlab.worker.program import run_program
+
+ECHO = """\
+#include <cstdio>
+#include <cstdlib>
+#include "greeting.h"
+int main(int argc, char** argv) {
+  std::printf("%s %d\\n", GREETING, argc - 1);
+  for (int i = 1; i < argc; ++i) std::printf("arg %s\\n", argv[i]);
+  char line[128];
+  while (std::fgets(line, sizeof line, stdin)) std::printf("in %s", line);
+  std::fprintf(stderr, "done\\n");
+  return argc > 1 ? std::atoi(argv[argc - 1]) : 0;
+}
+"""
+
+
+@pytest.fixture
+def echo(write):
+    """echo.cpp, a program that prints its arguments and stdin, beside the greeting.h it includes."""
+    write("greeting.h", '#define GREETING "hello"\n')
+    return write("echo.cpp", ECHO)
+
+
+def test_runs_with_args_and_stdin(cache, echo, capfd):
+    """A program gets its arguments and stdin; its output, exit status and stderr come back and are shown."""
+    run = run_program(echo, ["a", "3"], stdin="x\ny\n")
+    assert run.returncode == 3 and not run.ok
+    assert run.stdout == "hello 2\narg a\narg 3\nin x\nin y\n"
+    assert run.stderr == "done\n"
+    out, err = capfd.readouterr()
+    assert out == run.stdout
+    assert "done" in err and "echo.cpp exited with status 3" in err
+    assert "exited with status 3" in repr(run) and "built in" in repr(run)
+
+
+def test_output_is_streamed_as_it_comes(cache, write, monkeypatch):
+    """Each line reaches sys.stdout when the program prints it, not when it ends."""
+    p = write("slow.cpp", "#include <cstdio>\n#include <unistd.h>\n"
+              "int main() { std::printf(\"one\\n\"); usleep(1500000); std::printf(\"two\\n\"); return 0; }\n")
+    program.build(p, Options())  # the build's time is not the program's
+    seen = []
+
+    class Recorder:
+        def write(self, text):
+            seen.append((time.perf_counter(), text))
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr("sys.stdout", Recorder())
+    t0 = time.perf_counter()
+    run = run_program(p)
+    lines = [(t - t0, text) for t, text in seen]
+    assert run.ok and "".join(x for _, x in lines) == "one\ntwo\n"
+    first = next(t for t, x in lines if "one" in x)
+    assert first < 1.0 < run.seconds, lines
+
+
+def test_signal_is_said_plainly(cache, write):
+    """A program killed by a signal reports which one."""
+    run = run_program(write("crash.cpp", "#include <cstdlib>\nint main() { std::abort(); }\n"), echo=False)
+    assert run.returncode < 0 and "SIGABRT" in run.status and not run.ok
+
+
+def test_hanging_program_is_stopped_at_its_timeout(cache, write, capfd):
+    """A program that hangs is killed at its timeout; the message names the limit and how to raise it."""
+    p = write("hang.cpp", "#include <cstdio>\nint main() { std::printf(\"start\\n\"); std::fflush(stdout); for (;;) {} }\n")
+    program.build(p, Options())
+    t0 = time.perf_counter()
+    run = run_program(p, timeout=1)
+    assert run.timed_out and time.perf_counter() - t0 < 5
+    assert run.stdout == "start\n"
+    err = capfd.readouterr().err
+    assert "stopped after 1 s" in err and "timeout=" in err and "--timeout" in err
+
+
+def test_compile_error_names_the_line(cache, write):
+    """A compile error points at the program's own file and line, with a caret."""
+    p = write("bad.cpp", "#include <cstdio>\nint main() {\n  int x = undefined_name;\n  return 0;\n}\n")
+    with pytest.raises(CompileError) as e:
+        run_program(p)
+    assert f"{p}:3" in str(e.value) or "bad.cpp:3" in str(e.value)
+    assert "undefined_name" in str(e.value) and "^" in str(e.value)
+
+
+def test_cache_hit_compiles_nothing_and_an_edit_rebuilds(cache, echo):
+    """The same program runs again from the cache; editing it or its header builds anew."""
+    first = run_program(echo, echo=False)
+    again = run_program(echo, echo=False)
+    assert not first.build.cached and again.build.cached and again.build.folder == first.build.folder
+    (echo.parent / "greeting.h").write_text('#define GREETING "bye"\n')
+    edited = run_program(echo, echo=False)
+    assert not edited.build.cached and edited.stdout.startswith("bye")
+    echo.write_text(ECHO.replace("%s %d", "%s! %d"))
+    assert run_program(echo, echo=False).stdout.startswith("bye! 0")
+
+
+def test_user_file_is_only_read(cache, echo):
+    """Building and running never changes the program's file."""
+    before = (echo.read_bytes(), echo.stat().st_mtime_ns)
+    run_program(echo, echo=False)
+    assert (echo.read_bytes(), echo.stat().st_mtime_ns) == before
+
+
+def test_bad_arguments_name_the_fix(cache, echo, write):
+    """args as one string, a bad timeout or a file without main are refused with the fix."""
+    with pytest.raises(ArgumentError, match=r"args=\['a', 'b'\]"):
+        run_program(echo, "a b")
+    with pytest.raises(ArgumentError, match="timeout=120"):
+        run_program(echo, timeout=-1)
+    with pytest.raises(SnippetError, match="jitlab.load"):
+        run_program(write("lib.cpp", "int f(int x) { return x; }\n"))
+
+
+def test_only_main_is_not_loadable(cache, write):
+    """jitlab.load on a program with nothing but main says to run it instead."""
+    with pytest.raises(SnippetError, match="run_program"):
+        jitlab.load(write("m.cpp", "int main() { return 0; }\n"))
+
+
+def test_program_functions_still_load(cache, write):
+    """A program's host functions stay callable with jitlab.load; main is left out with a note."""
+    m = jitlab.load(write("p.cpp", "int add(int a, int b) { return a + b; }\nint main() { return add(1, 2); }\n"))
+    assert m.add(2, 3) == 5 and "main" in dict(m.build.plan.skipped)
+
+
+def test_cuda_program_links_without_a_gpu(cache, write):
+    """A .cu program compiles and links with nvcc for a named arch, -lineinfo included."""
+    p = write("hello.cu", "#include <cstdio>\n__global__ void hi() { printf(\"hi %d\\n\", threadIdx.x); }\n"
+              "int main() { hi<<<1, 2>>>(); return (int)cudaDeviceSynchronize(); }\n")
+    b = program.build(p, Options(arch=["sm_75"]))
+    assert b.artifact.is_file() and "-lineinfo" in b.manifest["command"]
+    assert "hi" in b.resources
+
+
+def test_inspect_works_on_a_cuda_program(cache, write, jitlab_cli):
+    """`jitlab inspect` reports a program's kernels like any snippet's."""
+    p = write("fp.cu", "__global__ void fill(int* x, int n) { int i = threadIdx.x; if (i < n) x[i] = i; }\n"
+              "void bench(void (*k)(int*, int), int* x) { k<<<1, 32>>>(x, 32); }\n"
+              "int main() { int* x; cudaMalloc(&x, 128); bench(fill, x); return 0; }\n")
+    r = jitlab_cli("inspect", p, "--arch", "sm_75")
+    assert r.returncode == 0, r.stderr
+    assert "fill [sm_75]" in r.stdout
+
+
+def test_cli_exec_passes_args_and_exit_status(cache, echo, jitlab_cli, tmp_path):
+    """`jitlab exec PATH --stdin FILE -- ARGS` runs the program; the command exits with its status."""
+    (tmp_path / "in.txt").write_text("z\n")
+    r = jitlab_cli("exec", echo, "--stdin", tmp_path / "in.txt", "--", "-v", "5")
+    assert r.returncode == 5
+    assert r.stdout == "hello 2\narg -v\narg 5\nin z\n"
+
+
+def test_cli_exec_timeout_exits_124(cache, write, jitlab_cli):
+    """A program stopped at `--timeout` makes `jitlab exec` exit 124, as timeout(1) does."""
+    p = write("hang.cpp", "int main() { for (;;) {} }\n")
+    r = jitlab_cli("exec", p, "--timeout", "1")
+    assert r.returncode == 124 and "--timeout" in r.stderr
+
+
+def test_cpp_cell_with_main_runs(ip, capfd):
+    """A %%cpp cell with main is saved, built and run; its output shows in the cell and NAME is the run."""
+    body = '#include <cstdio>\nint main() { std::printf("from the cell\\n"); return 0; }\n'
+    ip.run_cell_magic("cpp", "hello --timeout 30", body)
+    assert "from the cell" in capfd.readouterr().out
+    run = ip.user_ns["hello"]
+    assert run.ok and run.stdout == "from the cell\n"
+    assert (ip.user_ns["hello"].build.plan.files[0].path.read_text()) == body
+
+
+def test_cpp_cell_with_main_shows_errors_at_cell_lines(ip, capfd):
+    """A program cell's compile error is shown at the cell's own line."""
+    ip.run_cell_magic("cpp", "broken", "int main() {\n  return nope;\n}\n")
+    out = capfd.readouterr().out
+    assert "cell line 3" in out and "nope" in out

@@ -9,6 +9,7 @@ import pytest
 
 import jitlab
 from jitlab.jit import cache as jcache
+from jitlab.jit import cachedir, locks
 
 
 def fake_build(root, name: str, manifest: bool = True):
@@ -64,9 +65,9 @@ def test_a_cache_jitlab_creates_is_tagged_and_its_unfinished_builds_are_cleaned(
     """A cache folder jitlab creates carries CACHEDIR.TAG; there an unfinished build (no manifest) is jitlab's."""
     root = tmp_path / "new_cache"
     monkeypatch.setenv("JITLAB_CACHE_DIR", str(root))
-    with jcache.build_lock("k_0123456789abcdef"):
+    with locks.build_lock("k_0123456789abcdef"):
         pass
-    assert jcache.is_tagged(root)
+    assert cachedir.is_tagged(root)
     unfinished = fake_build(root, "k_fedcba9876543210", manifest=False)
     assert jitlab.clean().removed == 1 and not unfinished.exists()
 

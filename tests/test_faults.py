@@ -84,6 +84,7 @@ from jitlab import snippets
 from jitlab.errors import CacheError, CompileError, SnippetError
 from jitlab.jit import builder, codegen, launch, parse
 from jitlab.jit import cache as jcache
+from jitlab.jit import locks
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import line_directive, parse_file
 from jitlab.jit.sources import user_include_dirs
@@ -248,7 +249,7 @@ def test_a_frozen_builder_makes_waiters_give_up_naming_its_pid(frozen_builder, c
     """A waiter reports the holder's PID while it waits, then raises a CacheError naming PID, lock and fix."""
     p, child = frozen_builder
     monkeypatch.setenv("JITLAB_LOCK_TIMEOUT", "2")
-    monkeypatch.setattr(jcache, "LOCK_REPORT_EVERY", 0.5)
+    monkeypatch.setattr(locks, "LOCK_REPORT_EVERY", 0.5)
     t0 = time.monotonic()
     with pytest.raises(CacheError) as ei:
         jitlab.load(p)
@@ -270,7 +271,7 @@ def test_lock_timeout_must_be_a_number(cache, write, monkeypatch):
     """A JITLAB_LOCK_TIMEOUT that is not a number says what to write instead."""
     monkeypatch.setenv("JITLAB_LOCK_TIMEOUT", "ten minutes")
     with pytest.raises(CacheError, match=r"JITLAB_LOCK_TIMEOUT='ten minutes'.*seconds"):
-        with jcache.build_lock("x"):
+        with locks.build_lock("x"):
             pass
 
 
@@ -903,16 +904,15 @@ def test_cu_internal_helpers_parse_as_internal_and_compile(cache, write):
     assert b.artifact.is_file() and "scale" in b.resources
 
 
-def test_unmappable_function_advice_works(cache, write):
-    """The error for an exported helper says to mark it `static`; doing so makes the snippet build."""
+def test_an_unmappable_helper_is_left_out_with_why(cache, write):
+    """A helper taking a reference is left out of the module with the reason; the rest builds and runs."""
     src = "float norm(const float& v) { return v; }\n" \
           "void scale(float* y, const float* x, int n) { for (int i = 0; i < n; ++i) y[i] = norm(x[i]); }\n"
-    p = write("advice.cpp", src)
-    with pytest.raises(SnippetError, match="mark the function `static`") as e:
-        jitlab.load(p)
-    assert "norm" in str(e.value)
-    p.write_text("static " + src)
-    assert first(jitlab.load(p)) == 1.0
+    m = jitlab.load(write("advice.cpp", src))
+    assert "cannot pass from Python" in dict(m.build.plan.skipped)["norm"] and "norm:" in repr(m)
+    with pytest.raises(AttributeError, match="not callable from Python"):
+        m.norm
+    assert first(m) == 1.0
 
 
 def test_torch_style_anonymous_namespace_function_is_not_bound(write):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from jitlab import config, progress
 from jitlab.errors import SnippetError
-from jitlab.jit import cache, codegen, diagnostics, inline, linker, nvrtc, objects, toolchain
+from jitlab.jit import cache, codegen, diagnostics, inline, linker, locks, nvrtc, objects, toolchain
 from jitlab.jit.flags import (
     ENGINES,
     Options,
@@ -232,7 +232,7 @@ def find_or_build(plan: codegen.Plan, archs: list[str], parts: dict, make, *, co
     if before is not None:
         before()
 
-    with cache.build_lock(name):  # says whom it waits for; a CacheError if the cache cannot be written
+    with locks.build_lock(name):  # says whom it waits for; a CacheError if the cache cannot be written
         manifest = _trusted_manifest(folder, name, quiet=True)  # another process may have finished it
         if manifest is not None:
             return Build(name, folder, plan, manifest, True, time.perf_counter() - t0, archs)

@@ -16,7 +16,7 @@ import warnings
 from jitlab import output
 from jitlab.errors import ArgumentError, JitlabError, ToolchainError
 from jitlab.jit import builder as build_mod
-from jitlab.jit import cache, oplib
+from jitlab.jit import cache, locks, oplib
 from jitlab.jit.flags import Options
 from jitlab.jit.launch import Callable
 
@@ -237,7 +237,7 @@ def load_or_rebuild(paths, opts: Options) -> Module:
         if not b.cached:
             raise _unloadable(b, e) from e
         warnings.warn(f"jitlab: cached build {b.name} could not be loaded ({e}); rebuilding", stacklevel=3)
-    with cache.build_lock(b.name):  # never under another process that is rebuilding it too
+    with locks.build_lock(b.name):  # never under another process that is rebuilding it too
         cache.reset_dir(b.folder)
     b = build_mod.build(paths, opts)
     try:

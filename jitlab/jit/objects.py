@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab import config, progress
-from jitlab.jit import cache, diagnostics, pch, toolchain
+from jitlab.jit import cache, diagnostics, locks, pch, toolchain
 from jitlab.jit.parse import line_directive
 from jitlab.jit.symbols import instantiations, undefined_symbols
 
@@ -223,7 +223,7 @@ def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: st
     t0 = time.perf_counter()
     manifest = cache.trusted_manifest(folder)
     if manifest is None:
-        with cache.build_lock(name, root):
+        with locks.build_lock(name, root):
             manifest = cache.trusted_manifest(folder)
             if manifest is None:
                 cache.reset_dir(folder)

@@ -33,7 +33,7 @@ from typing import Callable, NamedTuple, Protocol
 
 from jitlab import config, progress
 from jitlab.errors import ToolchainError
-from jitlab.jit import cache, toolchain
+from jitlab.jit import cache, locks, toolchain
 
 
 class Flags(Protocol):
@@ -216,7 +216,7 @@ def _made_once(name: str, make: Callable[[Path], Path], content: bool = True) ->
     def waiting():
         progress.say(f"jitlab: waiting for {name}, which another build is making ...", file=sys.stdout)
 
-    with cache.build_lock(name, root, on_wait=waiting):
+    with locks.build_lock(name, root, on_wait=waiting):
         manifest = cache.trusted_manifest(folder, content)
         if manifest is not None:
             return folder / manifest["artifact"]

@@ -26,13 +26,14 @@ from jitlab.errors import (
     SnippetError,
     ToolchainError,
 )
-from jitlab.jit.api import build, clean, load
+from jitlab.jit.api import build, clean, load, load_inline
 from jitlab.jit.builder import Build
 from jitlab.jit.flags import Options
 
 __version__ = config.VERSION
 __all__ = [
-    "load", "build", "clean", "run_program", "check", "bench", "ab", "roofline", "sanitize", "profile", "playground", "Build", "Options", "Module",
+    "load", "load_inline", "build", "clean", "run_program", "check", "bench", "ab", "roofline", "sanitize", "profile",
+    "playground", "Build", "Options", "Module",
     "JitlabError", "CompileError", "SnippetError", "ToolchainError", "LaunchError", "ArgumentError", "CacheError",
 ]
 

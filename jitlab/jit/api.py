@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from jitlab.jit.builder import Build
 from jitlab.jit.flags import Options, normalize_defines
+from jitlab.jit.torch_compat import load_inline  # noqa: F401  (jitlab.load_inline: torch's, on this pipeline)
 
 
 def options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug=False, engine="auto") -> Options:
@@ -19,8 +20,8 @@ def options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, deb
                    ldflags=list(ldflags or ()), compile_only=compile_only, debug=debug, engine=engine)
 
 
-def load(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None, ldflags=None,
-         debug: bool = False, engine: str = "auto"):
+def load(path=None, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None, ldflags=None,
+         debug: bool = False, engine: str = "auto", name=None, sources=None, **torch_keywords):
     """Build a snippet (or find it in the cache) and return its functions.
 
     Args:
@@ -36,6 +37,11 @@ def load(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, 
             with ``jitlab.check(path, isolate=True)``, whose worker also sets ``CUDA_LAUNCH_BLOCKING``.
         engine: ``"auto"`` (NVRTC, in process, for a kernel-only ``.cu`` it compiles; nvcc otherwise,
             with the reason in the build output), ``"nvrtc"`` or ``"nvcc"``.
+        name, sources, **torch_keywords: ``torch.utils.cpp_extension.load``'s arguments, so its calls run
+            unchanged: ``load(name="ext", sources=["ext.cpp", "ext.cu"], extra_cflags=[...],
+            extra_cuda_cflags=[...], extra_ldflags=[...], extra_include_paths=[...], verbose=True,
+            is_python_module=False)`` (the last loads a ``TORCH_LIBRARY`` library and returns ``None``, as torch's);
+            ``build_directory``, ``keep_intermediates``, ``with_cuda`` are accepted with a one-time note.
 
     Returns:
         A module whose attributes are the snippet's kernels and host functions. Kernels take
@@ -49,8 +55,24 @@ def load(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, 
     """
     from jitlab.jit.loader import load_or_rebuild  # loader imports builder: load it when first used
 
-    paths = [path, *more] if more else path
-    return load_or_rebuild(paths, options(mode, arch, defines, cflags, cuda_cflags, ldflags, False, debug, engine))
+    opts = options(mode, arch, defines, cflags, cuda_cflags, ldflags, False, debug, engine)
+    if name is None and sources is None and not torch_keywords and path is not None and len(more) != 1:
+        return load_or_rebuild([path, *more] if more else path, opts)
+    return _load_torch_style(path, more, name, sources, opts, torch_keywords)
+
+
+def _load_torch_style(path, more, name, sources, opts: Options, kw: dict):
+    """``load`` called with torch's arguments: its flags added to jitlab's, ``verbose`` and ``is_python_module`` obeyed."""
+    from jitlab.jit import loader, torch_compat
+
+    paths, _ = torch_compat.torch_load_args(path, more, name, sources)
+    torch_compat.check_load_keywords(kw)
+    opts = torch_compat.torch_options(kw.get("extra_cflags"), kw.get("extra_cuda_cflags"), kw.get("extra_ldflags"),
+                                      kw.get("extra_include_paths"), opts)
+    mod = loader.load_or_rebuild(paths, opts)  # operators (TORCH_LIBRARY): the earlier build unloaded first
+    if kw.get("verbose"):
+        torch_compat.show_log(mod.build)
+    return mod if kw.get("is_python_module", True) else None  # torch's returns nothing then
 
 
 def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None,

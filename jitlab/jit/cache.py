@@ -36,6 +36,8 @@ from jitlab.jit import cachedir, locks
 MANIFEST = "jitlab.json"
 #: Folders inside the cache that hold other caches (per-unit objects, precompiled headers), not builds.
 SUBCACHES = ("objects", "pch")
+#: Other folders jitlab writes in the cache: ``load_inline``'s sources, the measured peaks and results.
+OWN = ("inline", "results", "peaks.json", ".nvrtc.json", ".versions")
 
 
 def build_key(parts: dict) -> str:
@@ -216,6 +218,6 @@ def clean(root: Path | None = None, older_than_s: float | None = None, headers: 
             lock.unlink(missing_ok=True)
     tagged = cachedir.is_tagged(root)
     done.left = sorted(p for p in root.iterdir()
-                       if p.name not in (*SUBCACHES, cachedir.TAG, "README.md") and not p.name.startswith(".")
+                       if p.name not in (*SUBCACHES, *OWN, cachedir.TAG, "README.md")
                        and not made_by_jitlab(p, tagged) and not (p.suffix == ".lock" and cachedir.ENTRY_NAME.match(p.stem)))
     return done

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from jitlab import config, progress, snippets
 from jitlab.errors import ArgumentError, CompileError
-from jitlab.jit import cache, origins
+from jitlab.jit import locks, origins
 from jitlab.jit.flags import Options
 from jitlab.jit.origins import Origin
 
@@ -107,7 +107,7 @@ def materialize(name: str, cpp_sources, cuda_sources=None, functions=None, with_
     parts = [] if no_implicit_headers else [(f"load_inline {name!r} implicit headers", "\n".join(CPP_PRELUDE))]
     parts += [(f"load_inline {name!r} cpp_sources[{i}]", s) for i, s in enumerate(cpp)]
     bindings = binding_source(functions, with_pytorch_error_handling)
-    if bindings is None and not python_module:
+    if bindings is None and not python_module and not any("TORCH_LIBRARY" in t for t in (*cpp, *cuda)):
         bindings = "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}"  # a plain library: bind nothing
     if bindings is not None:
         parts.append((f"load_inline {name!r} bindings made for functions=", bindings))
@@ -140,7 +140,7 @@ def folder_of(name: str) -> Path:
 def name_lock(name: str):
     """The lock that keeps a name's files from being rewritten while a build of this name reads them."""
     folder = folder_of(name)
-    return cache.build_lock(folder.name, root=folder.parent)
+    return locks.build_lock(folder.name, root=folder.parent)
 
 
 def binding_source(functions, with_pytorch_error_handling: bool = True) -> str | None:

@@ -155,8 +155,12 @@ def summary(rows: list[dict], archs, time_it: bool = True) -> str:
     """The run's last line, counting kernels: ``3 kernels checked and timed: 3 passed, 0 failed;
     16 kernels compile-checked for sm_75, sm_80, sm_90: 16 compiled, 0 failed``. A compile-checked
     kernel ran nothing, so it is never counted as passed."""
-    (ran, ran_failed), (compiled, compile_failed) = _tally(rows).values()
-    kernels = lambda n: f"{n} kernel{'s' if n != 1 else ''}"  # noqa: E731
+    tally = _tally(rows)
+    (ran, ran_failed), (compiled, compile_failed) = tally["ran"], tally["compiled"]
+
+    def kernels(n: int) -> str:
+        return f"{n} kernel{'s' if n != 1 else ''}"
+
     parts = []
     if ran or not compiled:
         parts.append(f"{kernels(ran)} checked{' and timed' if time_it else ''}: {ran - ran_failed} passed, "

@@ -1,4 +1,4 @@
-"""Timing statistics, A/B verdicts, check-before-time, result history and plots (CPU)."""
+"""Timing statistics, A/B verdicts, check-before-time, honest ratios and roofs, result history and plots (CPU)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from jitlab.judge import results
-from jitlab.judge.benchmark import bench
-from jitlab.judge import timing
+from jitlab.jit import toolchain
+from jitlab.judge import benchmark, results, runner, timing
+from jitlab.judge.benchmark import Comparison, bench
+from jitlab.judge.checker import Verdict
 from jitlab.judge.timing import Timing, ab, ab_verdict, time_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,3 +159,117 @@ def test_run_command_on_a_cpp_kernel(tmp_path):
     assert "× faster than torch" in out.stdout and "add2_cpu" in out.stdout and "1 passed, 0 failed" in out.stdout
     rec = json.loads((tmp_path / "results" / "add2_cpu.jsonl").read_text().splitlines()[-1])
     assert rec["passed"] and rec["median_ms"] > 0 and rec["vs_torch"] > 0
+
+
+# ---- honest figures: spreads, busy machines, the roof a kernel is under ---------------------------
+def _quiet(ms: float, spread: float = 0.1) -> Timing:
+    """CPU samples around ``ms`` (±``spread``) taken with the load average well under the cores."""
+    return Timing([ms * (1 + f) for f in (-spread, 0.0, spread, 0.0)], device="cpu", load=0.5, cores=2, threads=1)
+
+
+def test_overlapping_spreads_give_no_verdict():
+    """Medians 5 % apart inside ±20 % samples: 'within noise', no faster or slower, the range shown."""
+    c = Comparison.of(_quiet(1.0, 0.2), _quiet(1.05, 0.2), "torch eager, 1 thread")
+    assert c.verdict == "same" and not c.decided and c.low < 1 < c.high
+    assert c.cell().startswith("within noise: no verdict (") and "faster" not in str(c) and "slower" not in str(c)
+    assert str(c).startswith("within noise of torch eager, 1 thread: no verdict")
+
+
+def test_separated_spreads_give_a_verdict_with_its_range():
+    """Torch 3x slower with ±10 % samples: a verdict, with the range its quartiles allow."""
+    c = Comparison.of(_quiet(1.0), _quiet(3.0), "torch eager, 1 thread")
+    assert c.verdict == "faster" and c.decided and c.low == pytest.approx(3 * 0.975 / 1.025)
+    assert c.cell() == "3.00× (2.85–3.15)"
+    assert str(c) == "3.00× faster than torch eager, 1 thread (2.85–3.15× by the quartiles)"
+
+
+def test_a_busy_machine_gives_no_verdict_and_says_why():
+    """A load average above the cores, or an IQR wider than half the median, is 'machine busy: no verdict'."""
+    loaded = Timing(_quiet(3.0).samples, device="cpu", load=3.9, cores=2)
+    c = Comparison.of(_quiet(1.0), loaded, "torch eager")
+    assert c.verdict == "busy" and c.cell() == "machine busy: no verdict (load 3.9 on 2 cores)"
+    wild = Comparison.of(_quiet(1.0), Timing([0.3, 3.0, 8.0, 1.0], device="cpu", load=0.2, cores=2), "torch eager")
+    assert wild.verdict == "busy" and "machine busy: no verdict" in str(wild) and "spread" in wild.why
+    gpu = Timing(_quiet(3.0).samples, device="cuda", load=9.0, cores=2)  # CUDA events: CPU load is not the rule
+    assert Comparison.of(Timing(_quiet(1.0).samples, device="cuda"), gpu, "torch eager").verdict == "faster"
+
+
+def test_cpu_timings_state_torchs_thread_count():
+    """bench() on the CPU times both sides with CPU_THREADS torch threads, says so, and restores torch's setting."""
+    before = torch.get_num_threads()
+    r = bench(lambda inp: inp["x"] + inp["x"], _inputs, 1 << 14, reference=_ref, device="cpu", rep_s=0.01)
+    assert r.torch_timing.threads == r.timing.threads == benchmark.CPU_THREADS == 1
+    assert "torch eager, 1 thread" in str(r) and r.to_dict()["threads"] == 1
+    assert torch.get_num_threads() == before
+    assert r.torch_timing.load is not None and r.to_dict()["torch"]["verdict"] in ("faster", "slower", "same", "busy")
+
+
+PEAK = {"copy_gbps": 3000.0, "matmul_fp32_tflops": 50.0, "matmul_bf16_tflops": 700.0}
+
+
+def _matmul(dtype: str, ms: float) -> benchmark.BenchResult:
+    """A 4096^3 matmul (683 FLOP/B: right of every ridge here) timed at ``ms``."""
+    n = 4096
+    return benchmark.BenchResult("mm", n, Verdict("mm", []), _quiet(ms), bytes_moved=3 * n * n * 4, flops=2 * n**3,
+                                 peak=PEAK, dtype=dtype)
+
+
+def test_a_compute_bound_kernel_reports_tflops_against_its_matmul_roof(capsys):
+    """Right of the ridge, a float32 kernel shows TFLOP/s and % of the fp32 matmul peak; bf16 the tensor-core roof."""
+    r = _matmul("float32", 5.0)
+    tp = r.throughput
+    assert (tp.unit, tp.roof) == ("TFLOP/s", "fp32 matmul") and tp.pct == pytest.approx(100 * r.tflops / 50.0)
+    assert str(tp) == "27.5 TFLOP/s" and tp.of_roof == "55% fp32 matmul"
+    assert "27.5 TFLOP/s (55% of the measured fp32 matmul peak)" in str(r) and "GB/s" not in str(r)
+    assert _matmul("bfloat16", 0.5).throughput.of_roof == "39% bf16 matmul"
+    assert _matmul("float16", 0.5).throughput.roof == "fp16 matmul"
+    runner.print_table([{"kernel": "sgemm", "variant": "original", "status": "ok", "size": 4096, "result": r}])
+    head, row = capsys.readouterr().out.splitlines()
+    assert "throughput" in head and "% of roof" in head and "27.5 TFLOP/s" in row and "55% fp32 matmul" in row
+    d = r.to_dict()
+    assert (d["throughput_unit"], d["roof"], d["gbps"]) == ("TFLOP/s", "fp32 matmul", r.gbps)  # old fields kept
+
+
+def test_a_memory_bound_kernel_reports_bandwidth_against_the_copy_roof():
+    """Left of the ridge (softmax: 5 FLOPs per 8 bytes) a kernel shows GB/s and % of the copy peak."""
+    n = 1 << 26
+    r = benchmark.BenchResult("softmax", n, Verdict("softmax", []), _quiet(0.2), bytes_moved=8 * n, flops=5 * n,
+                              peak=PEAK, dtype="float32")
+    tp = r.throughput
+    assert (str(tp), tp.of_roof) == ("2684 GB/s", "89% copy") and tp.pct == pytest.approx(r.pct_peak)
+
+
+ALIAS_REF = (ROOT / "kernels" / "add2_cpu.ref.py").read_text() + '''
+
+def run_slow(m, inp):
+    return run(m, inp).clone()
+
+
+VARIANTS = {"add2_cpu_slow": run_slow, "add2_cpu_fast": run}
+'''
+
+
+@pytest.mark.skipif(toolchain.nvcc_path() is None, reason="needs nvcc for the compile-checked kernel")
+def test_run_summary_and_the_original_alias(tmp_path):
+    """`jitlab run` without a GPU: an aliased original is named and timed once; the summary counts compile-checks apart."""
+    if torch.cuda.is_available():
+        pytest.skip("checks the GPU-less run")
+    root = tmp_path / "kernels"
+    root.mkdir()
+    (root / "add2_cpu.cpp").write_text((ROOT / "kernels" / "add2_cpu.cpp").read_text())
+    (root / "add2_cpu.ref.py").write_text(ALIAS_REF)
+    (root / "saxpy.cu").write_text((ROOT / "kernels" / "saxpy.cu").read_text())
+    (root / "saxpy.ref.py").write_text((ROOT / "kernels" / "saxpy.ref.py").read_text())
+    env = {**os.environ, "JITLAB_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "jitlab", "run", str(root), "--max-size", "2000", "--arch", "sm_75"],
+                         cwd=ROOT, capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert sum("original = add2_cpu_fast" in line for line in lines) == 1
+    assert not any("add2_cpu_fast" in line and "original" not in line for line in lines)
+    assert any(line.split()[1:2] == ["add2_cpu_slow"] for line in lines if line.startswith("add2_cpu "))
+    assert "CPU timings: the kernel and torch eager with 1 thread each" in out.stdout
+    assert ("1 kernel checked and timed: 1 passed, 0 failed; 1 kernel compile-checked for sm_75 (nothing CUDA ran): "
+            "1 compiled, 0 failed") in out.stdout
+    variants = [json.loads(line)["variant"] for line in (tmp_path / "cache" / "results" / "add2_cpu.jsonl").open()]
+    assert variants == ["original = add2_cpu_fast", "add2_cpu_slow"]

@@ -17,7 +17,11 @@ import pytest
 
 import jitlab
 from jitlab import snippets
+from jitlab.judge.benchmark import BenchResult
+from jitlab.judge.checker import Verdict
+from jitlab.judge.timing import Timing
 from jitlab.notebook.panel import Playground
+from jitlab.notebook.report import bench_status, bench_table
 from jitlab.notebook.session import Session
 from jitlab.notebook.watch import Watcher
 
@@ -188,8 +192,8 @@ def test_bench_on_cpu_gives_table_and_plot(add2):
     """Bench of a C++ kernel on the CPU: checked, timed beside torch, a table and a PNG plot."""
     r = Session(add2).bench()
     assert r.ok and r.status.startswith("bench: original @ 1000003")
-    assert re.search(r"\d× (faster|slower) than torch", r.status), r.status
-    assert "<table>" in r.html and "× faster than torch" in r.html
+    assert re.search(r"\d× (faster|slower) than torch eager, 1 thread|no verdict", r.status), r.status
+    assert "<table>" in r.html and "× faster than torch" in r.html and "throughput" in r.html
     assert r.png.startswith(b"\x89PNG")
     assert r.value[0].timing.device == "cpu" and r.value[0].torch_timing is not None
 
@@ -277,6 +281,23 @@ def test_compile_error_log_in_output(panel, add2):
     click(panel, "Build")
     assert "compile error at add2_cpu.cpp:" in panel.status.value
     assert re.search(r"add2_cpu\.cpp:\d+:\d+: error", panel.result.value) and "^" in panel.result.value
+
+
+def _bench_row(torch_samples, load=0.2):
+    """add2_cpu's row with torch's samples given: 1 ms ± 2 % for the kernel, timed with this load average."""
+    mine = Timing([0.98, 1.0, 1.02, 1.0], device="cpu", load=load, cores=2, threads=1)
+    return BenchResult("original", 1000003, Verdict("add2_cpu/original", []), mine,
+                       Timing(torch_samples, device="cpu", load=load, cores=2, threads=1), bytes_moved=12_000_036)
+
+
+def test_bench_status_gives_no_verdict_on_noise_or_a_busy_machine():
+    """The panel's bench status and table say 'no verdict' for overlapping timings and on a busy machine."""
+    noisy = _bench_row([0.8, 1.0, 1.3, 1.1])
+    assert "within noise of torch eager, 1 thread: no verdict" in bench_status([noisy])
+    assert "within noise: no verdict" in bench_table([noisy]) and "12 GB/s" in bench_table([noisy])
+    busy = _bench_row([2.0, 2.1, 1.9, 2.0], load=6.5)
+    assert "machine busy: no verdict against torch eager, 1 thread (load 6.5 on 2 cores)" in bench_status([busy])
+    assert "2.00× faster than torch eager, 1 thread" in bench_status([_bench_row([2.0, 2.1, 1.9, 2.0])])
 
 
 def test_bench_button_shows_plot(panel):

@@ -18,6 +18,7 @@ import jitlab
 from jitlab import progress
 from jitlab.jit import objects
 from jitlab.judge import benchmark, runner
+from jitlab.judge.timing import Timing
 from jitlab.notebook import report
 from jitlab.worker import isolate, jobs
 
@@ -194,29 +195,34 @@ def test_run_prints_each_row_as_it_is_measured(tmp_path):
 
 
 # ---- ratio columns say which way is faster --------------------------------------------------------
-@pytest.mark.parametrize("ratio, cell", [(1.64, "1.64×"), (1.0, "1.00×"), (0.31, "0.31× (3.23× slower)"),
-                                         (None, "")])
-def test_ratio_cells_read_as_times_faster(ratio, cell):
-    """A ratio cell: the factor when faster, and how many times slower when below 1."""
-    assert benchmark.times_faster(ratio) == cell
+def _t(ms: float) -> Timing:
+    """Samples around ``ms`` (±10 %, quartiles ±2.5 %) taken on an idle machine."""
+    return Timing([ms * f for f in (0.9, 1.0, 1.1, 1.0)], device="cpu", load=0.1, cores=2, threads=1)
+
+
+@pytest.mark.parametrize("kernel_ms, torch_ms, cell", [(1.0, 1.64, "1.64× (1.56–1.72)"),
+                                                       (1.0, 0.31, "0.31× (0.29–0.33; 3.23× slower)"),
+                                                       (1.0, 1.01, "within noise: no verdict (0.96–1.06×)")])
+def test_ratio_cells_read_as_times_faster(kernel_ms, torch_ms, cell):
+    """A ratio cell: the factor and its quartile range, how many times slower below 1, no verdict in the noise."""
+    assert benchmark.Comparison.of(_t(kernel_ms), _t(torch_ms), "torch eager").cell() == cell
 
 
 def test_bench_result_says_faster_or_slower_in_words():
-    """BenchResult's text says 'faster than torch eager' or 'slower than torch.compile'."""
-    r = benchmark.BenchResult("k", 8, SimpleNamespace(passed=True), timing=SimpleNamespace(median=1.0),
-                              torch_timing=SimpleNamespace(median=2.0), compiled_timing=SimpleNamespace(median=0.5))
+    """BenchResult's text says 'faster than torch eager, 1 thread' or 'slower than torch.compile'."""
+    r = benchmark.BenchResult("k", 8, SimpleNamespace(passed=True), timing=_t(1.0), torch_timing=_t(2.0),
+                              compiled_timing=_t(0.5))
     text = str(r)
-    assert "2.00× faster than torch eager" in text and "2.00× slower than torch.compile" in text
+    assert "2.00× faster than torch eager, 1 thread" in text and "2.00× slower than torch.compile" in text
 
 
 def test_run_and_panel_headers_say_faster(capsys):
     """`jitlab run`'s table and the playground's bench table head their ratio columns '× faster than …'."""
-    res = benchmark.BenchResult("original", 8, SimpleNamespace(passed=True),
-                                timing=SimpleNamespace(median=2.0, iqr=0.1), torch_timing=SimpleNamespace(median=1.0))
+    res = benchmark.BenchResult("original", 8, SimpleNamespace(passed=True), timing=_t(2.0), torch_timing=_t(1.0))
     runner.print_table([{"kernel": "k", "variant": "original", "status": "ok", "size": 8, "result": res}])
     head, row = capsys.readouterr().out.splitlines()
     assert "× faster than torch" in head and "× faster than compile" in head
-    assert "0.50× (2.00× slower)" in row
+    assert "0.50× (0.48–0.53; 2.00× slower)" in row
     html = report.bench_table([res])
     assert "<th>× faster than torch</th>" in html and "<th>× faster than torch.compile</th>" in html
-    assert "0.50× (2.00× slower)" in html
+    assert "0.50× (0.48–0.53; 2.00× slower)" in html

@@ -38,7 +38,7 @@ def test_defaults_of_a_minimal_reference(tmp_path):
 def test_variants_bench_sizes_and_the_originals_cap(tmp_path):
     """VARIANTS add versions with VARIANT_SIZES; BENCH_SIZES are timed, the original only up to ORIGINAL_MAX_SIZE."""
     ref = _ref(tmp_path, '''
-VARIANTS = {"fast": run}
+VARIANTS = {"fast": lambda m, inp: run(m, inp)}
 VARIANT_SIZES = [7]
 BENCH_SIZES = [100, 10_000]
 ORIGINAL_MAX_SIZE = 1000
@@ -49,6 +49,23 @@ SEEDS = [0, 1]
     assert ref.timed_sizes(original) == [100] and ref.timed_sizes(fast) == [100, 10_000]
     assert [(v.name, size) for v, size in ref.bench_plan()] == [("original", 100), ("fast", 100), ("fast", 10_000)]
     assert ref.version("fast") is fast
+
+
+def test_an_original_that_is_a_variant_is_one_version_named_both_ways(tmp_path):
+    """`run = run6` style: the variant that is `run` is checked and timed once, as "original = fast"."""
+    ref = _ref(tmp_path, '''
+def slow(m, inp):
+    return run(m, inp) + 0
+VARIANTS = {"slow": slow, "fast": run}
+VARIANT_SIZES = [7, 300]
+ORIGINAL_MAX_SIZE = 10
+''')
+    assert [v.label for v in ref.versions] == ["original = fast", "slow"]
+    original = ref.versions[0]
+    assert original.sizes == [1, 7, 129, 300] and ref.version("fast") is original
+    assert ref.timed_sizes(original) == [300]  # the cap is for a slow seed original, not a variant
+    out = [(v.label, verdict.passed) for v, verdict in refs.check_each(lambda x: x * 2, ref, "cpu", name="k")]
+    assert out == [("original = fast", True), ("slow", True)]
 
 
 def test_an_unknown_version_lists_the_versions(tmp_path):
@@ -93,7 +110,7 @@ def inputs_half(size, seed, device):
 def run_half(m, inp):
     SEEN.append(inp["x"].dtype)
     return (m(inp["x"].float()) + 0.01).half()
-VARIANTS = {"same": run, "half": run_half}
+VARIANTS = {"same": lambda m, inp: run(m, inp), "half": run_half}
 VARIANT_INPUTS = {"half": inputs_half}
 VARIANT_TOLERANCE = {"half": {"rtol": 0.0, "atol": 0.02}}
 '''

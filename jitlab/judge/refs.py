@@ -7,11 +7,12 @@ A kernel ``kernels/NAME.cu`` (or ``NAME.cpp``, or a folder ``NAME/``) has its re
 - required: ``SIZES``, ``inputs(size, seed, device) -> dict``, ``reference(inputs)``,
   ``run(module, inputs)``;
 - optional: ``SEEDS`` (default ``[0]``), ``TOLERANCE`` (``{"rtol": ..., "atol": ...}``),
-  ``VARIANTS`` (faster versions, name → run function), ``VARIANT_SIZES`` (their sizes, default
+  ``VARIANTS`` (faster versions, name → run function; ``run`` may be one of them, which is then
+  checked and timed once, as ``original = NAME``), ``VARIANT_SIZES`` (their sizes, default
   ``SIZES``), ``VARIANT_INPUTS`` and ``VARIANT_TOLERANCE`` (name → the ``inputs`` function and the
   tolerance of a version that takes other inputs, a bfloat16 kernel beside fp16 ones),
   ``BENCH_SIZES`` (default: the largest size), ``ORIGINAL_MAX_SIZE`` (the original version is not
-  timed above it), ``bytes_moved(inputs)`` and ``flops(inputs)`` (GB/s, FLOP/s and
+  timed above it, unless it is a variant), ``bytes_moved(inputs)`` and ``flops(inputs)`` (GB/s, FLOP/s and
   the roofline).
 
 Every other module reads a reference through :func:`load`'s :class:`Ref`, never with ``getattr``.
@@ -96,13 +97,23 @@ def path_for(snippet: str | Path, ref: str | Path | None = None) -> Path:
 @dataclass(frozen=True)
 class Version:
     """One version of a kernel: ``original`` (``run``) or a ``VARIANTS`` entry, with its check sizes,
-    its inputs and its tolerance (the ref's own unless ``VARIANT_INPUTS``/``VARIANT_TOLERANCE`` say)."""
+    its inputs and its tolerance (the ref's own unless ``VARIANT_INPUTS``/``VARIANT_TOLERANCE`` say).
+
+    ``alias`` is the ``VARIANTS`` name of the original when ``run`` is one of the variants (sgemm's
+    ``run = run6``): that variant is this version, checked and timed once, as ``original``.
+    """
 
     name: str
     run: Callable
     sizes: list
     inputs: Callable
     tolerance: dict | None = None
+    alias: str | None = None
+
+    @property
+    def label(self) -> str:
+        """How tables name it: ``"sgemm_kernel1"``, ``"original"``, or ``"original = sgemm_kernel6"``."""
+        return f"{self.name} = {self.alias}" if self.alias else self.name
 
 
 class Ref:
@@ -127,9 +138,13 @@ class Ref:
         if unknown:
             raise SnippetError(f"{path}: VARIANT_INPUTS/VARIANT_TOLERANCE name {', '.join(map(repr, unknown))}, "
                                f"not in VARIANTS ({', '.join(variants) or 'none'})")
-        self.versions = [Version("original", module.run, self.sizes, self.inputs, self.tolerance)] + [
-            Version(name, fn, variant_sizes, inputs.get(name, self.inputs), tolerance.get(name, self.tolerance))
-            for name, fn in variants.items()]
+        found = [Version(name, fn, variant_sizes, inputs.get(name, self.inputs), tolerance.get(name, self.tolerance))
+                 for name, fn in variants.items()]
+        alias = next((v for v in found if (v.run, v.inputs, v.tolerance) == (module.run, self.inputs, self.tolerance)),
+                     None)
+        sizes = list(dict.fromkeys(self.sizes + alias.sizes)) if alias else self.sizes
+        self.versions = [Version("original", module.run, sizes, self.inputs, self.tolerance,
+                                 alias.name if alias else None)] + [v for v in found if v is not alias]
 
     def version(self, name: str) -> Version:
         """The version called ``name``.
@@ -138,7 +153,7 @@ class Ref:
             SnippetError: No such version (the message lists them).
         """
         for v in self.versions:
-            if v.name == name:
+            if name in (v.name, v.alias):
                 return v
         raise SnippetError(f"{self.path}: no version {name!r} (versions: {', '.join(v.name for v in self.versions)})")
 
@@ -146,7 +161,7 @@ class Ref:
         """The sizes a version is timed at: ``BENCH_SIZES`` (the original's capped at
         ``ORIGINAL_MAX_SIZE``), else its largest check size; none above ``max_size``."""
         checked = [s for s in version.sizes if max_size is None or s <= max_size] or version.sizes[:1]
-        limit = self.original_max_size if version.name == "original" else None
+        limit = self.original_max_size if version.name == "original" and not version.alias else None
         declared = [s for s in self.bench_sizes or [] if limit is None or s <= limit]
         return [s for s in declared or [max(checked)] if max_size is None or s <= max_size]
 

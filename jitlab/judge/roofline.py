@@ -12,8 +12,6 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 
-from jitlab.judge.benchmark import BenchResult
-
 
 @dataclass(frozen=True)
 class Point:
@@ -41,8 +39,26 @@ class Roofs:
         """min(compute roof, bandwidth × intensity), in TFLOP/s."""
         return min(compute_tflops, self.copy_gbps * intensity / 1e3)
 
+    def ridge(self, compute_tflops: float) -> float:
+        """The intensity (FLOP/B) where bandwidth × intensity meets a compute roof."""
+        return compute_tflops * 1e3 / self.copy_gbps
 
-def points(rows: list[BenchResult]) -> list[Point]:
+    def matmul(self, dtype: str | None) -> tuple[str, float] | None:
+        """The compute roof for inputs of ``dtype``: ``("fp32 matmul", TFLOP/s)`` for float32,
+        the bf16 tensor-core roof for bfloat16 and float16 (the same rate on every GPU with bf16
+        tensor cores; float16 is named as such), None for other dtypes or an unmeasured roof."""
+        name, tflops = {"float32": ("fp32 matmul", self.fp32_tflops), "bfloat16": ("bf16 matmul", self.bf16_tflops),
+                        "float16": ("fp16 matmul", self.bf16_tflops)}.get(dtype, (None, None))
+        return (name, tflops) if tflops else None
+
+    def under(self, intensity: float | None, dtype: str | None) -> tuple[str, float] | None:
+        """The compute roof a kernel of this intensity and input dtype sits under, or None for the
+        memory roof: right of the matching matmul roof's ridge is compute-bound, left of it memory-bound."""
+        roof = self.matmul(dtype) if intensity else None
+        return roof if roof and intensity > self.ridge(roof[1]) else None
+
+
+def points(rows: list) -> list[Point]:
     """The timed rows that declare both ``flops`` and ``bytes_moved``, and torch beside each size."""
     out, torch_sizes = [], set()
     for r in rows:
@@ -68,7 +84,7 @@ class Chart:
         ValueError: No row declares ``flops`` and ``bytes_moved``, or no peak is known.
     """
 
-    def __init__(self, rows: list[BenchResult], peak: dict | None = None, title: str = "roofline"):
+    def __init__(self, rows: list, peak: dict | None = None, title: str = "roofline"):
         self.points = points(rows)
         peak = peak or next((r.peak for r in rows if r.peak), None)
         if not self.points:
@@ -92,7 +108,7 @@ class Chart:
             (r.fp32_tflops, "fp32 matmul", "-"), (r.bf16_tflops, "bf16 matmul (tensor cores)", "--")) if t]
         for tflops, name, style in roofs:
             ax.plot(grid, [r.attainable(x, tflops) for x in grid], color="0.25", linestyle=style, linewidth=1.2,
-                    label=f"{name}: {tflops:.0f} TFLOP/s, ridge at {tflops * 1e3 / r.copy_gbps:.0f} FLOP/B")
+                    label=f"{name}: {tflops:.0f} TFLOP/s, ridge at {r.ridge(tflops):.0f} FLOP/B")
         if not roofs:
             ax.plot(grid, [r.copy_gbps * x / 1e3 for x in grid], color="0.25", linewidth=1.2)
         ax.annotate(f"copy bandwidth {r.copy_gbps:.0f} GB/s", xy=(grid[20], r.copy_gbps * grid[20] / 1e3),

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from jitlab import config, progress
 from jitlab.errors import JitlabError
 from jitlab.jit import api, toolchain
-from jitlab.judge import refs, results, roofline
+from jitlab.judge import benchmark, refs, results, roofline
 
 
 def _quiet(fn):
@@ -39,8 +39,6 @@ def run_kernel(k: refs.Kernel, device: str, *, time_it: bool = True, compile_ref
     Args:
         on_row: Called with each row as soon as it is measured (``jitlab run`` prints it then).
     """
-    from jitlab.judge.benchmark import bench
-
     rows: list[dict] = []
 
     def emit(row: dict) -> None:
@@ -60,7 +58,7 @@ def run_kernel(k: refs.Kernel, device: str, *, time_it: bool = True, compile_ref
         with progress.Step(f"checking {k.name} {version.name}"):  # a live line only: the rows say the rest
             _, v = next(refs.check_each(mod, ref, device, name=k.name, versions=[version], max_size=max_size,
                                         wrap=_quiet))
-        row = {"kernel": k.name, "variant": version.name, "kind": mod.build.plan.kind, "build": built}
+        row = {"kernel": k.name, "variant": version.label, "kind": mod.build.plan.kind, "build": built}
         if not v.passed:
             emit({**row, "status": "FAIL", "detail": "; ".join(v.reasons)[:160], "verdict": v})
             continue
@@ -70,9 +68,9 @@ def run_kernel(k: refs.Kernel, device: str, *, time_it: bool = True, compile_ref
         run = _quiet(functools.partial(version.run, mod))
         for size in ref.timed_sizes(version, max_size):
             with progress.Step(f"timing {k.name} {version.name} at size {size}"):
-                r = bench(run, version.inputs, size, reference=ref.reference, bytes_moved=ref.bytes_moved,
+                r = benchmark.bench(run, version.inputs, size, reference=ref.reference, bytes_moved=ref.bytes_moved,
                           flops=ref.flops, device=device, compile_reference=compile_reference and device == "cuda",
-                          tolerance_override=version.tolerance, name=version.name)
+                          tolerance_override=version.tolerance, name=version.label)
             results.append(k.name, {**r.to_dict(), "build": mod.build.name})
             emit({**row, "status": "ok" if r.verdict.passed else "FAIL", "size": size, "result": r,
                   "detail": "" if r.verdict.passed else "; ".join(r.verdict.reasons)[:160]})
@@ -89,7 +87,7 @@ def run_kernel(k: refs.Kernel, device: str, *, time_it: bool = True, compile_ref
 def compile_kernel(k: refs.Kernel, archs: tuple[str, ...]) -> list[dict]:
     """Compile-check one CUDA kernel for ``archs`` and summarize its resource usage."""
 
-    row = {"kernel": k.name, "variant": ""}
+    row = {"kernel": k.name, "variant": "", "compile_only": True}
     t0 = time.perf_counter()
     try:
         b = api.build(k.path, compile_only=True, arch=list(archs))
@@ -117,7 +115,11 @@ def main(paths=(), archs: tuple[str, ...] = config.DEFAULT_ARCHS, max_size: int 
     else:
         print(f"no CUDA GPU found: running the C++ kernels on CPU and compile-checking the CUDA kernels "
               f"for {', '.join(archs)} (nothing CUDA runs here)")
-    table = Table.for_kernels(kernels)
+    if time_it and any(not k.is_cuda for k in kernels):  # C++ kernels run on the CPU, GPU or not
+        n = benchmark.CPU_THREADS
+        print(f"CPU timings: the kernel and torch eager with {n} thread{'s' if n != 1 else ''} each "
+              f"(torch.set_num_threads); a ratio inside the noise, or on a busy machine, is no verdict")
+    table = Table.for_kernels(kernels, compiled=gpu and compile_reference and time_it)
     table.print_header()
     rows: list[dict] = []
 
@@ -134,32 +136,58 @@ def main(paths=(), archs: tuple[str, ...] = config.DEFAULT_ARCHS, max_size: int 
             for compiled in pool.map(lambda k: compile_kernel(k, archs), [k for k in kernels if k.is_cuda]):
                 for row in compiled:
                     show(row)
-    failed = sum(r["status"] == "FAIL" for r in rows)
-    print(f"\n{len(rows) - failed} passed, {failed} failed")
+    print("\n" + summary(rows, archs, time_it))
     if any(r.get("result") for r in rows):
         print(f"results and plots: {results.results_dir()}")
-    return failed
+    return sum(failed for _, failed in _tally(rows).values())
 
 
-#: The table's columns. The ratio columns are the other code's median time over the kernel's, so
-#: they read "× faster than torch": ``1.64×``, or below 1 ``0.31× (3.23× slower)``.
-HEADER = ["kernel", "variant", "verdict", "size", "time", "GB/s", "% peak", "× faster than torch",
+def _tally(rows: list[dict]) -> dict[str, tuple[int, int]]:
+    """``{"ran": (kernels, failed), "compiled": (kernels, failed)}``: a kernel fails if any of its rows does."""
+    kinds: dict[str, dict[str, bool]] = {"ran": {}, "compiled": {}}
+    for r in rows:
+        kind = "compiled" if r.get("compile_only") else "ran"
+        kinds[kind][r["kernel"]] = kinds[kind].get(r["kernel"], False) or r["status"] == "FAIL"
+    return {kind: (len(seen), sum(seen.values())) for kind, seen in kinds.items()}
+
+
+def summary(rows: list[dict], archs, time_it: bool = True) -> str:
+    """The run's last line, counting kernels: ``3 kernels checked and timed: 3 passed, 0 failed;
+    16 kernels compile-checked for sm_75, sm_80, sm_90: 16 compiled, 0 failed``. A compile-checked
+    kernel ran nothing, so it is never counted as passed."""
+    tally = _tally(rows)
+    (ran, ran_failed), (compiled, compile_failed) = tally["ran"], tally["compiled"]
+
+    def kernels(n: int) -> str:
+        return f"{n} kernel{'s' if n != 1 else ''}"
+
+    parts = []
+    if ran or not compiled:
+        parts.append(f"{kernels(ran)} checked{' and timed' if time_it else ''}: {ran - ran_failed} passed, "
+                     f"{ran_failed} failed")
+    if compiled:
+        parts.append(f"{kernels(compiled)} compile-checked for {', '.join(archs)} (nothing CUDA ran): "
+                     f"{compiled - compile_failed} compiled, {compile_failed} failed")
+    return "; ".join(parts)
+
+
+#: The table's columns. "throughput" is GB/s for a memory-bound kernel and TFLOP/s for a
+#: compute-bound one, "% of roof" the share of the roof it is under ("97% copy", "62% fp32 matmul").
+#: The ratio columns are the other code's median time over the kernel's, so they read "× faster
+#: than torch", with the range the quartiles give: ``1.64× (1.52–1.77)``, below 1
+#: ``0.31× (0.29–0.33; 3.23× slower)``, or no verdict, saying why (:class:`benchmark.Comparison`).
+HEADER = ["kernel", "variant", "verdict", "size", "time", "throughput", "% of roof", "× faster than torch",
           "× faster than compile", "build", "detail"]
 
 
 def _cells(r: dict) -> list[str]:
-    from jitlab.judge.benchmark import times_faster
-
     res = r.get("result")
     t = res.timing if res else None
-
-    def f(x, fmt):
-        return fmt.format(x) if x is not None else ""
-
+    tp = res.throughput if res else None
+    vs = [c.cell() if c else "" for c in ((res.torch, res.compiled) if res else (None, None))]
     return [r["kernel"], r.get("variant", ""), r["status"], str(r.get("size", "")),
-            str(t).split(" (")[0] if t else "", f(res.gbps if res else None, "{:.0f}"),
-            f(res.pct_peak if res else None, "{:.0f}%"), times_faster(res.vs_torch if res else None),
-            times_faster(res.vs_compile if res else None), r.get("build", ""), r.get("detail", "")]
+            str(t).split(" (")[0] if t else "", str(tp) if tp else "", tp.of_roof if tp else "", *vs,
+            r.get("build", ""), r.get("detail", "")]
 
 
 class Table:
@@ -169,15 +197,18 @@ class Table:
     the rows after it.
     """
 
-    def __init__(self, widths: list[int]):
+    def __init__(self, widths: list[int], compiled: bool = True):
         self.widths = [max(len(h), w) for h, w in zip(HEADER, widths)]
+        self.shown = [i for i, h in enumerate(HEADER) if compiled or h != "× faster than compile"]
 
     @classmethod
-    def for_kernels(cls, kernels: list[refs.Kernel]) -> Table:
-        """Widths for these kernels' rows: versions are named ``<op>_kernelN``, times like ``123.4 µs``."""
+    def for_kernels(cls, kernels: list[refs.Kernel], compiled: bool = True) -> Table:
+        """Widths for these kernels' rows: versions are named ``<op>_kernelN``, times like ``123.4 µs``;
+        without ``compiled`` (no torch.compile timings: CPU, ``--no-bench``) that column is left out."""
         name = max(len(k.name) for k in kernels)
-        return cls([name, name + len("_kernel1"), len("compiled"), len("268435456"), len("123.45 ms"), 5, 6,
-                    len("0.06× (16.91× slower)"), len("0.06× (16.91× slower)"), len("123.4 s"), 0])
+        ratio = len("0.06× (0.05–0.07; 16.91× slower)")
+        return cls([name, name + len("_kernel1"), len("compiled"), len("268435456"), len("123.45 ms"),
+                    len("41.3 TFLOP/s"), len("62% fp32 matmul"), ratio, ratio, len("123.4 s"), 0], compiled)
 
     def print_header(self) -> None:
         self._print(HEADER)
@@ -189,7 +220,7 @@ class Table:
 
     def _print(self, cells: list[str]) -> None:
         # flush: the rows are the progress of `jitlab run`, also when stdout is a pipe
-        print("  ".join(c.ljust(w) for c, w in zip(cells, self.widths)).rstrip(), flush=True)
+        print("  ".join(cells[i].ljust(self.widths[i]) for i in self.shown).rstrip(), flush=True)
 
 
 def print_table(rows: list[dict]) -> None:

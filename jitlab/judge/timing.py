@@ -8,6 +8,7 @@ statistics come from ``time.perf_counter``.
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -23,11 +24,17 @@ class Timing:
         samples: Every repetition's time (ms), in order.
         cache: ``"cold"`` (L2 flushed before each repetition) or ``"hot"``.
         device: ``"cuda"`` or ``"cpu"``.
+        load: The machine's 1-minute load average when the timing ended (None: unknown).
+        cores: The CPU cores this process may use.
+        threads: torch's intra-op threads while timing (``torch.get_num_threads()``; CPU timings).
     """
 
     samples: list[float] = field(default_factory=list)
     cache: str = "cold"
     device: str = "cuda"
+    load: float | None = None
+    cores: int | None = None
+    threads: int | None = None
 
     @property
     def median(self) -> float:
@@ -45,12 +52,18 @@ class Timing:
     def iqr(self) -> float:
         return self.q75 - self.q25
 
+    @property
+    def spread(self) -> float:
+        """The IQR over the median: 0.1 means the middle half of the samples spans 10 % of the median."""
+        return self.iqr / self.median if self.median > 0 else math.inf
+
     def __str__(self) -> str:
         return f"{_fmt_ms(self.median)} (IQR {_fmt_ms(self.q25)}–{_fmt_ms(self.q75)}, n={len(self.samples)}, {self.cache} L2)"
 
     def to_dict(self) -> dict:
         return {"median_ms": self.median, "q25_ms": self.q25, "q75_ms": self.q75, "n": len(self.samples),
-                "cache": self.cache, "device": self.device, "samples_ms": self.samples}
+                "cache": self.cache, "device": self.device, "samples_ms": self.samples, "load": self.load,
+                "cores": self.cores, "threads": self.threads}
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -142,7 +155,7 @@ def time_cuda(fn, *, warmup_s: float = 0.025, rep_s: float = 0.2, flush_l2: bool
         return [s.elapsed_time(e) for s, e in events]
 
     samples = _repeat(one_round, rep_s=rep_s, min_reps=min_reps, max_reps=max_reps, stable_rtol=stable_rtol)
-    return Timing(samples, "cold" if flush_l2 else "hot", "cuda")
+    return Timing(samples, "cold" if flush_l2 else "hot", "cuda", *machine_load())
 
 
 def time_cpu(fn, *, warmup_s: float = 0.02, rep_s: float = 0.2, min_reps: int = 10, max_reps: int = 2000,
@@ -159,7 +172,41 @@ def time_cpu(fn, *, warmup_s: float = 0.02, rep_s: float = 0.2, min_reps: int = 
         return out
 
     samples = _repeat(one_round, rep_s=rep_s, min_reps=min_reps, max_reps=max_reps, stable_rtol=stable_rtol)
-    return Timing(samples, "hot", "cpu")
+    return Timing(samples, "hot", "cpu", *machine_load(), threads=torch.get_num_threads())
+
+
+def machine_load() -> tuple[float | None, int | None]:
+    """``(1-minute load average, CPU cores this process may use)``; the load is None where the OS has none."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        return os.getloadavg()[0], cores
+    except (AttributeError, OSError):
+        return None, cores
+
+
+#: A timing whose IQR spans more than this fraction of its median decides nothing (see :func:`busy`).
+BUSY_SPREAD = 0.5
+
+
+def busy(*timings: Timing) -> str | None:
+    """Why these timings were taken on a machine too busy to compare them, or None.
+
+    Two rules, each on every timing: a CPU timing that ended with the 1-minute load average above
+    the cores this process may use (other work waited for a core, so ours did too); any timing whose
+    IQR spans more than :data:`BUSY_SPREAD` of its median (the samples disagree too much to mean
+    anything). GPU timings skip the load rule: CUDA events time the device, which CPU load
+    hardly touches; a stalled launch still shows in the spread.
+
+    Returns:
+        The figure that says so (``"load 3.9 on 2 cores"``, ``"spread 80% of the median"``), or None.
+    """
+    for t in timings:
+        if t.device == "cpu" and t.load is not None and t.cores and t.load > t.cores:
+            return f"load {t.load:.1f} on {t.cores} cores"
+    for t in timings:
+        if t.spread > BUSY_SPREAD:
+            return f"spread {100 * t.spread:.0f}% of the median"
+    return None
 
 
 def time_fn(fn, device: str, **kw) -> Timing:

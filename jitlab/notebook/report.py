@@ -11,7 +11,6 @@ import io
 from pathlib import Path
 
 from jitlab.errors import CompileError
-from jitlab.judge.benchmark import compared, times_faster
 
 
 def compile_status(e: CompileError) -> str:
@@ -41,10 +40,11 @@ def bench_status(rows) -> str:
         return f"FAIL: not timed, {wrong[0].name} is wrong at size {wrong[0].size}: {wrong[0].verdict.reasons[0]}"
     best = min(rows, key=lambda r: r.timing.median)
     parts = [f"bench: {best.name} @ {best.size}: {ms(best.timing.median)}"]
-    if best.gbps:
-        parts.append(f"{best.gbps:.1f} GB/s")
-    if best.vs_torch:
-        parts.append(compared(best.vs_torch, "torch"))
+    tp = best.throughput
+    if tp:
+        parts.append(str(tp) + (f" ({tp.of_roof})" if tp.roof else ""))
+    if best.torch:
+        parts.append(str(best.torch))
     return ", ".join(parts)
 
 
@@ -52,16 +52,15 @@ def ms(ms: float) -> str:
     return f"{ms * 1000:.1f} µs" if ms < 1 else f"{ms:.3f} ms"
 
 
-def _fmt(x, spec: str) -> str:
-    return format(x, spec) if x is not None else ""
-
-
 def bench_table(rows) -> str:
     """The bench results as an HTML table; a wrong version shows its verdict instead of times.
 
-    The ratio columns read "× faster than": ``1.64×``, or below 1 ``0.31× (3.23× slower)``.
+    The columns are ``jitlab run``'s: "throughput" in GB/s (memory-bound) or TFLOP/s (compute-bound),
+    "% of roof" naming the roof; the ratio columns read "× faster than", with the quartiles' range,
+    or say why they give no verdict (:class:`jitlab.judge.benchmark.Comparison`). The torch column
+    names torch's thread count on the CPU.
     """
-    head = ["version", "size", "time (median)", "IQR", "GB/s", "% peak", "torch", "× faster than torch",
+    head = ["version", "size", "time (median)", "IQR", "throughput", "% of roof", "torch", "× faster than torch",
             "× faster than torch.compile"]
     body = []
     for r in rows:
@@ -69,10 +68,12 @@ def bench_table(rows) -> str:
             body.append(f"<tr><td>{html.escape(r.name)}</td><td>{r.size}</td><td colspan='{len(head) - 2}'>"
                         f"not timed: {html.escape('; '.join(r.verdict.reasons))}</td></tr>")
             continue
-        cells = [html.escape(r.name), str(r.size), ms(r.timing.median), ms(r.timing.iqr), _fmt(r.gbps, ".1f"),
-                 _fmt(r.pct_peak, ".0f"), ms(r.torch_timing.median) if r.torch_timing else "",
-                 times_faster(r.vs_torch), times_faster(r.vs_compile)]
-        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        tp, t = r.throughput, r.torch_timing
+        threads = f" ({t.threads} thread{'s' if t.threads != 1 else ''})" if t and t.threads else ""
+        cells = [r.name, str(r.size), ms(r.timing.median), ms(r.timing.iqr), str(tp) if tp else "",
+                 tp.of_roof if tp else "", ms(t.median) + threads if t else "",
+                 *(c.cell() if c else "" for c in (r.torch, r.compiled))]
+        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     return ("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>" + "".join(body) + "</table>")
 
 

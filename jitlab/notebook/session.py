@@ -277,7 +277,7 @@ class Session:
         return benchmark.bench(functools.partial(version.run, self.module), version.inputs, size,
                                reference=ref.reference, bytes_moved=ref.bytes_moved, flops=ref.flops, device=self.device,
                                compile_reference=self.compile_reference and self.device == "cuda",
-                               tolerance_override=version.tolerance, name=version.name)
+                               tolerance_override=version.tolerance, name=version.label)
 
     def compare(self, old: str | Path | None) -> StepResult:
         """A/B: the current version (B) against an earlier one (A, a history file) with ``jitlab.ab``.

@@ -190,8 +190,9 @@ def test_a_busy_machine_gives_no_verdict_and_says_why():
     assert c.verdict == "busy" and c.cell() == "machine busy: no verdict (load 3.9 on 2 cores)"
     wild = Comparison.of(_quiet(1.0), Timing([0.3, 3.0, 8.0, 1.0], device="cpu", load=0.2, cores=2), "torch eager")
     assert wild.verdict == "busy" and "machine busy: no verdict" in str(wild) and "spread" in wild.why
-    gpu = Timing(_quiet(3.0).samples, device="cuda", load=9.0, cores=2)  # CUDA events: CPU load is not the rule
-    assert Comparison.of(Timing(_quiet(1.0).samples, device="cuda"), gpu, "torch eager").verdict == "faster"
+    events = "cuda"  # the label of samples CUDA events took (given here: nothing runs on a GPU)
+    gpu = Timing(_quiet(3.0).samples, device=events, load=9.0, cores=2)  # CUDA events: CPU load is not the rule
+    assert Comparison.of(Timing(_quiet(1.0).samples, device=events), gpu, "torch eager").verdict == "faster"
 
 
 def test_cpu_timings_state_torchs_thread_count():

@@ -85,3 +85,28 @@ def test_profile_command_is_scoped_to_the_snippets_kernels():
     """ncu's kernel filter names the snippet's __global__ kernels (add2_kernel), not its host launchers."""
     names = profiler.kernel_names(ROOT / "kernels" / "add2.cu")
     assert "add2_kernel" in names and "launch_add2" not in names  # host launchers are not kernels
+
+
+def _profile(*stalls):
+    """A Profile of one kernel per entry: its stall list (empty: ncu read no warp states)."""
+    return profiler.Profile([profiler.KernelProfile(f"k{i}", duration_ns=1.0, stalls=list(s)) for i, s in enumerate(stalls)])
+
+
+def test_a_profile_without_stall_reasons_is_measured_once_more_and_says_so():
+    """ncu runs again when a kernel came back without stall reasons; the report says it is the second run."""
+    runs = iter([_profile([]), _profile([("long_scoreboard", 3.0)])])
+    prof = profiler.measured_twice_if_partial(lambda: next(runs))
+    assert prof.kernels[0].stalls and "second run" in prof.note and "second run" in str(prof)
+
+
+def test_a_complete_profile_is_measured_once():
+    """A profile with stall reasons for every kernel is not measured again."""
+    calls = []
+    prof = profiler.measured_twice_if_partial(lambda: calls.append(1) or _profile([("wait", 1.0)]))
+    assert len(calls) == 1 and prof.note == ""
+
+
+def test_stall_reasons_missing_twice_are_reported_as_such():
+    """Twice without stall reasons: the first profile, with a note naming a shared GPU."""
+    prof = profiler.measured_twice_if_partial(lambda: _profile([]))
+    assert "twice" in prof.note and "shared" in prof.note

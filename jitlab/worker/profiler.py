@@ -70,17 +70,20 @@ class Profile:
         available: ``False`` when ncu could not read the counters (``reason`` says why).
         reason: Why nothing was measured.
         output: ncu's output, for anything the parse missed.
+        note: What the report must say about how it was measured (a second run), if anything.
     """
 
     kernels: list[KernelProfile]
     available: bool = True
     reason: str = ""
     output: str = ""
+    note: str = ""
 
     def __str__(self) -> str:
         if not self.available:
             return f"profile not available: {self.reason}"
-        return "\n".join(str(k) for k in self.kernels) or "ncu profiled no kernel of the snippet (see .output)"
+        body = "\n".join(str(k) for k in self.kernels) or "ncu profiled no kernel of the snippet (see .output)"
+        return f"{body}\n({self.note})" if self.note else body
 
     def _repr_html_(self) -> str:
         import html
@@ -146,19 +149,39 @@ def profile(path, *, variant: str | None = None, size: int | None = None, kernel
         raise SnippetError(f"{path}: no __global__ kernel to profile")
     if whole:
         b = runner.build(path, **options)
-        run = runner.stream(tool_command(names, [str(b.artifact), *map(str, args)], PROGRAM_LAUNCHES), stdin=stdin,
-                            timeout=timeout, echo=False)
-        return _profile_of(run.stdout + run.stderr, None if run.ok else f"the program {run.status}")
-    if size is None:
-        size = min(max(ref.bench_sizes or ref.sizes), 1 << 24)
 
-    api.build(path, **options)  # compile errors surface here, not inside ncu's process
-    job = Job("run", str(path), variant=variant, size=size, repeat=repeat, options=options)
-    launches = repeat * len(names) * 4
-    text, outcome, _ = proc.run_job_under(lambda job_file, result_file: command(names, job_file, result_file, launches),
-                                          job, env=proc.python_env(), timeout=timeout, prefix="jitlab-profile-")
-    failed = None if outcome is None or outcome.passed else f"the workload failed: [{outcome.category}] {outcome.message}"
-    return _profile_of(text, failed)
+        def measure() -> Profile:
+            run = runner.stream(tool_command(names, [str(b.artifact), *map(str, args)], PROGRAM_LAUNCHES),
+                                stdin=stdin, timeout=timeout, echo=False)
+            return _profile_of(run.stdout + run.stderr, None if run.ok else f"the program {run.status}")
+    else:
+        if size is None:
+            size = min(max(ref.bench_sizes or ref.sizes), 1 << 24)
+        api.build(path, **options)  # compile errors surface here, not inside ncu's process
+        job = Job("run", str(path), variant=variant, size=size, repeat=repeat, options=options)
+        launches = repeat * len(names) * 4
+
+        def measure() -> Profile:
+            text, outcome, _ = proc.run_job_under(
+                lambda job_file, result_file: command(names, job_file, result_file, launches),
+                job, env=proc.python_env(), timeout=timeout, prefix="jitlab-profile-")
+            failed = None if outcome is None or outcome.passed else f"the workload failed: [{outcome.category}] {outcome.message}"
+            return _profile_of(text, failed)
+    return measured_twice_if_partial(measure)
+
+
+def measured_twice_if_partial(measure) -> Profile:
+    """``measure()``, and once more if a kernel came back without stall reasons: ncu sometimes reads no
+    warp-state counters while other processes share the GPU. The report says it measured twice."""
+    prof = measure()
+    if prof.available and prof.kernels and any(not k.stalls for k in prof.kernels):
+        again = measure()
+        if again.available and all(k.stalls for k in again.kernels):
+            again.note = ("the first ncu run reported no stall reasons (another process on the GPU?); "
+                          "this is the second run")
+            return again
+        prof.note = "ncu reported no stall reasons twice: the GPU may be shared with other processes"
+    return prof
 
 
 def _profile_of(text: str, failed: str | None) -> Profile:

@@ -296,9 +296,16 @@ def test_unknown_name_did_you_mean(axpy):
 
 
 def test_unparsable_snippet(cache, write):
-    """Text that is not C++ gets an error pointing at where parsing stopped."""
-    with pytest.raises(jitlab.SnippetError, match=r"(?s)no __global__ kernel or host function found.*parser stopped at .*junk.cpp:1:1"):
+    """Text that is not C++ gets the compiler's own error at its line, not the parser's "nothing found"."""
+    with pytest.raises(jitlab.CompileError, match=r"junk.cpp:1:.*error") as e:
         jitlab.load(write("junk.cpp", "this is ( not C++\n"))
+    assert "no __global__ kernel" not in str(e.value)
+
+
+def test_a_file_the_compiler_accepts_but_that_defines_nothing_says_so(cache, write):
+    """Valid C++ with nothing to call (only a declaration) is a SnippetError saying what a snippet defines."""
+    with pytest.raises(jitlab.SnippetError, match="no __global__ kernel or host function found"):
+        jitlab.load(write("decl.cpp", "int f(int);\n"))
 
 
 def test_missing_path_did_you_mean(cache, write):

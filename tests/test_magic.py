@@ -7,6 +7,7 @@ import torch
 
 import jitlab
 from jitlab import snippets
+from jitlab.jit import toolchain
 
 SCALE = "void scale(float* y, const float* x, int n) {\n  for (int i = 0; i < n; ++i) y[i] = %s * x[i];\n}\n"
 
@@ -187,3 +188,17 @@ def test_cuda_cell_without_a_gpu_suggests_the_magics_compile_only(ip, tmp_path, 
     assert "no CUDA GPU" in out and "--check runs it" in out
     assert "%%cuda twice -D F=2 --compile-only --arch sm_75,sm_90" in out and "jitlab.build" not in out
     assert (tmp_path / "kernels" / "twice.cu").is_file() and "twice" not in ip.user_ns
+
+
+@pytest.mark.parametrize("magic, body, line", [  # nvcc names the `}` after the statement, GCC the statement
+    ("cuda", '#include <cstdio>\n__global__ void hi() {\n    printf("hi %d\\n", threadIdx.x)\n}\n', 5),
+    ("cpp", "void twice(float* y, int n) {\n    for (int i = 0; i < n; ++i) y[i] *= 2\n}\n", 3),
+])
+def test_a_missing_semicolon_is_the_compilers_error_at_the_cells_line(ip, capsys, magic, body, line):
+    """The lesson's planted mistake (no `;` after the last statement) shows the compiler's error at the
+    cell's line, not "no kernel found" where the parser stopped."""
+    if magic == "cuda" and not toolchain.nvcc_path():
+        pytest.skip("needs nvcc")
+    ip.run_cell_magic(magic, f"semi_{magic} --compile-only --arch sm_75" if magic == "cuda" else f"semi_{magic}", body)
+    out = capsys.readouterr().out
+    assert f"cell line {line}: error:" in out and ";" in out and "no __global__ kernel" not in out, out

@@ -9,6 +9,7 @@ last. What goes into the key comes from :mod:`jitlab.jit.sources` (files and hea
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 import warnings
@@ -18,6 +19,7 @@ from pathlib import Path
 from jitlab import config, progress
 from jitlab.errors import SnippetError
 from jitlab.jit import cache, codegen, diagnostics, inline, linker, locks, nvrtc, objects, toolchain
+from jitlab.jit import flags as flags_mod
 from jitlab.jit.flags import (
     ENGINES,
     Options,
@@ -93,7 +95,12 @@ def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
     sources = collect_sources(paths)
     files = [parse_file(p) for p in sources]
     stem = codegen.stem_of([Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)])
-    plan = codegen.plan(files, stem, opts.mode)
+    try:
+        plan = codegen.plan(files, stem, opts.mode)
+    except codegen.NothingToCall:
+        if any(f.parse_error for f in files):
+            compiler_first(files, opts)  # a syntax error the parser stumbled on: the compiler's message
+        raise
     user_dirs = user_include_dirs(opts)
     per_file = {str(f.path): local_headers([f], plan.include_dirs, user_dirs) for f in files}
     plan.units = with_header_deps(plan.units, per_file)
@@ -117,6 +124,29 @@ def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
         "toolchain": toolchain.fingerprint(plan.cuda),
     }
     return plan, archs, parts
+
+
+def compiler_first(files, opts: Options) -> None:
+    """Compile files the parser could not read (syntax only, no output) so that a syntax error is the
+    compiler's own message at the user's line, not "nothing found" where the parser stopped.
+
+    Raises:
+        CompileError: The compiler rejected a file.
+    """
+    for f in files:
+        cuda = f.language == "cuda"
+        tool = toolchain.nvcc_path() if cuda else toolchain.cxx_path()
+        if tool is None:
+            continue
+        includes = [f"-I{f.path.parent}", *(f"-I{d}" for d in user_include_dirs(opts)),
+                    *(flags_mod.torch_include_flags(cuda) if f.uses_torch else ())]
+        defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
+        mode = (["-c", "-o", "/dev/null", f"-arch={toolchain.oldest_arch()}", "-std=c++17"]
+                if cuda else ["-fsyntax-only", "-std=c++17"])
+        proc = subprocess.run([tool, *mode, *includes, *defines, str(f.path)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise diagnostics.compile_error(f"{f.path} ({'nvcc' if cuda else 'c++'})", proc.stdout + proc.stderr,
+                                            {str(f.path): f.text})
 
 
 def build(paths, opts: Options | None = None) -> Build:

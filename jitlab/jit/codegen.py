@@ -192,10 +192,14 @@ def _require_something_to_call(files: list[SourceFile]) -> None:
         line, col = f.parse_error
         src = f.text.splitlines()[line - 1] if line <= len(f.text.splitlines()) else ""
         hint = f"\n  the parser stopped at {f.path}:{line}:{col}:\n    {src}\n    {' ' * (col - 1)}^"
-    raise SnippetError(
+    raise NothingToCall(
         f"{', '.join(str(x.path) for x in files)}: no __global__ kernel or host function found; a snippet "
         f"defines at least one, e.g. `__global__ void scale(float* y, const float* x, float a, int n)`{hint}"
     )
+
+
+class NothingToCall(SnippetError):
+    """No kernel or host function found: where the parser stopped early, the compiler is asked first."""
 
 
 def _kernel_plan(files: list[SourceFile], stem: str) -> Plan:

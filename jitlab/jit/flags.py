@@ -116,6 +116,11 @@ def _torch_defines() -> list[str]:
     return ["-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={toolchain.fingerprint(False)['abi']}"]
 
 
+def torch_include_flags(cuda: bool) -> list[str]:
+    """torch's include folders as system includes, spelled for nvcc (``cuda``) or the host compiler."""
+    return _torch_includes("-isystem=" if cuda else "-isystem")
+
+
 def _torch_includes(prefix: str) -> list[str]:
     from torch.utils import cpp_extension
 

@@ -278,12 +278,17 @@ def check_archs(archs: list[str]) -> None:
     known = nvcc_archs()
     if not known:
         return
-    oldest = min(known, key=_arch_number)
+    oldest = oldest_arch()
     for a in archs:
         if _arch_number(a) < _arch_number(oldest):
             raise ToolchainError(
                 f"{a}: nvcc {nvcc_version()} builds for {oldest} and newer (CUDA 13 dropped Maxwell, Pascal and "
                 f"Volta, sm_50 to sm_72); build for {oldest} or later, or use a CUDA 12 toolkit for that GPU")
+
+
+def oldest_arch() -> str:
+    """The oldest ``sm_XY`` the installed nvcc builds for (``sm_75`` when unknown)."""
+    return min(nvcc_archs() or ("sm_75",), key=_arch_number)
 
 
 def _arch_number(arch: str) -> int:

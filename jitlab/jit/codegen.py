@@ -315,7 +315,7 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         units.append(Unit(f"{stem}.device.cu", "nvcc", s.device, templates=frozenset(s.templates), source=str(f.path)))
         host = s.host.replace(line_directive(f.path), CHECK_MACROS + line_directive(f.path), 1)
         units.append(Unit(f"{stem}.host.cpp", "cxx", host, torch=True, module=owns_module,
-                          headers="full" if umbrella else "bind" if owns_module else "host", source=str(f.path)))
+                          headers=pch.host_set(text, owns_module, umbrella), source=str(f.path)))
     if not binds_itself:
         units.append(Unit("bind.cpp", "cxx", binding_unit(exported), torch=True, module=True, headers="bind"))
     return units, notes

@@ -39,7 +39,7 @@ def _torch_include() -> Path:
     return Path(torch.__file__).parent / "include"
 
 
-def _light_text(name: str, text: str) -> str | None:
+def light_text(name: str, text: str) -> str | None:
     """torch's ``Half.h``/``BFloat16.h`` without ``<ostream>``, or ``None`` where its text is not as expected."""
     body = r"\s*\{\s*out << \(float\)value;\s*return out;\s*\}"
     head = rf"(inline std::ostream& operator<<\(std::ostream& out, const {name}& value\))"
@@ -61,7 +61,7 @@ def light_scalar_dir() -> Path | None:
     lights = {}
     for name in LIGHT_TYPES:
         original = util / f"{name}.h"
-        light = _light_text(name, original.read_text()) if original.is_file() else None
+        light = light_text(name, original.read_text()) if original.is_file() else None
         if light is not None:
             lights[name] = light
     if not lights:

@@ -93,6 +93,8 @@ class Jitlab:
         dt = time.perf_counter() - t0
         check(m, c, "jitlab")
         self.units = {u["name"].split(".")[-2]: u["cached"] for u in m.build.manifest["units"]}
+        self.sets = {u["name"]: u["headers"] for u in m.build.manifest["units"] if u["headers"]}
+        self.notes = m.build.notes
         return dt
 
 
@@ -137,7 +139,8 @@ def measure(form: str, work: Path) -> tuple[dict, dict, list[str]]:
         notes.append(f"edit to {c}: units compiled {sorted(k for k, v in jit.units.items() if not v)}")
     j["edit"], p["edit"] = sum(je) / 2, sum(pe) / 2
     p["host edit"], j["host edit"] = plain.step(3, 128), jit.step(3, 128)
-    notes.append(f"host edit: units compiled {sorted(k for k, v in jit.units.items() if not v)}")
+    notes.append(f"host edit: units compiled {sorted(k for k, v in jit.units.items() if not v)}; "
+                 f"header sets {jit.sets}; build notes {jit.notes}")
     return j, p, notes
 
 

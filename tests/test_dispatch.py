@@ -100,16 +100,17 @@ def test_kernel_edit_recompiles_only_the_device_unit(dispatch):
     assert units["dispatch_scale.device.cu"]["cached"]
 
 
-def test_own_module_with_cuda_headers_takes_bind_cuda(write):
-    """A host unit with its own PYBIND11_MODULE is on bind_cuda when it includes torch's CUDA headers
-    (precompiled there), on bind when it does not; without a module it is on host."""
+@pytest.mark.slow
+def test_own_module_in_a_unit_of_its_own(write, use_shared_cache):
+    """With its own PYBIND11_MODULE (and torch's CUDA headers included), the host functions compile on
+    the host set and the module on bind; a host edit recompiles the host unit only."""
     cuda = DISPATCH.replace("#include <torch/extension.h>\n",
                             "#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n")
-
-    def host_set(name: str, text: str) -> str:
-        plan, _, _ = prepare(write(name, text), Options(arch=[ARCH]))
-        return next(u.headers for u in plan.units if u.name.endswith(".host.cpp"))
-
-    assert host_set("own_cuda.cu", cuda + MODULE) == "bind_cuda"
-    assert host_set("own.cu", DISPATCH + MODULE) == "bind"
-    assert host_set("generated.cu", cuda) == "host"
+    plan, _, _ = prepare(write("own_cuda.cu", cuda + MODULE), Options(arch=[ARCH]))
+    assert [(u.name, u.headers, u.module) for u in plan.units if u.compiler == "cxx"] == [
+        ("own_cuda.host.cpp", "host", False), ("own_cuda.module.cpp", "bind", True)]
+    path = write("own.cu", DISPATCH + MODULE)
+    assert {n: u["headers"] for n, u in _units(_build(path)).items()} == {
+        "own.device.cu": "", "own.host.cpp": "host", "own.module.cpp": "bind"}
+    path.write_text((DISPATCH + MODULE).replace("const int block = 256;", "const int block = 128;"))
+    assert [n for n, u in _units(_build(path)).items() if not u["cached"]] == ["own.host.cpp"]

@@ -105,12 +105,18 @@ def test_kernel_edit_then_host_edit(write, cache):
     _check(m, 3)
 
 
-def test_own_module_and_half_on_bind_cuda(write, cache):
-    """AT_DISPATCH_FLOATING_TYPES_AND_HALF with c10::cuda::CUDAGuard and its own PYBIND11_MODULE: the host
-    unit is on the bind_cuda set, float/double/half are right, bfloat16 is refused by the dispatch."""
-    m = jitlab.load(write("dispatch_own.cu", OWN_MODULE))
-    assert set(_units(m)) == {"dispatch_own.device.cu", "dispatch_own.host.cpp"}
-    assert _units(m)["dispatch_own.host.cpp"]["headers"] == "bind_cuda"
+def test_own_module_and_half(write, cache):
+    """AT_DISPATCH_FLOATING_TYPES_AND_HALF with c10::cuda::CUDAGuard and its own PYBIND11_MODULE: the module
+    is a unit of its own (on bind), the host functions on host; float/double/half are right, bfloat16 is
+    refused by the dispatch, and a host edit recompiles only the host unit and still runs right."""
+    path = write("dispatch_own.cu", OWN_MODULE)
+    m = jitlab.load(path)
+    assert {n: u["headers"] for n, u in _units(m).items()} == {
+        "dispatch_own.device.cu": "", "dispatch_own.host.cpp": "host", "dispatch_own.module.cpp": "bind"}
     _check(m, 2, DTYPES[:3])
     with pytest.raises(RuntimeError, match="not implemented for 'BFloat16'"):
         m.scale(torch.ones(8, device="cuda", dtype=torch.bfloat16))
+    path.write_text(OWN_MODULE.replace("const int block = 256;", "const int block = 64;"))
+    m = jitlab.load(path)
+    assert [n for n, u in _units(m).items() if not u["cached"]] == ["dispatch_own.host.cpp"]
+    _check(m, 2, DTYPES[:3])

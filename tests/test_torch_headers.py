@@ -1,5 +1,5 @@
-"""torch's headers as jitlab's units see them: the light scalar headers, the bind_cuda set, and the one-line
-error for torch's CUDA headers on a CPU build of torch."""
+"""torch's headers as jitlab's units see them: the light scalar headers, and the one-line error for torch's
+CUDA headers on a CPU build of torch."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 import jitlab
 from jitlab import CompileError
-from jitlab.jit import pch, torch_headers
+from jitlab.jit import torch_headers
 
 
 def test_light_headers_are_torchs_without_ostream():
@@ -39,15 +39,6 @@ def test_light_dir_is_made_again_when_removed(tmp_path, monkeypatch):
     assert root.parent == tmp_path and half.is_file()
     half.unlink()
     assert torch_headers.light_scalar_dir() == root and half.is_file()
-
-
-def test_bind_cuda_set_is_bind_with_the_cuda_headers():
-    """bind_cuda holds bind's headers and host's CUDA ones; bind itself is unchanged."""
-    bind = pch.pch_text("bind", cuda=True, cuda_torch=True)
-    assert bind == ("#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n"
-                    "#include <torch/csrc/Exceptions.h>\n")
-    assert pch.pch_text("bind_cuda", cuda=True, cuda_torch=True) == (
-        bind + "#include <cuda_runtime.h>\n#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n")
 
 
 def test_cuda_torch_includes_are_found_at_their_line():

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import ctypes_map, pch
+from jitlab.jit import ctypes_map, module_unit, pch
 from jitlab.jit import split as split_mod
 from jitlab.jit.objects import Unit
 from jitlab.jit.parse import Function, SourceFile, line_directive
@@ -314,8 +314,7 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
             continue
         units.append(Unit(f"{stem}.device.cu", "nvcc", s.device, templates=frozenset(s.templates), source=str(f.path)))
         host = s.host.replace(line_directive(f.path), CHECK_MACROS + line_directive(f.path), 1)
-        units.append(Unit(f"{stem}.host.cpp", "cxx", host, torch=True, module=owns_module,
-                          headers=pch.host_set(text, owns_module, umbrella), source=str(f.path)))
+        units += module_unit.host_units(stem, host, owns_module, umbrella, str(f.path))
     if not binds_itself:
         units.append(Unit("bind.cpp", "cxx", binding_unit(exported), torch=True, module=True, headers="bind"))
     return units, notes

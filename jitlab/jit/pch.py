@@ -8,9 +8,6 @@ that covers what it uses (:data:`HEADERS`):
 - ``host``: ``torch/types.h`` (tensors, ATen ops, factories, ``TORCH_CHECK``, ``AT_DISPATCH``) and,
   for CUDA snippets, the CUDA runtime and torch's CUDA context and guard headers: host functions;
 - ``bind``: ``torch/types.h`` and torch's pybind11 casters: the binding unit, and C++ snippets;
-- ``bind_cuda``: ``bind`` with the CUDA ones of ``host``: a ``.cu`` host unit with its own
-  ``PYBIND11_MODULE`` that includes ``c10/cuda/…`` or ``ATen/cuda/…`` (on ``bind`` it parsed them on
-  every edit: 3.8 s of CPU for an AT_DISPATCH host unit instead of 2.1 s);
 - ``full``: ``torch/extension.h``, what ``load_inline`` gives: everything else.
 
 A unit that fails on a smaller set is compiled again on ``full`` only when the error names something
@@ -47,11 +44,10 @@ class Flags(Protocol):
     toolchain: tuple[tuple[str, str], ...]
 
 
-# The header sets, smallest first. Measured on 2 cores with GCC 12, an empty unit on host, bind and full costs 3.5 s,
+# The header sets, smallest first. Measured on 2 cores with GCC 12, an empty unit on each costs 3.5 s,
 # 6 s and 9.5 s; making them ~30 s, ~45 s and ~55 s.
-HEADERS = ("host", "bind", "bind_cuda", "full")
+HEADERS = ("host", "bind", "full")
 
-_CUDA_TORCH_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:c10|ATen)/cuda/', re.MULTILINE)
 _TORCH_UMBRELLAS = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|all|torch|python)\.h[>"][^\n]*$',
                               re.MULTILINE)
 
@@ -59,33 +55,21 @@ _TORCH_UMBRELLAS = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extensio
 def pch_text(headers: str, cuda: bool, cuda_torch: bool) -> str:
     """What a header set holds.
 
-    ``host``, ``bind_cuda`` and ``full`` add, for CUDA snippets, the CUDA runtime and, with a CUDA
-    build of torch, its context and guard headers (what torch-style CUDA host code includes); ``bind``
-    is the same for every snippet.
+    ``host`` and ``full`` add, for CUDA snippets, the CUDA runtime and, with a CUDA build of torch,
+    its context and guard headers (what torch-style CUDA host code includes); ``bind`` is the same
+    for every snippet.
     """
     if headers not in HEADERS:
         raise ValueError(f"unknown header set {headers!r}: one of {', '.join(HEADERS)}")
-    text = "#include <torch/extension.h>\n" if headers == "full" else "#include <torch/types.h>\n"
-    if headers.startswith("bind"):
-        text += "#include <torch/csrc/utils/pybind.h>\n#include <torch/csrc/Exceptions.h>\n"
     if headers == "bind":
-        return text
+        return ("#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n"
+                "#include <torch/csrc/Exceptions.h>\n")
+    text = "#include <torch/extension.h>\n" if headers == "full" else "#include <torch/types.h>\n"
     if cuda:
         text += "#include <cuda_runtime.h>\n"
     if cuda and cuda_torch:
         text += "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n"
     return text
-
-
-def host_set(text: str, owns_module: bool, umbrella: bool) -> str:
-    """The smallest set for a ``.cu`` file's host unit: ``full`` when a local header includes torch's
-    umbrella, ``bind`` (``bind_cuda`` if it includes torch's CUDA headers) when it holds its own
-    ``PYBIND11_MODULE``, else ``host``."""
-    if umbrella:
-        return "full"
-    if owns_module:
-        return "bind_cuda" if _CUDA_TORCH_INCLUDE.search(text) else "bind"
-    return "host"
 
 
 def includes_umbrella(text: str) -> bool:

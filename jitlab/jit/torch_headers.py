@@ -54,8 +54,9 @@ def light_scalar_dir() -> Path | None:
     """A folder of light copies of torch's ``Half.h``/``BFloat16.h``, to pass with ``-I`` before torch's.
 
     Made once per torch install (named by a hash of the originals) beside the precompiled headers,
-    each file written atomically; checked on every use (two small files), so a removed one is made again. ``None`` when neither header can be made light (torch's text
-    changed): the unit then includes torch's own, slower and the same.
+    each file written atomically; checked on every use (two small files), so a removed one is made
+    again. ``None`` when neither header can be made light (torch's text changed): the unit then
+    includes torch's own, slower and the same.
     """
     util = _torch_include() / "torch" / "headeronly" / "util"
     lights = {}

@@ -7,6 +7,8 @@ import pytest
 from jitlab.jit.module_unit import separate
 
 HOST = """\
+JITLAB_MINMAX(int, int, int)
+#line 1 "snippet.cu"
 #include <torch/types.h>
 constexpr int kBlock = 256;
 const float kScale = 2.0f;
@@ -29,9 +31,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
 def test_module_block_and_bodies_go_to_their_units():
     """The host unit loses the module block; the module unit keeps it, with external functions' bodies
-    made declarations and static, template and constant definitions as written; lines keep their numbers."""
+    made declarations and static, template and constant definitions as written; lines keep their numbers
+    and jitlab's prelude (before the #line) is in both, unread."""
     functions, module = separate(HOST)
     assert functions.count("\n") == module.count("\n") == HOST.count("\n")
+    assert functions.startswith("JITLAB_MINMAX(int, int, int)\n") and module.startswith("JITLAB_MINMAX(int, int, int)\n")
     assert "PYBIND11_MODULE" not in functions and "return x * kScale;" in functions
     assert "m.def(\"scale\", &scale" in module and "return x * kScale;" not in module
     assert "torch::Tensor scale(torch::Tensor x) ;" in module
@@ -47,10 +51,11 @@ def test_module_block_and_bodies_go_to_their_units():
     ("torch::Tensor scale(torch::Tensor x) {", "auto scale(torch::Tensor x) {"),  # needs its body
     ("struct Params { int n; };", "template <> float twice<float>(float x) { return x; }"),  # defined once
     ("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {", "namespace b { PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"),
+    ("struct Params { int n; };", "DEFINE_OP(scale2);"),                     # a macro may define anything
 ])
 def test_stays_one_unit_when_two_would_differ(change):
-    """A mutable namespace-scope variable, an `auto` function, an explicit specialization or a module
-    block inside a namespace keep the file's host code in one unit."""
+    """A mutable namespace-scope variable, an `auto` function, an explicit specialization, a macro call
+    or a module block inside a namespace keep the file's host code in one unit."""
     old, new = change
     text = HOST.replace(old, new) + ("}\n" if new.startswith("namespace") else "")
     assert text != HOST and separate(text) is None

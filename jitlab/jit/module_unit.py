@@ -13,7 +13,7 @@ unit's text is made into two units:
 It stays one unit when that could change what the program does: a namespace-scope variable that is
 not constant (two units would hold two of a ``static`` one, or define an external one twice), a
 function returning ``auto`` (its declaration cannot be used), an explicit specialization (defined
-once), or a module block not at the top level.
+once), a macro call at namespace scope (it may define anything), or a module block not at the top level.
 """
 
 from __future__ import annotations
@@ -50,19 +50,23 @@ def host_units(stem: str, host: str, owns_module: bool, umbrella: bool, source: 
 
 
 def separate(host: str) -> tuple[str, str] | None:
-    """``(host unit without the module block, module unit)``, or ``None`` when it must stay one unit."""
-    src = host.encode("utf-8")
+    """``(host unit without the module block, module unit)``, or ``None`` when it must stay one unit.
+
+    Only the user's part is read (after the first ``#line``): jitlab's prelude is inline and templates.
+    """
+    start = host.find("#line ")
+    prelude, src = host[:max(start, 0)].encode("utf-8"), host[max(start, 0):].encode("utf-8")
     blocks, bodies = [], []
     if not _walk(syntax_tree(src).root_node, blocks, bodies, top=True) or len(blocks) != 1:
         return None
     block = blocks[0]
     functions = src[:block.start_byte] + _newlines(block.text) + src[block.end_byte:]
-    module, pos = [], 0
+    module, pos = [prelude], 0
     for body in sorted(bodies, key=lambda b: b.start_byte):
         module += [src[pos:body.start_byte], b";" + _newlines(body.text)]
         pos = body.end_byte
     module.append(src[pos:])
-    return functions.decode("utf-8"), b"".join(module).decode("utf-8")
+    return (prelude + functions).decode("utf-8"), b"".join(module).decode("utf-8")
 
 
 def _walk(node: ts.Node, blocks: list, bodies: list, top: bool, internal: bool = False) -> bool:
@@ -88,6 +92,8 @@ def _walk(node: ts.Node, blocks: list, bodies: list, top: bool, internal: bool =
             return False
         elif kind == "template_declaration" and re.match(r"template\s*<\s*>", child.text.decode()):
             return False  # an explicit specialization is an external definition: it cannot be in both units
+        elif kind == "ERROR" or (kind == "expression_statement" and child.text.strip() != b";"):
+            return False  # a macro that may define something (`DEFINE_OP(scale);`)
     return True
 
 

@@ -22,6 +22,7 @@ import functools
 import os
 import re
 import subprocess
+import threading
 from pathlib import Path
 
 from jitlab import config
@@ -74,7 +75,7 @@ def light_scalar_dir() -> Path | None:
         target = folder / f"{name}.h"
         if not target.is_file() or target.read_text() != light:
             folder.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{name}.h.{os.getpid()}")
+            tmp = target.with_name(f".{name}.h.{os.getpid()}.{threading.get_ident()}")  # units compile in threads
             tmp.write_text(light)
             os.replace(tmp, target)
     return root

@@ -287,7 +287,8 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
     A ``.cu`` file that uses torch is split (:func:`jitlab.jit.split.split`) into a device unit
     and a host unit; one that cannot be split correctly is one nvcc unit with torch's headers, as
     ``load_inline`` builds it. A ``.cu`` without torch is one nvcc unit; a ``.cpp`` is a host unit.
-    Without the snippet's own ``PYBIND11_MODULE``, a generated binding unit defines the module.
+    Without the snippet's own ``PYBIND11_MODULE``, a generated binding unit defines the module; a split
+    file's own is a module unit of its own where it can be (:mod:`jitlab.jit.module_unit`).
     """
     units, notes = [], []
     dirs = _include_dirs(files)

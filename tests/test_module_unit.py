@@ -35,7 +35,8 @@ def test_module_block_and_bodies_go_to_their_units():
     and jitlab's prelude (before the #line) is in both, unread."""
     functions, module = separate(HOST)
     assert functions.count("\n") == module.count("\n") == HOST.count("\n")
-    assert functions.startswith("JITLAB_MINMAX(int, int, int)\n") and module.startswith("JITLAB_MINMAX(int, int, int)\n")
+    assert functions.startswith("JITLAB_MINMAX(int, int, int)\n#line")
+    assert module.startswith("JITLAB_MINMAX(int, int, int)\n#line")
     assert "PYBIND11_MODULE" not in functions and "return x * kScale;" in functions
     assert "m.def(\"scale\", &scale" in module and "return x * kScale;" not in module
     assert "torch::Tensor scale(torch::Tensor x) ;" in module
@@ -52,10 +53,13 @@ def test_module_block_and_bodies_go_to_their_units():
     ("struct Params { int n; };", "template <> float twice<float>(float x) { return x; }"),  # defined once
     ("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {", "namespace b { PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"),
     ("struct Params { int n; };", "DEFINE_OP(scale2);"),                     # a macro may define anything
+    ("const float kScale = 2.0f;", "const char* kName = \"scale\";"),         # a pointer variable, external
+    ('m.def("shift", &ops::shift);', 'm.def("helper", &helper);'),           # the module's own copy of it
 ])
 def test_stays_one_unit_when_two_would_differ(change):
-    """A mutable namespace-scope variable, an `auto` function, an explicit specialization, a macro call
-    or a module block inside a namespace keep the file's host code in one unit."""
+    """A mutable namespace-scope variable (a pointer to const too), an `auto` function, an explicit
+    specialization, a macro call, a module naming a static function or a module block inside a namespace
+    keep the file's host code in one unit."""
     old, new = change
     text = HOST.replace(old, new) + ("}\n" if new.startswith("namespace") else "")
     assert text != HOST and separate(text) is None

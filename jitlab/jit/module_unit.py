@@ -56,10 +56,12 @@ def separate(host: str) -> tuple[str, str] | None:
     """
     start = host.find("#line ")
     prelude, src = host[:max(start, 0)].encode("utf-8"), host[max(start, 0):].encode("utf-8")
-    blocks, bodies = [], []
-    if not _walk(syntax_tree(src).root_node, blocks, bodies, top=True) or len(blocks) != 1:
+    blocks, bodies, internal = [], [], set()
+    if not _walk(syntax_tree(src).root_node, blocks, bodies, internal, top=True) or len(blocks) != 1:
         return None
     block = blocks[0]
+    if any(re.search(rf"\b{re.escape(name)}\b", block.text.decode()) for name in internal):
+        return None  # the module unit would call its own copy of a static function (its own statics)
     functions = src[:block.start_byte] + _newlines(block.text) + src[block.end_byte:]
     module, pos = [prelude], 0
     for body in sorted(bodies, key=lambda b: b.start_byte):
@@ -69,24 +71,25 @@ def separate(host: str) -> tuple[str, str] | None:
     return (prelude + functions).decode("utf-8"), b"".join(module).decode("utf-8")
 
 
-def _walk(node: ts.Node, blocks: list, bodies: list, top: bool, internal: bool = False) -> bool:
-    """Collect the module block and the bodies to make declarations; ``False`` when it must stay one unit."""
+def _walk(node: ts.Node, blocks: list, bodies: list, names: set, top: bool, internal: bool = False) -> bool:
+    """Collect the module block, the bodies to make declarations and the names of internal functions;
+    ``False`` when it must stay one unit."""
     for child in node.named_children:
         kind = child.type
         if kind.startswith(_SCOPES) or kind == "linkage_specification":
             body = child.child_by_field_name("body") if kind == "linkage_specification" else child
             if body is not None and body.type == "function_definition":
-                if not _function(body, blocks, bodies, top, internal):
+                if not _function(body, blocks, bodies, names, top, internal):
                     return False
-            elif body is not None and not _walk(body, blocks, bodies, top, internal):
+            elif body is not None and not _walk(body, blocks, bodies, names, top, internal):
                 return False
         elif kind == "namespace_definition":
             body = child.child_by_field_name("body")
             anonymous = child.child_by_field_name("name") is None
-            if body is not None and not _walk(body, blocks, bodies, False, internal or anonymous):
+            if body is not None and not _walk(body, blocks, bodies, names, False, internal or anonymous):
                 return False
         elif kind == "function_definition":
-            if not _function(child, blocks, bodies, top, internal):
+            if not _function(child, blocks, bodies, names, top, internal):
                 return False
         elif kind == "declaration" and not _constant_or_prototype(child):
             return False
@@ -97,7 +100,7 @@ def _walk(node: ts.Node, blocks: list, bodies: list, top: bool, internal: bool =
     return True
 
 
-def _function(fn: ts.Node, blocks: list, bodies: list, top: bool, internal: bool) -> bool:
+def _function(fn: ts.Node, blocks: list, bodies: list, names: set, top: bool, internal: bool) -> bool:
     declarator = fn.child_by_field_name("declarator")
     name = declarator.text.decode() if declarator is not None else ""
     if name.startswith("PYBIND11_MODULE"):
@@ -105,6 +108,9 @@ def _function(fn: ts.Node, blocks: list, bodies: list, top: bool, internal: bool
         return top
     words = {c.text.decode() for c in fn.children if c.type in ("storage_class_specifier", "type_qualifier")}
     words |= {c.type for c in fn.children}
+    own = re.search(r"(\w+)\s*\(", name)
+    if (internal or "static" in words) and own:
+        names.add(own.group(1))
     if internal or words & {"static", "inline", "constexpr", "__forceinline__"}:
         return True  # internal or inline: defined in both units, as the file defines it
     kind = fn.child_by_field_name("type")
@@ -120,8 +126,11 @@ def _constant_or_prototype(decl: ts.Node) -> bool:
     """A namespace-scope declaration both units may hold: a prototype, a constant, an ``extern``, a type."""
     words = {c.text.decode() for c in decl.children if c.type in ("storage_class_specifier", "type_qualifier")}
     words |= {c.type for c in decl.children}
-    if words & {"const", "constexpr", "extern", "typedef"}:
+    if words & {"constexpr", "extern", "typedef"}:
         return True
+    if "const" in words:  # a constant (internal), unless it is a pointer to const (one external variable)
+        inner = [c.child_by_field_name("declarator") if c.type == "init_declarator" else c for c in decl.named_children]
+        return not any(c is not None and c.type == "pointer_declarator" for c in inner)
     declarators = [c for c in decl.named_children if c.type.endswith("declarator") or c.type == "identifier"]
     return bool(declarators) and all(c.type == "function_declarator" for c in declarators)
 

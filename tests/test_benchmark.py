@@ -152,7 +152,7 @@ def test_plot_of_one_size_per_version_is_a_bar_chart(tmp_path, monkeypatch):
 
 def test_run_command_on_a_cpp_kernel(tmp_path):
     """`jitlab run` on a C++ kernel checks, times against torch, prints the table and writes JSON."""
-    env = {**os.environ, "JITLAB_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "JITLAB_CACHE_DIR": str(tmp_path), "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-m", "jitlab", "run", "kernels/add2_cpu.cpp", "--max-size", "200000"],
                          cwd=ROOT, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -261,7 +261,7 @@ def test_run_summary_and_the_original_alias(tmp_path):
     (root / "add2_cpu.ref.py").write_text(ALIAS_REF)
     (root / "saxpy.cu").write_text((ROOT / "kernels" / "saxpy.cu").read_text())
     (root / "saxpy.ref.py").write_text((ROOT / "kernels" / "saxpy.ref.py").read_text())
-    env = {**os.environ, "JITLAB_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "JITLAB_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-m", "jitlab", "run", str(root), "--max-size", "2000", "--arch", "sm_75"],
                          cwd=ROOT, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -28,7 +28,7 @@ def jl(tmp_path, monkeypatch, jitlab_cli):
 
 def jitlab_process(*args: str, cache: Path) -> subprocess.CompletedProcess:
     """`python -m jitlab ...` as a process of its own."""
-    env = {**os.environ, "JITLAB_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "JITLAB_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-m", "jitlab", *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
 

@@ -115,7 +115,7 @@ def ref_for(snippet: Path, function: str) -> None:
 
 def run_in_child(code: str, cache: Path) -> subprocess.CompletedProcess:
     """Run Python code in a new process (its own dynamic loader state) on this test's cache."""
-    env = {**os.environ, "JITLAB_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "JITLAB_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -229,7 +229,7 @@ def frozen_builder(cache, write):
     """A child process that started building scale.cpp and was stopped (SIGSTOP) holding its lock."""
     p = write("scale.cpp", SCALE % "2.0f")
     code = f"import jitlab; jitlab.load({str(p)!r})"
-    env = {**os.environ, "JITLAB_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "JITLAB_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     child = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -65,7 +65,7 @@ def test_exec_prints_device_printf_in_a_terminal(cache, tmp_path):
     p = tmp_path / "hello.cu"
     p.write_text(HELLO)
     r = subprocess.run([sys.executable, "-m", "jitlab", "exec", str(p), "--", "7"], capture_output=True, text=True,
-                       cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+                       cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}, timeout=300)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "host before" and lines[-1] == "host after: no error"

@@ -108,7 +108,7 @@ def test_a_build_past_the_threshold_prints_start_and_end_then_a_cache_hit_prints
 def test_progress_stays_out_of_the_build_log(cache, write):
     """With stderr a real pipe, the lines reach it, not the build's captured compiler log."""
     p = write("scale.cpp", SCALE)
-    env = {**os.environ, "JITLAB_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT), "JITLAB_PROGRESS_AFTER": "0"}
+    env = {**os.environ, "JITLAB_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])), "JITLAB_PROGRESS_AFTER": "0"}
     out = subprocess.run([sys.executable, "-c", f"import jitlab; print(jitlab.load({str(p)!r}).build.folder)"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -180,7 +180,7 @@ def test_run_prints_each_row_as_it_is_measured(tmp_path):
     shutil.copy(KERNELS / "add2_cpu.ref.py", root)
     shutil.copy(KERNELS / "add2_cpu.cpp", root / "zz_slow.cpp")
     (root / "zz_slow.ref.py").write_text(SLOW_REF)
-    env = {**os.environ, "JITLAB_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "JITLAB_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen([sys.executable, "-m", "jitlab", "run", str(root), "--no-bench", "--max-size", "200"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     seen = [(time.monotonic(), line.rstrip("\n")) for line in proc.stdout]

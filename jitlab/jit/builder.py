@@ -18,7 +18,7 @@ from pathlib import Path
 
 from jitlab import config, progress
 from jitlab.errors import SnippetError
-from jitlab.jit import cache, codegen, diagnostics, inline, linker, locks, nvrtc, objects, toolchain
+from jitlab.jit import cache, codegen, diagnostics, inline, linker, locks, nvrtc, objects, toolchain, torch_headers
 from jitlab.jit import flags as flags_mod
 from jitlab.jit.flags import (
     ENGINES,
@@ -322,6 +322,7 @@ def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str]
     flags = object_flags(plan, archs, opts)
     if opts.compile_only and not plan.cuda:
         raise SnippetError(f"{describe(plan, archs)}: compile_only applies to CUDA snippets; C++ snippets build and run here")
+    torch_headers.check_cuda_includes(sources_by_path(plan), (*flags.includes, *flags.cxx, *flags.cuda_include))
     objs = objects.compile_all(plan.units, flags, plan.stem, sources_by_path(plan))
     notes = [*plan.notes, *(f"{o.unit.name} compiled with all of torch/extension.h: it names something outside "
                             f"jitlab's smaller precompiled header set ({o.unit.headers}), so its edits take longer"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import ctypes_map, ops, pch
+from jitlab.jit import ctypes_map, module_unit, ops, pch
 from jitlab.jit import split as split_mod
 from jitlab.jit.objects import Unit
 from jitlab.jit.parse import Function, SourceFile, line_directive
@@ -308,7 +308,8 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
     A ``.cu`` file that uses torch is split (:func:`jitlab.jit.split.split`) into a device unit
     and a host unit; one that cannot be split correctly is one nvcc unit with torch's headers, as
     ``load_inline`` builds it. A ``.cu`` without torch is one nvcc unit; a ``.cpp`` is a host unit.
-    Without the snippet's own ``PYBIND11_MODULE``, a generated binding unit defines the module.
+    Without the snippet's own ``PYBIND11_MODULE``, a generated binding unit defines the module; a split
+    file's own is a module unit of its own where it can be (:mod:`jitlab.jit.module_unit`).
     """
     units, notes = [], []
     dirs = _include_dirs(files)
@@ -336,8 +337,7 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
             continue
         units.append(Unit(f"{stem}.device.cu", "nvcc", s.device, templates=frozenset(s.templates), source=str(f.path)))
         host = s.host.replace(line_directive(f.path), checks + line_directive(f.path), 1)
-        units.append(Unit(f"{stem}.host.cpp", "cxx", host, torch=True, module=owns_module,
-                          headers="full" if umbrella else "bind" if owns_module else "host", source=str(f.path)))
+        units += module_unit.host_units(stem, host, owns_module, umbrella, str(f.path))
     if any(ops.blocks(f) for f in files):
         units.append(ops.registry_unit())
     elif not binds_itself:

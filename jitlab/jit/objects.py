@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab import config, progress
-from jitlab.jit import cache, diagnostics, locks, pch, toolchain
+from jitlab.jit import cache, diagnostics, locks, pch, toolchain, torch_headers
 from jitlab.jit.parse import line_directive
 from jitlab.jit.symbols import instantiations, undefined_symbols
 
@@ -206,7 +206,10 @@ def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: st
     if extra:
         text = _with_instantiations(text, extra)
     if unit.compiler == "nvcc":
-        cmd_flags = [*flags.includes, *flags.nvcc, *(flags.nvcc_torch if unit.torch or "c10::" in extra else ())]
+        # Instantiations for torch's scalar types: their headers, light (jitlab.jit.torch_headers).
+        light = torch_headers.light_scalar_dir() if "c10::" in extra and not unit.torch else None
+        cmd_flags = [*flags.includes, *flags.nvcc, *([f"-I{light}"] if light else []),
+                     *(flags.nvcc_torch if unit.torch or "c10::" in extra else ())]
     else:
         cmd_flags = [*flags.includes, *flags.cxx, *flags.cuda_include, *flags.cxx_user]
     # A unit that includes nothing (a binding unit: declarations and PYBIND11_MODULE) cannot depend on

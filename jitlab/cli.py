@@ -58,9 +58,15 @@ def print_resources(resources: dict) -> None:
 def _inspect(args) -> int:
     from jitlab.tools import inspect
 
-    archs = [a for a in (args.arch or "sm_90").split(",") if a.strip()]
+    archs = [a.strip() for a in (args.arch or "sm_90").split(",") if a.strip()]
+    real = [a for a in archs if not a.lower().startswith("compute_")]
     try:
-        usage = inspect.resources(args.path, arch=archs)
+        if len(real) < len(archs) and not args.ptx:
+            raise JitlabError(f"{', '.join(a for a in archs if a not in real)}: a virtual arch, for which nvcc makes "
+                              f"PTX, not machine code: there are no registers or occupancy to show; use "
+                              f"{', '.join('sm_' + a.split('_', 1)[1] for a in archs if a not in real)}, or add --ptx "
+                              f"to see the PTX")
+        usage = inspect.resources(args.path, arch=real) if real else {}
         if args.kernel and args.kernel not in usage:
             print(f"{args.path}: no kernel {args.kernel!r} (kernels: {', '.join(sorted(usage)) or 'none'})", file=sys.stderr)
             return 1
@@ -79,7 +85,7 @@ def _inspect(args) -> int:
             if args.ptx:
                 print(f"\n// PTX [{arch}]")
                 print(inspect.ptx(args.path, kernel=args.kernel, arch=arch), end="")
-            if args.sass or args.raw:
+            if (args.sass or args.raw) and arch in real:
                 print(f"\n// SASS [{arch}]" + (" (cuobjdump -sass)" if args.raw else ""))
                 print(inspect.sass(args.path, kernel=args.kernel, arch=arch, raw=args.raw), end="")
     except CompileError as e:

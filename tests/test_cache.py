@@ -280,3 +280,26 @@ def test_a_manifest_pointing_outside_its_entry_is_not_followed(cache, write, tmp
     with pytest.warns(UserWarning, match="not a file of the build's own folder"):
         again = jitlab.build(tiny(write))
     assert not again.cached and again.manifest["artifact"] != "../elsewhere.so"
+
+
+def test_a_thread_waiting_on_a_sibling_thread_says_nothing(cache, capfd):
+    """A build waiting for the same build in another thread of this process prints no 'waiting for' lines."""
+    import threading
+
+    from jitlab.jit import locks
+
+    held = threading.Event()
+
+    def first():
+        with locks.build_lock("k_0123456789abcdef"):
+            held.set()
+            time.sleep(0.6)
+
+    t = threading.Thread(target=first)
+    t.start()
+    held.wait(5)
+    with locks.build_lock("k_0123456789abcdef", on_wait=lambda: print("on_wait called")):
+        pass
+    t.join()
+    out, err = capfd.readouterr()
+    assert "waiting for" not in err and "on_wait called" not in out

@@ -154,3 +154,43 @@ def test_an_arch_nvcc_dropped_names_the_oldest_it_builds(jl):
         pytest.skip("this nvcc still builds for sm_70")
     r = jl("build", "--compile-only", "--arch", "sm_70", "kernels/saxpy.cu")
     assert r.returncode == 1 and "builds for sm_75 and newer" in r.stderr and "fatal" not in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available() or not toolchain.nvcc_path(), reason="the no-GPU path; needs nvcc")
+def test_check_without_a_gpu_says_needs_a_gpu_not_fail(jl):
+    """`jitlab check X.cu` without a GPU: NEEDS A GPU, how to get one, and that it compiles with its registers."""
+    r = jl("check", "kernels/saxpy.cu")
+    assert r.returncode == 1 and "NEEDS A GPU" in r.stdout and "FAIL" not in r.stdout
+    assert "T4 GPU" in r.stdout and "It compiles for sm_75: saxpy:" in r.stdout and "registers" in r.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
+@pytest.mark.parametrize("command, tool", [("sanitize", "compute-sanitizer"), ("profile", "Nsight Compute")])
+def test_gpu_tools_without_a_gpu_say_where_they_run(jl, command, tool):
+    """sanitize and profile without a GPU name the tool, where it runs, and what works here instead."""
+    r = jl(command, "kernels/saxpy.cu")
+    assert r.returncode == 1 and f"{tool}" in r.stderr and "torch sees none here" in r.stderr
+    assert "jitlab inspect" in r.stderr and "compile_only=True" not in r.stderr
+
+
+@pytest.mark.skipif(not toolchain.nvcc_path(), reason="needs nvcc")
+def test_inspect_a_virtual_arch_says_what_to_use(jl):
+    """--arch compute_90 explains that a virtual arch has no machine code and names sm_90 or --ptx."""
+    r = jl("inspect", "kernels/saxpy.cu", "--arch", "compute_90")
+    assert r.returncode == 1 and "virtual arch" in r.stderr and "use sm_90" in r.stderr and "--ptx" in r.stderr
+    r = jl("inspect", "kernels/saxpy.cu", "--arch", "compute_90", "--ptx")
+    assert r.returncode == 0 and "// PTX [compute_90]" in r.stdout and ".entry" in r.stdout
+
+
+def test_inspect_a_cpp_snippet_says_it_runs_on_the_cpu(jl):
+    """inspect on a .cpp says it shows CUDA kernels' resources and that C++ builds and runs on the CPU."""
+    r = jl("inspect", "kernels/add2_cpu.cpp")
+    assert r.returncode == 1 and "this snippet is C++" in r.stderr and "compile-only" not in r.stderr
+
+
+def test_a_cpp_build_is_not_called_nvcc(jl):
+    """`jitlab build X.cpp` and repr(module) say c++, not nvcc."""
+    import jitlab
+
+    m = jitlab.load(KERNELS / "add2_cpu.cpp")
+    assert "(kernel, c++," in repr(m) and "nvcc" not in repr(m).splitlines()[0]

@@ -354,3 +354,15 @@ def test_torch_style_cpp_snippets(use_shared_cache):
     assert jitlab.load(kernels / "square_matrix_cpu.cpp").build.cached
     with pytest.raises(AttributeError, match="did you mean `square_matrix_cpu`"):
         m.square_matrix_gpu
+
+
+def test_a_bad_argument_traceback_ends_at_the_call(axpy):
+    """An ArgumentError's traceback holds the user's line and one jitlab frame, the call itself (named for the function)."""
+    import traceback
+
+    try:
+        axpy.axpy(torch.zeros(3, dtype=torch.float64), torch.zeros(3), 2.0, 3)
+    except jitlab.ArgumentError as e:
+        frames = traceback.extract_tb(e.__traceback__)
+    assert [f.name for f in frames] == ["test_a_bad_argument_traceback_ends_at_the_call", "axpy"]
+    assert frames[-1].filename == "<jitlab wrapper axpy>"

@@ -74,9 +74,15 @@ class Build:
         return self.manifest.get("resources", {})
 
     @property
+    def registers(self) -> str:
+        """Each kernel's registers per thread (the most over its archs), one phrase: ``saxpy: 10 registers``."""
+        return ", ".join(f"{k}: {max(a['registers'] for a in per.values())} registers"
+                         for k, per in sorted(self.resources.items()))
+
+    @property
     def engine(self) -> str:
-        """``"nvrtc"`` or ``"nvcc"``: what compiled the CUDA code."""
-        return self.manifest.get("engine", "nvcc")
+        """``"nvrtc"`` or ``"nvcc"``: what compiled the CUDA code; ``"c++"`` for a snippet without CUDA."""
+        return self.manifest.get("engine", "nvcc") if self.plan.cuda else "c++"
 
     @property
     def notes(self) -> list[str]:

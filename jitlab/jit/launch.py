@@ -23,7 +23,7 @@ import keyword
 import torch
 
 from jitlab import output
-from jitlab.errors import ArgumentError, LaunchError
+from jitlab.errors import ArgumentError, JitlabError, LaunchError
 from jitlab.jit import ctypes_map, messages
 from jitlab.jit.parse import Function, Param
 
@@ -390,10 +390,16 @@ def _generate(owner: Callable, fn: Function, symbol, device: str, native: bool =
     if native:
         symbol.argtypes = argtypes
         symbol.restype = ctypes.c_int
-    code = compile("\n".join(lines), f"<jitlab wrapper {fn.name}>", "exec")
+    # One frame in a traceback, the call itself: a bad argument or a failed launch is raised from here,
+    # without the checking helpers' frames (IPython hides this one too: __tracebackhide__).
+    body = ["    __tracebackhide__ = True", "    try:", *("    " + ln for ln in lines[1:]),
+            "    except _JitlabError as _e:", "        raise _e.with_traceback(None) from None"]
+    env["_JitlabError"] = JitlabError
+    code = compile("\n".join([lines[0], *body]), f"<jitlab wrapper {fn.name}>", "exec")
     exec(code, env)
     call = env["_jitlab_call"]
     call.__name__ = call.__qualname__ = fn.name  # any C name, `lambda` and `None` included
+    call.__code__ = call.__code__.replace(co_name=fn.name)  # tracebacks say `in saxpy`
     return call
 
 

@@ -55,9 +55,10 @@ def build_lock(name: str, root: Path | None = None, on_wait=None, timeout: float
         f = open_lock(path)
     with f:
         if not try_lock(f):
-            if on_wait:
+            sibling = _ours(lock_holder(path))  # another thread of this process: its progress line says it all
+            if on_wait and not sibling:
                 on_wait()
-            _wait_for_lock(f, path, timeout)
+            _wait_for_lock(f, path, timeout, quiet=sibling)
         try:
             _claim(f)
             with writing(root / name, discard=True):
@@ -94,15 +95,21 @@ def try_lock(f) -> bool:
     return True
 
 
-def _wait_for_lock(f, path: Path, timeout: float) -> None:
-    """Take the lock once its holder lets go, saying whom we wait for; ``CacheError`` after ``timeout`` s."""
+def _ours(holder: dict) -> bool:
+    """Whether a lock's holder is this very process (a build in another of its threads)."""
+    return holder.get("pid") == os.getpid() and holder.get("host") in (None, socket.gethostname())
+
+
+def _wait_for_lock(f, path: Path, timeout: float, quiet: bool = False) -> None:
+    """Take the lock once its holder lets go, saying whom we wait for (unless ``quiet``); ``CacheError``
+    after ``timeout`` s."""
     t0 = time.monotonic()
     next_report = t0
     while not try_lock(f):
         now = time.monotonic()
         if now - t0 >= timeout:
             raise CacheError(_lock_timeout_message(path, lock_holder(path), now - t0))
-        if now >= next_report:
+        if now >= next_report and not quiet:
             print(f"jitlab: waiting for {_describe_holder(lock_holder(path))} to finish building "
                   f"{path.stem}; waited {int(now - t0)} s of {timeout:g} s (JITLAB_LOCK_TIMEOUT)",
                   file=sys.stderr, flush=True)

@@ -206,6 +206,19 @@ def gpu_available() -> bool:
     return torch.cuda.is_available()
 
 
+def require_gpu(what: str) -> None:
+    """Raise unless torch sees a CUDA GPU; ``what`` runs kernels (e.g. ``"compute-sanitizer"``).
+
+    Raises:
+        ToolchainError: Saying where it can run and what works here instead.
+    """
+    if not gpu_available():
+        raise ToolchainError(
+            f"{what} runs the kernels on a CUDA GPU, and torch sees none here: run it on a machine with one "
+            f"(on Colab: Runtime > Change runtime type > T4 GPU). Here, `jitlab check` and `jitlab inspect` "
+            f"compile the kernels and show their registers and occupancy")
+
+
 def current_arch() -> str:
     """The current GPU's arch, e.g. ``"sm_90"``.
 

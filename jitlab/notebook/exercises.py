@@ -278,9 +278,7 @@ def compile(name: str, path=None, arch=(COMPILE_ARCH,)) -> Result:  # noqa: A001
         return Result(ex, src, "compile error", error=e)
     except JitlabError as e:
         return Result(ex, src, "error", error=e)
-    regs = ", ".join(f"{k}: {max(a['registers'] for a in per.values())} registers"
-                     for k, per in sorted(b.resources.items()))
-    return Result(ex, src, "compiled", note=f"it compiles ({regs or 'no kernels'}).")
+    return Result(ex, src, "compiled", note=f"it compiles ({b.registers or 'no kernels'}).")
 
 
 def solution(name: str) -> None:

@@ -17,10 +17,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from jitlab.errors import ArgumentError
+from jitlab import config
+from jitlab.errors import ArgumentError, SnippetError
 from jitlab.jit import api, builder, cache, diagnostics, toolchain
 from jitlab.jit.flags import nvcc_command
-from jitlab.jit.sources import sources_by_path
+from jitlab.jit.sources import collect_sources, sources_by_path
 from jitlab.tools import listing
 from jitlab.tools.listing import count_instructions, sass_diff  # noqa: F401  (inspect's public API, as the lessons use it)
 
@@ -129,8 +130,14 @@ def occupancy(resources: dict, block_size: int, dynamic_smem: int = 0, arch: str
 
 def resources(path, arch="sm_90", **options) -> dict:
     """Per-kernel, per-arch resource usage of a compile-only build (registers, spills, shared, local,
-    constant): ``build.resources``, built or found in the cache. ``arch`` may be a list."""
+    constant): ``build.resources``, built or found in the cache. ``arch`` may be a list.
 
+    Raises:
+        SnippetError: A C++ snippet (no CUDA kernels: it builds and runs on the CPU).
+    """
+    if not any(Path(f).suffix in config.CUDA_EXTS for f in collect_sources(path)):
+        raise SnippetError(f"{path}: inspect shows the GPU resources of CUDA kernels, and this snippet is C++: it "
+                           f"builds and runs on the CPU (`jitlab build {path}`, `jitlab check {path}`)")
     return api.build(path, arch=arch, compile_only=True, **options).resources
 
 

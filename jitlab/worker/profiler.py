@@ -138,6 +138,7 @@ def profile(path, *, variant: str | None = None, size: int | None = None, kernel
     """
     from jitlab.errors import SnippetError
 
+    toolchain.require_gpu("Nsight Compute (ncu)")
     whole = program.is_program(path)
     ref = None if whole else refs.load(refs.path_for(path))
     names = kernel_names(path)

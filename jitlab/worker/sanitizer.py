@@ -243,6 +243,7 @@ def sanitize(path, tool: str = "memcheck", *, job: Job | None = None, variant: s
     """
     if tool not in TOOLS:
         raise ArgumentError(f"unknown sanitizer tool {tool!r}: use one of {', '.join(TOOLS)}")
+    toolchain.require_gpu("compute-sanitizer")
     if job is None and program.is_program(path):
         return _sanitize_program(path, tool, args, stdin, timeout, options)
     refs.path_for(path, job.ref if job else None)  # a missing reference is an error now, not in the child

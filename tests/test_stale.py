@@ -215,6 +215,17 @@ def test_cuda_initializer_list_include_edit_rebuilds(cuda_snippet, engine):
     assert again.cached and again.artifact.read_bytes() == first.artifact.read_bytes()
 
 
+def test_nvrtc_computed_include_edit_rebuilds(tmp_path, cache):
+    """NVRTC: ``#define CFG "kcfg.h"`` then ``#include CFG`` inside a kernel body; an edit of kcfg.h rebuilds."""
+    edit(tmp_path / "kcfg.h", "x[i] *= 2.0f;\n")
+    src = edit(tmp_path / "k.cu", '#define CFG "kcfg.h"\n__global__ void scale(float* x, int n) {\n'
+                                  '    int i = threadIdx.x;\n    if (i < n) {\n#include CFG\n    }\n}\n')
+    first = jitlab.build(src, compile_only=True, arch="sm_90", engine="nvrtc")
+    edit(tmp_path / "kcfg.h", "x[i] += 3.0f;\n")
+    second = jitlab.build(src, compile_only=True, arch="sm_90", engine="nvrtc")
+    assert not second.cached and second.artifact.read_bytes() != first.artifact.read_bytes()
+
+
 @needs_nvcc
 def test_cuda_include_flag_header_edit_rebuilds(cuda_snippet):
     """nvcc with ``-include`` in cuda_cflags: the forced header's edit changes the kernel."""

@@ -274,12 +274,11 @@ def find_or_build(plan: codegen.Plan, archs: list[str], parts: dict, make, *, co
 
 def _build_nvrtc(plan: codegen.Plan, folder: Path, archs: list[str], opts: Options) -> dict:
     """A kernel-only ``.cu`` compiled in process by NVRTC: one CUBIN per arch, the first one the artifact."""
-    trace = folder / "trace"
-    cubins = nvrtc.compile_cubins(plan, archs, opts.defines, opts.debug, trace)
-    traces = sorted(folder.glob("trace.*.json"))
-    read = deps.time_trace_headers(traces, nvrtc.include_path(plan)) if traces else _nvcc_reads(plan, folder, opts)
-    for t in traces:
-        t.unlink()
+    cubins = nvrtc.compile_cubins(plan, archs, opts.defines, opts.debug)
+    cu = next(f for f in plan.files if f.language == "cuda")
+    read = deps.scanned_includes(cu.text, cu.path.parent, nvrtc.include_path(plan), opts.defines)
+    if read is None:
+        read = _nvcc_reads(plan, folder, opts)
     files = {}
     for c in cubins:
         path = folder / f"{plan.stem}.{c.arch}.cubin"
@@ -299,7 +298,8 @@ def _build_nvrtc(plan: codegen.Plan, folder: Path, archs: list[str], opts: Optio
 
 
 def _nvcc_reads(plan: codegen.Plan, folder: Path, opts: Options) -> list[str]:
-    """What an NVRTC build read, where NVRTC writes no time trace: nvcc's ``-M`` on the same text."""
+    """What an NVRTC build read, where a computed include names a macro jitlab cannot follow: nvcc's
+    ``-M`` on the same text (a tenth of a second or so)."""
     nvcc = toolchain.nvcc_path()
     if not nvcc:
         return []

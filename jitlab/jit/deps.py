@@ -4,7 +4,7 @@ The build key is known before compiling, the files the compiler reads only after
 inside a function body or an initializer list, a computed ``#include CFG``, ``-include`` in the
 flags, a header found through ``CPATH``, a library named in ``ldflags``. So, as ccache's direct mode
 and ninja's depfiles do, each entry's manifest records those files (gcc's and nvcc's ``-MD -MF``,
-ninja's ``-t deps``, NVRTC's time trace), each as a :class:`Stamp`; a hit needs all of them unchanged
+ninja's ``-t deps``, for NVRTC a reading of every ``#include`` line), each as a :class:`Stamp`; a hit needs all of them unchanged
 (:func:`unchanged`). The toolchain's own headers (CUDA, torch, the system's) are not stamped: the
 toolchain's fingerprint in the key stands for them (:func:`worth_checking`).
 
@@ -14,7 +14,6 @@ A file that moved while its build ran makes the entry unusable, never wrong (:fu
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shlex
@@ -164,27 +163,52 @@ def ninja_deps(folder: Path) -> list[str]:
     return [ln.strip() for ln in proc.stdout.splitlines() if ln.startswith((" ", "\t")) and ln.strip()]
 
 
-def time_trace_headers(traces, folders) -> list[str]:
-    """The headers an NVRTC compile opened, from its ``-fdevice-time-trace`` files.
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>|([A-Za-z_]\w*))', re.MULTILINE)
+_DEFINE = re.compile(r'^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+(?:"([^"\n]+)"|<([^>\n]+)>)', re.MULTILINE)
 
-    NVRTC 13 has no dependency output, but its time trace has a "Processing Header File" event per
-    header; a header named as it was included (``cfg.h``) is looked up in ``folders`` (its include
-    path) and beside the headers found, every match kept (a file too many is a needless rebuild,
-    never a stale one).
+
+def scanned_includes(text: str, base: Path, folders, defines: dict) -> list[str] | None:
+    """Every file an NVRTC compile of ``text`` can open, found by reading it as the preprocessor
+    searches: each ``#include`` line wherever it stands (a function body, an initializer list, an
+    ``#if`` branch: a file too many is a needless rebuild, never a stale one), a computed
+    ``#include CFG`` through ``#define CFG "cfg.h"`` in the files read or in ``defines``.
+
+    NVRTC 13 has no dependency output (and its ``-fdevice-time-trace``, which names the headers it
+    opens, crashes the process after a few dozen programs), so this reads the text itself, in about
+    a millisecond; the toolchain's headers are not read. ``None``: a computed include it cannot
+    resolve (the caller asks ``nvcc -M``).
     """
-    names: list[str] = []
-    for trace in traces:
-        try:
-            events = json.loads(Path(trace).read_text()).get("traceEvents", [])
-        except (OSError, ValueError, AttributeError):
-            continue
-        names += [e.get("args", {}).get("detail", "") for e in events if e.get("name") == "Processing Header File"]
-    found = [n for n in dict.fromkeys(names) if os.path.isabs(n) and os.path.isfile(n)]
-    search = [*map(str, folders), *dict.fromkeys(os.path.dirname(p) for p in found)]
-    for n in dict.fromkeys(names):
-        if n and not os.path.isabs(n):
-            found += [os.path.join(d, n) for d in search if os.path.isfile(os.path.join(d, n))]
-    return list(dict.fromkeys(found))
+    macros = {k: ("<" if str(v).startswith("<") else '"', str(v).strip('"<>')) for k, v in defines.items()
+              if v and str(v)[:1] in '"<'}
+    roots = _toolchain_roots()
+    found: dict[str, None] = {}
+    todo, pending = [(text, Path(base))], []
+    while todo or pending:
+        if not todo:  # computed includes, retried once every file read so far has defined its macros
+            ready = [(b, macros[name]) for b, name in pending if name in macros]
+            if not ready:
+                return None
+            pending = [(b, name) for b, name in pending if name not in macros]
+            includes = [(b, kind, name) for b, (kind, name) in ready]
+        else:
+            text, here = todo.pop()
+            for m in _DEFINE.finditer(text):
+                macros.setdefault(m[1], ('"', m[2]) if m[2] else ("<", m[3]))
+            includes = []
+            for m in _INCLUDE.finditer(text):
+                if m[3]:
+                    pending.append((here, m[3]))
+                else:
+                    includes.append((here, '"' if m[1] else "<", m[1] or m[2]))
+        for here, kind, name in includes:
+            for d in ([here] if kind == '"' else []) + [Path(f) for f in folders]:
+                path = os.path.realpath(d / name)
+                if os.path.isfile(path):
+                    if path not in found and not path.startswith(roots):
+                        found[path] = None
+                        todo.append((Path(path).read_text(errors="replace"), Path(path).parent))
+                    break
+    return list(found)
 
 
 def ldflag_inputs(ldflags) -> list[str]:

@@ -182,9 +182,8 @@ def include_path(plan) -> list[str]:
     return list(dict.fromkeys(folders))
 
 
-def options(plan, arch: str, defines: dict, debug: bool, trace: Path | None = None):
-    """NVRTC's options for one arch: the same defines, line info and resource report as nvcc's;
-    with ``trace``, a time trace there (``<trace>.json``), whose events name every header it opened."""
+def options(plan, arch: str, defines: dict, debug: bool):
+    """NVRTC's options for one arch: the same defines, line info and resource report as nvcc's."""
     from cuda.core import ProgramOptions
 
     macros = [k if v is None else (k, str(v)) for k, v in defines.items()]
@@ -192,15 +191,7 @@ def options(plan, arch: str, defines: dict, debug: bool, trace: Path | None = No
         macros.append(("JITLAB_DEBUG", "1"))
     return ProgramOptions(name=plan.stem, arch=arch, std="c++17", include_path=include_path(plan),
                           define_macro=macros or None, undefine_macro=["NDEBUG"] if debug else None,
-                          debug=debug, lineinfo=not debug, ptxas_options=["-v"],
-                          fdevice_time_trace=str(trace) if trace and traces_headers() else None)
-
-
-def traces_headers() -> bool:
-    """Whether this NVRTC writes a time trace (``-fdevice-time-trace``, NVRTC 12.8 and later): NVRTC
-    has no dependency output, and the trace is how a build learns which headers it read (~1 ms)."""
-    major, _, minor = (version() or "0.0").partition(".")
-    return (int(major), int(minor or 0)) >= (12, 8)
+                          debug=debug, lineinfo=not debug, ptxas_options=["-v"])
 
 
 def source(plan) -> str:
@@ -210,8 +201,8 @@ def source(plan) -> str:
     return f"#include <jitlab_nvrtc.h>\n{line_directive(f.path)}{f.text}"
 
 
-def compile_cubins(plan, archs: list[str], defines: dict, debug: bool = False, trace: Path | None = None) -> list[Cubin]:
-    """Compile the plan's ``.cu`` for each arch (with ``trace``, each arch's time trace at ``<trace>.<arch>.json``).
+def compile_cubins(plan, archs: list[str], defines: dict, debug: bool = False) -> list[Cubin]:
+    """Compile the plan's ``.cu`` for each arch.
 
     Raises:
         NvrtcError: NVRTC rejected the code (its log names the user's file and line).
@@ -224,7 +215,7 @@ def compile_cubins(plan, archs: list[str], defines: dict, debug: bool = False, t
     for arch in archs:
         log = io.StringIO()
         try:
-            obj = Program(text, "c++", options(plan, arch, defines, debug, trace and trace.with_name(f"{trace.name}.{arch}"))).compile(
+            obj = Program(text, "c++", options(plan, arch, defines, debug)).compile(
                 "cubin", name_expressions=kernels, logs=log)
         except Exception as e:  # cuda.core raises NVRTCError with the log in its message
             raise NvrtcError(_log_of(e, log.getvalue())) from None

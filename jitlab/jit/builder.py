@@ -266,7 +266,8 @@ def find_or_build(plan: codegen.Plan, archs: list[str], parts: dict, make, *, co
         return manifest
 
     entry = cache.find_or_make(name, made, known=parts.get("headers", {}), keep=plan.include_dirs,
-                               reads=deps.ldflag_inputs(parts["flags"][3]), before=before, warn=True)
+                               reads=deps.ldflag_inputs(parts["flags"][3]), skip=[str(f.path) for f in plan.files],
+                               before=before, warn=True)
     if not entry.cached and config.verbose():
         print((entry.folder / "build.log").read_text(errors="replace"), file=sys.stderr)
     return Build(entry.name, entry.folder, plan, entry.manifest, entry.cached, time.perf_counter() - t0, archs)

@@ -182,7 +182,7 @@ def lookup(name: str, root: Path | None = None, content: bool = True, warn: bool
 
 
 def find_or_make(name: str, make, *, root: Path | None = None, content: bool = True, known: dict | None = None,
-                 keep=(), reads=(), before=None, on_wait=None, warn: bool = False) -> Entry:
+                 keep=(), reads=(), skip=(), before=None, on_wait=None, warn: bool = False) -> Entry:
     """The one find-or-build of every cache entry (builds, objects, precompiled headers).
 
     A key's inputs are known before compiling, the files the compiler read only after, so the key
@@ -202,6 +202,7 @@ def find_or_make(name: str, make, *, root: Path | None = None, content: bool = T
         known: Path → SHA-256 of the files the key hashed before the build.
         keep: Folders whose files are always checked (the snippet's and the user's).
         reads: Files the build reads besides those the compiler reports (libraries in ``ldflags``).
+        skip: The snippet's sources, whose text the key holds: never stamped.
         before: Called before a miss takes the lock (a toolchain check).
         on_wait: Called when another process holds the lock.
         warn: Warn about a corrupt entry.
@@ -226,7 +227,7 @@ def find_or_make(name: str, make, *, root: Path | None = None, content: bool = T
         started = time.time_ns()
         manifest = make(target, folder)
         read = [*manifest.pop("read", []), *reads]
-        rows = deps.stamp(read, started, known or {}, keep, folder)
+        rows = deps.stamp(read, started, known or {}, keep, folder, skip)
         manifest["deps"] = None if manifest.pop("unstable", False) else rows
         write_manifest(folder, manifest)
         if first is not None:

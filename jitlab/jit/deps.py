@@ -57,7 +57,8 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def stamp(paths, started_ns: int, known: dict[str, str], keep=(), own: Path | None = None) -> list[list] | None:
+def stamp(paths, started_ns: int, known: dict[str, str], keep=(), own: Path | None = None,
+          skip=()) -> list[list] | None:
     """The stamps of the files a build read, for its manifest; ``None`` when one moved during the build.
 
     Args:
@@ -66,6 +67,8 @@ def stamp(paths, started_ns: int, known: dict[str, str], keep=(), own: Path | No
         known: Path → SHA-256 of files hashed for the key before the build: they must still hash so.
         keep: Folders whose files are always stamped (the snippet's and the user's include folders).
         own: The build's folder: its files are the build's own copies, covered by the key.
+        skip: The snippet's own sources: the key holds their text (nvcc lists the files its ``#line``
+            directives name, which the build never opened).
 
     Returns:
         ``[path, size, mtime_ns, sha256]`` rows, or ``None``: a file the key hashed changed, or one
@@ -73,7 +76,8 @@ def stamp(paths, started_ns: int, known: dict[str, str], keep=(), own: Path | No
         unknown; the entry is then never a hit (the next build compiles again).
     """
     rows = []
-    for path in worth_checking(paths, keep, own):
+    skipped = {os.path.realpath(p) for p in skip}
+    for path in (p for p in worth_checking(paths, keep, own) if p not in skipped):
         try:
             st = os.stat(path)
             digest = _sha256(path)

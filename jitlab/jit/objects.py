@@ -228,7 +228,8 @@ def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: st
             return _run_compiler(unit, text, cmd_flags, folder, header, extension)
 
     entry = cache.find_or_make(name, make, root=objects_root(), known=dict(unit.deps),
-                               keep=[f[2:] for f in flags.includes if f.startswith("-I")])
+                               keep=[f[2:] for f in flags.includes if f.startswith("-I")],
+                               skip=[unit.source] if unit.source else [])
     return _object(unit, entry.folder, entry.manifest, entry.cached, 0.0 if entry.cached else time.perf_counter() - t0,
                    headers)
 

@@ -17,8 +17,8 @@ import jitlab
 from jitlab.jit import toolchain
 
 # The cached functions themselves (a test may replace the module attribute with a lambda).
-CACHED = [toolchain.nvcc_path, toolchain.nvcc_version, toolchain.cxx_path, toolchain._cxx_version,
-          toolchain._runtime_ldflags]
+CACHED = [toolchain._nvcc_path, toolchain._nvcc_version, toolchain._cxx_path, toolchain._cxx_version,
+          toolchain._runtime_ldflags, toolchain._cuda_home]
 REAL = {name: shutil.which(name) for name in ("c++", "g++", "nvcc", "ninja")}
 
 

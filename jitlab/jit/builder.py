@@ -12,13 +12,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from jitlab import config, progress
 from jitlab.errors import SnippetError
-from jitlab.jit import cache, codegen, diagnostics, inline, linker, locks, nvrtc, objects, toolchain, torch_headers
+from jitlab.jit import cache, codegen, deps, diagnostics, inline, linker, nvrtc, objects, toolchain, torch_headers
 from jitlab.jit import flags as flags_mod
 from jitlab.jit.flags import (
     ENGINES,
@@ -239,16 +238,16 @@ def find_or_build(plan: codegen.Plan, archs: list[str], parts: dict, make, *, co
                   notes: list[str] = (), t0: float | None = None, before=None, extra: dict | None = None) -> Build:
     """The one find-or-build of every build kind: the entry of ``parts``' key, or ``make`` it under its lock.
 
-    A trusted manifest (its artifact's size and hash match) is a hit; otherwise the key's lock is
-    taken, the cache is read again (another process may have finished it), the folder is emptied,
-    ``make(name, folder)`` compiles and returns the manifest, and the manifest is written last.
+    :func:`cache.find_or_make` with a progress line: a hit is an entry whose artifact matches its
+    manifest and whose recorded inputs (every file the compiler read, the libraries in ``ldflags``)
+    are unchanged; a miss compiles under the key's lock, into the key's folder or a new candidate's.
 
     Args:
         plan: What is built (its files name the progress line and the errors).
         archs: The archs built for.
         parts: Everything that changes the binary; hashed into the key.
         make: ``make(name, folder) -> manifest``: compiles into ``folder``; the manifest names ``artifact``,
-            its ``size`` and ``sha256``.
+            its ``size`` and ``sha256``, and under ``read`` the files the compiler reported reading.
         compiler: What compiles it, for the progress line.
         notes: Lines shown while it builds and kept in the manifest.
         t0: When the build call started (default now).
@@ -259,37 +258,34 @@ def find_or_build(plan: codegen.Plan, archs: list[str], parts: dict, make, *, co
         The build; ``cached`` says whether anything was compiled.
     """
     t0 = time.perf_counter() if t0 is None else t0
-    key = cache.build_key(parts)
-    name = cache.module_name(plan.stem, key)
-    folder = cache.entry_dir(name)
-    manifest = _trusted_manifest(folder, name)
-    if manifest is not None:
-        return Build(name, folder, plan, manifest, True, time.perf_counter() - t0, archs)
-    if before is not None:
-        before()
+    name = cache.module_name(plan.stem, cache.build_key(parts))
 
-    with locks.build_lock(name):  # says whom it waits for; a CacheError if the cache cannot be written
-        manifest = _trusted_manifest(folder, name, quiet=True)  # another process may have finished it
-        if manifest is not None:
-            return Build(name, folder, plan, manifest, True, time.perf_counter() - t0, archs)
+    def made(target: str, folder: Path) -> dict:
         # Silent when quick; past $JITLAB_PROGRESS_AFTER seconds a line, a live line naming what compiles, a line.
         with progress.Step(f"building {describe(plan, archs, compiler)}", f"built {file_names(plan)}"):
             for note in notes:
                 progress.say(f"jitlab: {note}")
-            cache.reset_dir(folder)
-            manifest = make(name, folder)
-            manifest["notes"] = [*notes, *manifest.get("notes", [])]
-            manifest.update(seconds=round(time.perf_counter() - t0, 3), archs=archs, kind=plan.kind,
-                            sources=[str(f.path) for f in plan.files], built_at=time.time(), **(extra or {}))
-            cache.write_manifest(folder, manifest)
-    if config.verbose():
-        print((folder / "build.log").read_text(errors="replace"), file=sys.stderr)
-    return Build(name, folder, plan, manifest, False, time.perf_counter() - t0, archs)
+            manifest = make(target, folder)
+        manifest["notes"] = [*notes, *manifest.get("notes", [])]
+        manifest.update(seconds=round(time.perf_counter() - t0, 3), archs=archs, kind=plan.kind,
+                        sources=[str(f.path) for f in plan.files], built_at=time.time(), **(extra or {}))
+        return manifest
+
+    entry = cache.find_or_make(name, made, known=parts.get("headers", {}), keep=plan.include_dirs,
+                               reads=deps.ldflag_inputs(parts["flags"][3]), skip=[str(f.path) for f in plan.files],
+                               before=before, warn=True)
+    if not entry.cached and config.verbose():
+        print((entry.folder / "build.log").read_text(errors="replace"), file=sys.stderr)
+    return Build(entry.name, entry.folder, plan, entry.manifest, entry.cached, time.perf_counter() - t0, archs)
 
 
 def _build_nvrtc(plan: codegen.Plan, folder: Path, archs: list[str], opts: Options) -> dict:
     """A kernel-only ``.cu`` compiled in process by NVRTC: one CUBIN per arch, the first one the artifact."""
     cubins = nvrtc.compile_cubins(plan, archs, opts.defines, opts.debug)
+    cu = next(f for f in plan.files if f.language == "cuda")
+    read = deps.scanned_includes(cu.text, cu.path.parent, nvrtc.include_path(plan), opts.defines)
+    if read is None:
+        read = _nvcc_reads(plan, folder, opts)
     files = {}
     for c in cubins:
         path = folder / f"{plan.stem}.{c.arch}.cubin"
@@ -305,19 +301,20 @@ def _build_nvrtc(plan: codegen.Plan, folder: Path, archs: list[str], opts: Optio
     first = folder / files[archs[0]]
     return {"artifact": first.name, "size": first.stat().st_size, "sha256": cache.file_sha256(first),
             "cubins": files, "kernels": cubins[0].names, "resources": resources,
-            "compile_only": opts.compile_only, "nvrtc": nvrtc.version()}
+            "compile_only": opts.compile_only, "nvrtc": nvrtc.version(), "read": read}
 
 
-def _trusted_manifest(folder: Path, name: str, quiet: bool = False) -> dict | None:
-    manifest = cache.read_manifest(folder)
-    if manifest is None:
-        return None
-    problem = cache.verify_artifact(folder, manifest)
-    if problem:
-        if not quiet:
-            warnings.warn(f"jitlab: cached build {name} is corrupt ({problem}); rebuilding", stacklevel=3)
-        return None
-    return manifest
+def _nvcc_reads(plan: codegen.Plan, folder: Path, opts: Options) -> list[str]:
+    """What an NVRTC build read, where a computed include names a macro jitlab cannot follow: nvcc's
+    ``-M`` on the same text (a tenth of a second or so)."""
+    nvcc = toolchain.nvcc_path()
+    if not nvcc:
+        return []
+    src = folder / "nvrtc.cu"
+    src.write_text(nvrtc.source(plan))
+    defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
+    return deps.preprocessor_deps([nvcc, "-x", "cu", *(f"-I{d}" for d in nvrtc.include_path(plan)), *defines],
+                                  src, folder)
 
 
 def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> dict:
@@ -346,6 +343,7 @@ def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str]
             raise diagnostics.compile_error(f"{describe(plan, archs)} (link)", e.log, sources_by_path(plan)) from None
     return {"artifact": artifact.name, "size": artifact.stat().st_size, "sha256": cache.file_sha256(artifact),
             "resources": parse_resource_usage("\n".join(o.log for o in objs if o.unit.compiler == "nvcc")),
-            "compile_only": opts.compile_only, "notes": notes,
+            "compile_only": opts.compile_only, "notes": notes, "read": [p for o in objs for p in o.read or ()],
+            "unstable": any(o.read is None for o in objs),
             "units": [{"name": o.unit.name, "compiler": o.unit.compiler, "cached": o.cached,
                        "seconds": round(o.seconds, 3), "headers": o.headers} for o in objs]}

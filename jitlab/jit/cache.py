@@ -26,12 +26,13 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab import config
 from jitlab.errors import CacheError
-from jitlab.jit import cachedir, locks
+from jitlab.jit import cachedir, deps, locks
 
 MANIFEST = "jitlab.json"
 #: Folders inside the cache that hold other caches (per-unit objects, precompiled headers), not builds.
@@ -131,6 +132,108 @@ def trusted_manifest(folder: Path, content: bool = True) -> dict | None:
     if manifest is None or verify_artifact(folder, manifest, content):
         return None
     return manifest
+
+
+#: How many later results one key keeps besides its first (see :func:`find_or_make`).
+MAX_CANDIDATES = 8
+
+
+@dataclass
+class Entry:
+    """A usable cache entry.
+
+    Attributes:
+        name: Its name (a build's module name): the key's own, or a later candidate's.
+        folder: Its folder.
+        manifest: Its manifest.
+        cached: ``True`` when it was found, ``False`` when made just now.
+    """
+
+    name: str
+    folder: Path
+    manifest: dict
+    cached: bool
+
+
+def lookup(name: str, root: Path | None = None, content: bool = True, warn: bool = False) -> Entry | None:
+    """The entry of key ``name`` whose artifact matches its manifest and whose recorded inputs
+    (:mod:`jitlab.jit.deps`) are all unchanged now: the key's first result, or one of its later candidates.
+
+    Args:
+        warn: Warn about a corrupt artifact (it is then rebuilt).
+    """
+    first = entry_dir(name, root)
+    manifest = read_manifest(first)
+    if manifest is None:
+        return None
+    others = manifest.get("others", [])
+    for cand in [name, *(others if isinstance(others, list) else [])]:
+        folder = first if cand == name else entry_dir(str(cand), root)
+        found = manifest if cand == name else read_manifest(folder)
+        if found is None:
+            continue
+        problem = verify_artifact(folder, found, content)
+        if problem:
+            if warn:
+                warnings.warn(f"jitlab: cached build {cand} is corrupt ({problem}); rebuilding", stacklevel=4)
+        elif deps.unchanged(found.get("deps", [])):
+            return Entry(str(cand), folder, found, True)
+    return None
+
+
+def find_or_make(name: str, make, *, root: Path | None = None, content: bool = True, known: dict | None = None,
+                 keep=(), reads=(), skip=(), before=None, on_wait=None, warn: bool = False) -> Entry:
+    """The one find-or-build of every cache entry (builds, objects, precompiled headers).
+
+    A key's inputs are known before compiling, the files the compiler read only after, so the key
+    names a first result, whose manifest lists later candidates (ccache's direct mode): a hit is the
+    first of them whose artifact matches and whose recorded inputs are all unchanged. On a miss the
+    key's lock is taken, the cache is read again (another process may have made it), and
+    ``make(name, folder)`` compiles into an empty folder: the key's own one when it has no complete
+    result yet, else a new candidate's (the old results stay, so a revert is a hit). The manifest
+    ``make`` returns lists what the compiler read under ``"read"`` (``"unstable": True`` when a part it
+    used moved while made); it is stamped (:func:`deps.stamp`) and written last.
+
+    Args:
+        name: The key's entry name.
+        make: ``make(name, folder) -> manifest`` with ``artifact``, ``size``, ``sha256`` and ``read``.
+        root: The cache folder (default the build cache).
+        content: Check the artifact's hash on a hit, not only its size.
+        known: Path → SHA-256 of the files the key hashed before the build.
+        keep: Folders whose files are always checked (the snippet's and the user's).
+        reads: Files the build reads besides those the compiler reports (libraries in ``ldflags``).
+        skip: The snippet's sources, whose text the key holds: never stamped.
+        before: Called before a miss takes the lock (a toolchain check).
+        on_wait: Called when another process holds the lock.
+        warn: Warn about a corrupt entry.
+
+    Returns:
+        The entry; ``cached`` says whether it was found.
+    """
+    entry = lookup(name, root, content, warn)
+    if entry is not None:
+        return entry
+    if before is not None:
+        before()
+    with locks.build_lock(name, root, on_wait=on_wait):  # a CacheError if the cache cannot be written
+        entry = lookup(name, root, content)
+        if entry is not None:
+            return entry
+        first_folder = entry_dir(name, root)
+        first = trusted_manifest(first_folder, content)  # complete, but its inputs moved: keep it
+        target = name if first is None else f"{name}_{build_key({'after': name, 'at': time.time_ns(), 'pid': os.getpid()})}"
+        folder = entry_dir(target, root)
+        reset_dir(folder)
+        started = time.time_ns()
+        manifest = make(target, folder)
+        read = [*manifest.pop("read", []), *reads]
+        rows = deps.stamp(read, started, known or {}, keep, folder, skip)
+        manifest["deps"] = None if manifest.pop("unstable", False) else rows
+        write_manifest(folder, manifest)
+        if first is not None:
+            kept = [o for o in first.get("others", []) if isinstance(o, str)]
+            write_json(first_folder / MANIFEST, {**first, "others": [target, *kept][:MAX_CANDIDATES]})
+    return Entry(target, folder, manifest, False)
 
 
 def reset_dir(folder: Path) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from jitlab import output
 from jitlab.errors import SnippetError, ToolchainError
-from jitlab.jit import cache, codegen, diagnostics, toolchain
+from jitlab.jit import cache, codegen, deps, diagnostics, toolchain
 from jitlab.jit.flags import Options, compile_flags, nvcc_command
 from jitlab.jit.resources import parse_resource_usage
 from jitlab.jit.sources import describe, sources_by_path
@@ -64,7 +64,19 @@ def load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], o
         raise diagnostics.compile_error(describe(plan, archs), log or str(err), sources_by_path(plan)) from None
     so = folder / f"{name}.so"
     return {"artifact": so.name, "size": so.stat().st_size, "sha256": cache.file_sha256(so),
-            "resources": parse_resource_usage(log), "compile_only": False}
+            "resources": parse_resource_usage(log), "compile_only": False, "read": _ninja_reads(folder, cflags)}
+
+
+def _ninja_reads(folder: Path, cflags: list[str]) -> list[str]:
+    """Every file the ninja build's compilers read: ninja's record of their depfiles, and, where the
+    host compiler's ``-MMD`` leaves system folders out that are not the toolchain's (``C_INCLUDE_PATH``,
+    ``CPLUS_INCLUDE_PATH``, the user's ``-isystem``), its ``-M`` list of the host unit."""
+    read = deps.ninja_deps(folder)
+    hidden = any(os.environ.get(v) for v in ("C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH")) or any(
+        f.startswith(("-isystem", "-idirafter")) for f in cflags)
+    if hidden and (folder / "main.cpp").is_file():
+        read += deps.preprocessor_deps(deps.ninja_cxx_command(folder), folder / "main.cpp", folder)
+    return read
 
 
 def _for_ninja(flags: list[str]) -> list[str]:
@@ -148,7 +160,8 @@ def compile_only(plan: codegen.Plan, name: str, folder: Path, archs: list[str], 
         raise SnippetError(f"{describe(plan, archs)}: compile_only applies to CUDA snippets; C++ snippets build and run here")
     src = folder / "cuda.cu"
     src.write_text("\n".join(plan.cuda_sources))
-    cmd = nvcc_command(plan, name, archs, opts, ["-c", str(src), "-o", str(folder / "cuda.o")])
+    depfile = folder / "cuda.d"
+    cmd = nvcc_command(plan, name, archs, opts, ["-c", str(src), "-o", str(folder / "cuda.o"), "-MD", "-MF", str(depfile)])
     proc = subprocess.run(cmd, capture_output=True, text=True)
     log = " ".join(cmd) + "\n" + proc.stdout + proc.stderr
     (folder / "build.log").write_text(log)
@@ -156,4 +169,4 @@ def compile_only(plan: codegen.Plan, name: str, folder: Path, archs: list[str], 
         raise diagnostics.compile_error(describe(plan, archs), log, sources_by_path(plan))
     obj = folder / "cuda.o"
     return {"artifact": obj.name, "size": obj.stat().st_size, "sha256": cache.file_sha256(obj),
-            "resources": parse_resource_usage(log), "compile_only": True}
+            "resources": parse_resource_usage(log), "compile_only": True, "read": deps.read_depfile(depfile)}

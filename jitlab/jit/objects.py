@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab import config, progress
-from jitlab.jit import cache, diagnostics, locks, pch, toolchain, torch_headers
+from jitlab.jit import cache, deps, diagnostics, pch, toolchain, torch_headers
 from jitlab.jit.parse import line_directive
 from jitlab.jit.symbols import instantiations, undefined_symbols
 
@@ -101,6 +101,8 @@ class Object:
         extension: ``TORCH_EXTENSION_NAME`` it was compiled with (host units).
         undefined: Symbols it uses but does not define (mangled), for instantiation and linking.
         headers: The precompiled header set it was compiled with (host units), else ``""``.
+        read: The files its compiler read (:mod:`jitlab.jit.deps`), which a build of it checks too;
+            ``None`` when one moved while it compiled.
     """
 
     unit: Unit
@@ -111,6 +113,7 @@ class Object:
     extension: str = ""
     undefined: list[str] = field(default_factory=list)
     headers: str = ""
+    read: list[str] | None = field(default_factory=list)
 
 
 class UnitError(Exception):
@@ -221,45 +224,46 @@ def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: st
     # kernel edit (a new build name) reuses the host objects.
     extension = f"{_identifier(stem)}_{key[:12]}" if unit.torch else ""
     name = f"{unit.name}-{key}"
-    root = objects_root()
-    folder = cache.entry_dir(name, root)
     t0 = time.perf_counter()
-    manifest = cache.trusted_manifest(folder)
-    if manifest is None:
-        with locks.build_lock(name, root):
-            manifest = cache.trusted_manifest(folder)
-            if manifest is None:
-                cache.reset_dir(folder)
-                with progress.doing(f"compiling {unit.name}"):
-                    manifest = _run_compiler(unit, text, cmd_flags, folder, header, extension)
-                cache.write_manifest(folder, manifest)
-                return _object(unit, folder, manifest, False, time.perf_counter() - t0, headers)
-    return _object(unit, folder, manifest, True, 0.0, headers)
+
+    def make(target: str, folder: Path) -> dict:
+        with progress.doing(f"compiling {unit.name}"):
+            return _run_compiler(unit, text, cmd_flags, folder, header, extension)
+
+    entry = cache.find_or_make(name, make, root=objects_root(), known=dict(unit.deps),
+                               keep=[f[2:] for f in flags.includes if f.startswith("-I")],
+                               skip=[unit.source] if unit.source else [])
+    return _object(unit, entry.folder, entry.manifest, entry.cached, 0.0 if entry.cached else time.perf_counter() - t0,
+                   headers)
 
 
 def _object(unit: Unit, folder: Path, manifest: dict, cached: bool, seconds: float, headers: str) -> Object:
     return Object(unit=unit, path=folder / manifest["artifact"], cached=cached, seconds=seconds,
                   log=(folder / "build.log").read_text(errors="replace") if (folder / "build.log").is_file() else "",
-                  extension=manifest.get("extension", ""), undefined=manifest.get("undefined", []), headers=headers)
+                  extension=manifest.get("extension", ""), undefined=manifest.get("undefined", []), headers=headers,
+                  read=None if manifest.get("deps", []) is None else [row[0] for row in manifest.get("deps", [])])
 
 
 def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, header: Path | None, extension: str) -> dict:
     src = folder / unit.name
     obj = folder / (unit.name + ".o")
+    depfile = folder / (unit.name + ".d")  # every file it read, for the entry's manifest (jit/deps.py)
     src.write_text(f"#define TORCH_EXTENSION_NAME {extension}\n{text}" if extension else text)
     if unit.compiler == "nvcc":
-        cmd = [toolchain.require_tool(toolchain.nvcc_path(), "nvcc"), "-c", str(src), "-o", str(obj), *cmd_flags]
+        cmd = [toolchain.require_tool(toolchain.nvcc_path(), "nvcc"), "-c", str(src), "-o", str(obj), *cmd_flags,
+               "-MD", "-MF", str(depfile)]
     else:
         include = ["-include", str(header), "-Winvalid-pch"] if header and unit.torch else []
         cmd = [toolchain.require_tool(toolchain.cxx_path(), "c++"), "-x", "c++", "-c", str(src), "-o", str(obj),
-               *include, *cmd_flags]
+               *include, *cmd_flags, "-MD", "-MF", str(depfile)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
     log = " ".join(cmd) + "\n" + proc.stdout + proc.stderr
     (folder / "build.log").write_text(log)
     if proc.returncode != 0:
         raise UnitError(unit, log)
     return {"artifact": obj.name, "size": obj.stat().st_size, "sha256": cache.file_sha256(obj),
-            "extension": extension, "undefined": undefined_symbols(obj) if unit.compiler == "cxx" else []}
+            "extension": extension, "undefined": undefined_symbols(obj) if unit.compiler == "cxx" else [],
+            "read": deps.read_depfile(depfile)}
 
 
 def _identifier(stem: str) -> str:

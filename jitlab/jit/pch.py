@@ -33,7 +33,7 @@ from typing import Callable, NamedTuple, Protocol
 
 from jitlab import config, progress
 from jitlab.errors import ToolchainError
-from jitlab.jit import cache, locks, toolchain
+from jitlab.jit import cache, toolchain
 
 
 class Flags(Protocol):
@@ -207,26 +207,18 @@ def _describe(kind: str, flags: Flags, cuda: bool, headers: str) -> tuple[str, l
 def _made_once(name: str, make: Callable[[Path], Path], content: bool = True) -> Path:
     """The artifact of the entry ``name`` in the pch folder: ``make(folder)`` writes it on a miss, under
     the entry's lock, and the manifest is written last. ``content``: check its hash, not only its size."""
-    root = config.pch_dir()
-    folder = cache.entry_dir(name, root)
-    manifest = cache.trusted_manifest(folder, content)
-    if manifest is not None:
-        return folder / manifest["artifact"]
+
+    def made(target: str, folder: Path) -> dict:
+        t0 = time.perf_counter()
+        artifact = make(folder)
+        return {"artifact": artifact.name, "size": artifact.stat().st_size, "sha256": cache.file_sha256(artifact),
+                "seconds": round(time.perf_counter() - t0, 2)}
 
     def waiting():
         progress.say(f"jitlab: waiting for {name}, which another build is making ...", file=sys.stdout)
 
-    with locks.build_lock(name, root, on_wait=waiting):
-        manifest = cache.trusted_manifest(folder, content)
-        if manifest is not None:
-            return folder / manifest["artifact"]
-        cache.reset_dir(folder)
-        t0 = time.perf_counter()
-        artifact = make(folder)
-        cache.write_manifest(folder, {"artifact": artifact.name, "size": artifact.stat().st_size,
-                                      "sha256": cache.file_sha256(artifact),
-                                      "seconds": round(time.perf_counter() - t0, 2)})
-    return artifact
+    entry = cache.find_or_make(name, made, root=config.pch_dir(), content=content, on_wait=waiting)
+    return entry.folder / entry.manifest["artifact"]
 
 
 def _run(cmd: list[str], folder: Path, what: str) -> str:

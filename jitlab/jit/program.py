@@ -17,7 +17,7 @@ from pathlib import Path
 
 from jitlab import config
 from jitlab.errors import SnippetError
-from jitlab.jit import cache, codegen, diagnostics, toolchain
+from jitlab.jit import cache, codegen, deps, diagnostics, toolchain
 from jitlab.jit.builder import Build, find_or_build
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import line_directive, parse_file
@@ -97,7 +97,7 @@ def _compile(plan: codegen.Plan, folder: Path, archs: list[str], opts: Options) 
         copy = folder / f"{i}_{f.path.name}"
         copy.write_text(line_directive(f.path) + f.text + "\n")
         inputs.append(copy.name)
-    cmd = command(plan, inputs, EXECUTABLE, archs, opts)
+    cmd = [*command(plan, inputs, EXECUTABLE, archs, opts), "-MD"]  # a depfile per input: what the build read
     proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, errors="replace")
     log = f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
     (folder / "build.log").write_text(log)
@@ -106,4 +106,5 @@ def _compile(plan: codegen.Plan, folder: Path, archs: list[str], opts: Options) 
         raise diagnostics.compile_error(describe(plan, archs), proc.stdout + proc.stderr, sources_by_path(plan))
     return {"artifact": exe.name, "size": exe.stat().st_size, "sha256": cache.file_sha256(exe),
             "resources": parse_resource_usage(proc.stdout + proc.stderr) if plan.cuda else {},
-            "command": cmd, "compile_only": False}
+            "command": cmd, "compile_only": False,
+            "read": [p for d in sorted(folder.glob("*.d")) for p in deps.read_depfile(d)]}

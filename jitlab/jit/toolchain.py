@@ -30,29 +30,46 @@ def _run(cmd: list[str]) -> str:
         return ""
 
 
-@functools.cache
+#: Environment variables that change what the compilers read (include and library folders, flags).
+COMPILER_ENV = ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "LIBRARY_PATH", "NVCC_PREPEND_FLAGS",
+                "NVCC_APPEND_FLAGS")
+#: Environment variables the tool look-ups below depend on (each is remembered per their values).
+_FINDING_ENV = ("CUDA_HOME", "CUDA_PATH", "PATH", "CXX")
+
+
+def _finding() -> tuple[str, ...]:
+    return tuple(os.environ.get(v, "") for v in _FINDING_ENV)
+
+
 def nvcc_path() -> str | None:
     """nvcc as torch finds it: ``$CUDA_HOME``/``$CUDA_PATH``, then ``PATH``, then ``/usr/local/cuda``.
 
     (Importing ``torch.utils.cpp_extension`` to ask it would cost a cache hit ~0.15 s.)
     """
-    for env in ("CUDA_HOME", "CUDA_PATH"):
-        home = os.environ.get(env)
+    return _nvcc_path(_finding())
+
+
+@functools.cache
+def _nvcc_path(env: tuple[str, ...]) -> str | None:
+    for home in env[:2]:
         if home and (Path(home) / "bin" / "nvcc").is_file():
             return str(Path(home) / "bin" / "nvcc")
-    found = shutil.which("nvcc")
+    found = shutil.which("nvcc", path=env[2] or None)
     if found:
         return found
     default = Path(DEFAULT_CUDA_HOME) / "bin" / "nvcc"
     return str(default) if default.is_file() else None
 
 
-@functools.cache
 def cuda_home() -> Path:
     """The CUDA toolkit folder: ``$CUDA_HOME``/``$CUDA_PATH``, nvcc's grandparent if it holds the
     headers (nvcc may be a wrapper script elsewhere on PATH), else ``/usr/local/cuda``."""
-    for env in ("CUDA_HOME", "CUDA_PATH"):
-        home = os.environ.get(env)
+    return _cuda_home(_finding())
+
+
+@functools.cache
+def _cuda_home(env: tuple[str, ...]) -> Path:
+    for home in env[:2]:
         if home and (Path(home) / "include" / "cuda_runtime.h").is_file():
             return Path(home)
     nvcc = nvcc_path()
@@ -69,10 +86,13 @@ def cuda_lib_dir() -> Path:
     return home / "lib64" if (home / "lib64").is_dir() or not (home / "lib").is_dir() else home / "lib"
 
 
-@functools.cache
 def nvcc_version() -> str | None:
     """nvcc's release, e.g. ``"13.0.88"``; ``None`` without nvcc."""
-    nvcc = nvcc_path()
+    return _nvcc_version(nvcc_path())
+
+
+@functools.cache
+def _nvcc_version(nvcc: str | None) -> str | None:
     if not nvcc:
         return None
     m = re.search(r"V(\d+\.\d+\.\d+)", _run([nvcc, "--version"]))
@@ -86,10 +106,27 @@ def require_tool(path: str | None, name: str) -> str:
     return path
 
 
-@functools.cache
 def cxx_path() -> str | None:
     """The host C++ compiler torch will use (``$CXX`` or ``c++``)."""
-    return shutil.which(os.environ.get("CXX", "c++"))
+    return _cxx_path(_finding())
+
+
+@functools.cache
+def _cxx_path(env: tuple[str, ...]) -> str | None:
+    return shutil.which(env[3] or "c++", path=env[2] or None)
+
+
+def identity(tool: str | None) -> str:
+    """What a compiler binary is: its resolved path, size and mtime (``--version`` alone misses a
+    wrapper script that adds flags, or a second toolkit of the same release at another path)."""
+    if not tool:
+        return "none"
+    real = os.path.realpath(tool)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return real
+    return f"{real} {st.st_size} {st.st_mtime_ns}"
 
 
 def cxx_version() -> str:
@@ -148,16 +185,18 @@ def _loaded_library(stem: str) -> str | None:
 
 
 def fingerprint(cuda: bool) -> dict[str, str]:
-    """Everything about the toolchain that changes a binary, for the build key."""
+    """Everything about the toolchain that changes a binary, for the build key: versions, each
+    compiler's :func:`identity`, torch's install, and the :data:`COMPILER_ENV` variables set."""
     fp = {
-        "torch": torch.__version__,
+        "torch": f"{torch.__version__} {identity(torch.__file__)}",
         "python": f"{sys.implementation.cache_tag}-{platform.machine()}",
-        "cxx": cxx_version(),
+        "cxx": f"{cxx_version()} @ {identity(cxx_path())}",
+        "env": " ".join(f"{v}={os.environ[v]}" for v in COMPILER_ENV if os.environ.get(v)),
         **({"cxx_runtime": " ".join(runtime_ldflags())} if runtime_ldflags() else {}),
         "abi": str(int(torch._C._GLIBCXX_USE_CXX11_ABI)),
     }
     if cuda:
-        fp["nvcc"] = nvcc_version() or "none"
+        fp["nvcc"] = f"{nvcc_version() or 'none'} @ {identity(nvcc_path())} in {cuda_home()}"
         fp["torch_cuda"] = str(torch.version.cuda)
     return fp
 

@@ -355,7 +355,7 @@ def _generate(owner: Callable, fn: Function, symbol, device: str, native: bool =
     env = {"_T": torch.Tensor, "_o": owner, "_sym": symbol, "_stream": _raw_stream_fn(),
            "_getdev": getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device), "_byref": ctypes.byref,
            "_ret": ret_ctype, "_last": last_launch, "_type": type, "_isinstance": isinstance, "_getattr": getattr,
-           "_grad_on": torch.is_grad_enabled, "_bump": _bump_versions}
+           "_grad_on": torch.is_grad_enabled, "_bump": _bump_versions, "_JitlabError": JitlabError}
     names = py_names(fn.params)
     lines = [f"def _jitlab_call({_parameters(owner, fn, names, env)}):"]
     pass_args: list[str] = []
@@ -390,12 +390,10 @@ def _generate(owner: Callable, fn: Function, symbol, device: str, native: bool =
     if native:
         symbol.argtypes = argtypes
         symbol.restype = ctypes.c_int
-    # One frame in a traceback, the call itself: a bad argument or a failed launch is raised from here,
-    # without the checking helpers' frames (IPython hides this one too: __tracebackhide__).
-    body = ["    __tracebackhide__ = True", "    try:", *("    " + ln for ln in lines[1:]),
-            "    except _JitlabError as _e:", "        raise _e.with_traceback(None) from None"]
-    env["_JitlabError"] = JitlabError
-    code = compile("\n".join([lines[0], *body]), f"<jitlab wrapper {fn.name}>", "exec")
+    # An error is raised from this one frame, not the checking helpers' (IPython hides it too).
+    code = compile("\n".join([lines[0], "    __tracebackhide__ = True", "    try:", *("    " + ln for ln in lines[1:]),
+                               "    except _JitlabError as _e: raise _e.with_traceback(None) from None"]),
+                   f"<jitlab wrapper {fn.name}>", "exec")
     exec(code, env)
     call = env["_jitlab_call"]
     call.__name__ = call.__qualname__ = fn.name  # any C name, `lambda` and `None` included

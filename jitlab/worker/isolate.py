@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 
 from jitlab import config
-from jitlab.errors import ArgumentError
+from jitlab.errors import ArgumentError, ToolchainError
+from jitlab.jit import toolchain
+from jitlab.jit.sources import collect_sources, locate
 from jitlab.judge import checker, refs
 from jitlab.worker import jobs, proc
 from jitlab.worker.jobs import Job, Outcome
@@ -216,10 +218,18 @@ def check_snippet(path, *, isolate: bool = True, timeout: float = config.CHECK_T
         An :class:`~jitlab.worker.jobs.Outcome`: ``bool(outcome)`` is whether it passed; ``.category``
         says what went wrong (compile error, link/import error, launch error, illegal address,
         device assert, mismatch, timeout, crashed).
+
+    Raises:
+        ToolchainError: A CUDA snippet and no GPU ("no CUDA GPU found …"): nothing could run.
     """
     if debug:
         options["debug"] = True
+    path = locate(path)
     refs.path_for(path, ref)  # no reference: say which file is missing now, not from a worker
+    if not toolchain.gpu_available() and any(p.suffix in config.CUDA_EXTS for p in collect_sources(path)):
+        raise ToolchainError(f"no CUDA GPU found: checking {path} runs its kernels, and torch sees no CUDA GPU here; "
+                             f"without one it can be compiled: jitlab.build(path, compile_only=True, "
+                             f"arch={list(config.DEFAULT_ARCHS)})")
     from jitlab.config import cache_dir
 
     job = Job("check", str(path), ref=str(ref) if ref else None, variant=variant,

@@ -12,8 +12,9 @@ Without a CUDA GPU a ``%%cuda`` cell says so in one line (:mod:`jitlab.notebook.
 :data:`jitlab.config.DEFAULT_ARCHS` unless ``--arch`` names others, and shows each kernel's
 registers, shared and local memory and spills.
 
-Cell bodies are highlighted as Python in JupyterLab 4 (its ``ipython`` mode has no per-cell-magic
-languages, and a kernel cannot register one): that needs a frontend extension.
+JupyterLab 4 gives a notebook's cells one language, the kernel's; jitlab's labextension
+(``jitlab/notebook/labextension``, installed to ``share/jupyter/labextensions/jitlab-cells``) gives a
+cell that starts with ``%%cuda`` or ``%%cpp`` C++ highlighting.
 """
 
 from __future__ import annotations

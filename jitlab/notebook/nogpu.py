@@ -140,6 +140,7 @@ class Tracker:
         self.handled: BaseException | None = None  # the error reported in one line in this cell
 
     def pre_run_cell(self, info) -> None:
+        """Start a cell: remember its source, nothing recorded or handled yet."""
         self.cell, self.pending, self.handled = info.raw_cell or "", [], None
 
     def post_run_cell(self, result) -> None:
@@ -174,7 +175,7 @@ class Tracker:
         if needs_gpu(value):
             names = self.source_names()
             defines = f" and defines {', '.join(names[:6])}" + ("…" if len(names) > 6 else "") if names else ""
-            skipped(names, f"on a GPU this cell runs CUDA code{defines}")
+            skipped(names, f"on a GPU this cell runs CUDA code{defines}")  # records into _active, this tracker
         elif name in self.missing and name not in shell.user_ns:
             names = self.source_names()
             origin = self.missing[name]
@@ -182,7 +183,7 @@ class Tracker:
             print(line)
             self.record(names)
         else:
-            shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+            shell.showtraceback((etype, value, tb), tb_offset=tb_offset, running_compiled_code=True)  # as run_code does
             return None
         self.handled = value
         return None

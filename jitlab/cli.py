@@ -8,7 +8,7 @@ import time
 
 from jitlab import config
 from jitlab.errors import CompileError, JitlabError
-from jitlab.jit import api
+from jitlab.jit import api, resources
 from jitlab.worker import isolate, profiler, sanitizer
 
 
@@ -46,13 +46,10 @@ def _about(path, e: Exception) -> str:
     return str(e) if str(path) in str(e) else f"{path}: {e}"
 
 
-def print_resources(resources: dict) -> None:
+def print_resources(usage: dict) -> None:
     """One line per kernel and arch: registers, shared, local and constant memory, spills."""
-    for kernel, per_arch in sorted(resources.items()):
-        for arch, r in sorted(per_arch.items()):
-            spill = f", spills {r['spill_stores']}/{r['spill_loads']} B" if r.get("spill_stores") or r.get("spill_loads") else ""
-            print(f"  {kernel} [{arch}]: {r['registers']} registers, {r['shared']} B shared, "
-                  f"{r['local']} B local, {r['constant']} B constant{spill}")
+    for line in resources.usage_lines(usage):
+        print(line)
 
 
 def _inspect(args) -> int:
@@ -75,9 +72,7 @@ def _inspect(args) -> int:
                 continue
             for arch, r in sorted(per_arch.items()):
                 occ = inspect.occupancy(r, args.block, args.smem, arch)
-                spill = f", spills {r['spill_stores']}/{r['spill_loads']} B" if r.get("spill_stores") or r.get("spill_loads") else ""
-                print(f"{kernel} [{arch}]: {r['registers']} registers, {r['shared']} B shared, {r['local']} B local, "
-                      f"{r['constant']} B constant{spill}")
+                print(f"{kernel} [{arch}]: {resources.usage_text(r)}")
                 print(f"  block {args.block}, {args.smem} B dynamic shared: {occ['blocks_per_sm']} blocks/SM, "
                       f"{occ['warps_per_sm']}/{occ['max_warps_per_sm']} warps, occupancy {occ['occupancy']:.0%} "
                       f"(limited by {occ['limiter']})")

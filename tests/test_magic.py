@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
 import jitlab
-from jitlab import snippets
+from jitlab import config, snippets
 from jitlab.jit import toolchain
 
 SCALE = "void scale(float* y, const float* x, int n) {\n  for (int i = 0; i < n; ++i) y[i] = %s * x[i];\n}\n"
@@ -55,11 +57,24 @@ def test_bad_magic_line_prints_help(ip, tmp_path, capsys):
 
 
 def test_cuda_cell_compile_only_without_gpu(ip, tmp_path, capsys):
-    """On a machine without a GPU a CUDA cell can be compile-checked for named archs."""
+    """On a machine without a GPU a CUDA cell can be compile-checked for named archs, and shows each
+    kernel's registers and shared/local memory per arch."""
     ip.run_cell_magic("cuda", "twice --compile-only --arch sm_75,sm_90",
-                      "__global__ void twice(float* y, int n) { int i = threadIdx.x; if (i < n) y[i] *= 2; }")
-    assert "twice: compiled for sm_75, sm_90" in capsys.readouterr().out
-    assert (tmp_path / "kernels" / "twice.cu").is_file()
+                      "__global__ void twice(float* y, int n) { __shared__ float s[64]; int i = threadIdx.x; "
+                      "s[i] = y[i]; if (i < n) y[i] = 2 * s[i]; }")
+    out = capsys.readouterr().out
+    assert "twice: compiled for sm_75, sm_90" in out
+    assert re.search(r"twice \[sm_75\]: \d+ registers, 256 B shared, 0 B local", out), out
+    assert "twice [sm_90]:" in out and (tmp_path / "kernels" / "twice.cu").is_file()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
+def test_compile_only_without_arch_and_without_a_gpu_takes_the_default_archs(ip, capsys):
+    """`%%cuda NAME --compile-only` with no GPU to ask builds for config.DEFAULT_ARCHS instead of refusing."""
+    ip.run_cell_magic("cuda", "once --compile-only", "__global__ void once(float* y) { y[0] = 1; }")
+    out = capsys.readouterr().out
+    assert f"once: compiled for {', '.join(config.DEFAULT_ARCHS)}" in out
+    assert all(f"once [{arch}]:" in out for arch in config.DEFAULT_ARCHS)
 
 
 def test_defines_reach_the_build(ip):
@@ -181,12 +196,12 @@ def test_help_option_prints_the_help_only(ip, tmp_path, capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
 def test_cuda_cell_without_a_gpu_suggests_the_magics_compile_only(ip, tmp_path, capsys):
-    """Without a GPU, `%%cuda NAME --check` saves the cell and suggests the same cell with
-    `--compile-only --arch`, not jitlab.build(...)."""
+    """Without a GPU, `%%cuda NAME --check` saves the cell and says in one line what it does on a GPU,
+    suggesting the same cell with `--compile-only`, not jitlab.build(...)."""
     ip.run_cell_magic("cuda", "twice --check -D F=2", "__global__ void twice(float* y) { y[0] *= F; }")
     out = capsys.readouterr().out
-    assert "no CUDA GPU" in out and "--check runs it" in out
-    assert "%%cuda twice -D F=2 --compile-only --arch sm_75,sm_90" in out and "jitlab.build" not in out
+    assert out.startswith("needs a CUDA GPU") and out.count("\n") == 1 and "--check runs it" in out
+    assert "`%%cuda twice -D F=2 --compile-only`" in out and "jitlab.build" not in out
     assert (tmp_path / "kernels" / "twice.cu").is_file() and "twice" not in ip.user_ns
 
 

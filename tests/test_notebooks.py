@@ -1,8 +1,8 @@
 """The lesson notebooks and their exercises.
 
-CPU (CI): every notebook is clean nbformat with the Colab cell first, its CPU part runs top to
-bottom with nbclient, every exercise has its cell, and every exercise's starting code and solution
-compile. GPU (marker ``gpu``): every notebook runs whole, every solution passes its check and every
+CPU (CI): every notebook is clean nbformat with the Colab cell first, it runs top to bottom with
+nbclient, each GPU cell saying so in one line, every exercise has its cell, and every exercise's
+starting code and solution compile. GPU (marker ``gpu``): every notebook runs whole, every solution passes its check and every
 starting code fails it, as intended.
 """
 
@@ -20,7 +20,7 @@ import torch
 import jitlab
 from jitlab import snippets
 from jitlab.judge import refs
-from jitlab.notebook import exercises
+from jitlab.notebook import exercises, nogpu
 from jitlab.notebook import lessons as notebooks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -279,14 +279,24 @@ def test_run_notebook_leaves_gpu_cells_out_and_names_the_failing_cell(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU test runs these notebooks whole")
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
-def test_notebook_cpu_part_runs_top_to_bottom(path, tmp_path):
-    """The cells not tagged gpu run in order with nbclient, in a copy: kernels/ is left as it was."""
+def test_notebook_runs_top_to_bottom_without_a_gpu(path, tmp_path):
+    """Every cell runs in order with nbclient, in a copy (kernels/ is left as it was), with no traceback
+    anywhere: each gpu-tagged cell prints exactly one line, that it needs a GPU, and no other cell does."""
     before = _digest(KERNELS)
-    run = notebooks.run_notebook(path, tmp_path / "work", gpu=False)
-    assert run.ran > 1
+    run = notebooks.run_notebook(path, tmp_path / "work")
+    assert run.ran > 1 and run.skipped == 0
     assert _digest(KERNELS) == before
-    outputs = "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
-                      for c in run.notebook.cells if c.cell_type == "code" for o in c.outputs)
+    cells = [c for c in run.notebook.cells if c.cell_type == "code"]
+    for c in cells:
+        text = notebooks.cell_text(c)
+        assert not any(o.output_type == "error" for o in c.outputs) and "Traceback" not in text, (c.source, text)
+        if notebooks.is_gpu_cell(c):
+            lines = [line for line in text.splitlines() if not line.startswith("jitlab: build")]  # progress
+            assert len(lines) == 1 and lines[0].startswith(nogpu.PREFIX), (c.source, text)
+        else:
+            assert nogpu.PREFIX not in text, (c.source, text)
+    assert len(run.needed_gpu) == sum(map(notebooks.is_gpu_cell, cells))
+    outputs = "".join(map(notebooks.cell_text, cells))
     for ex in ALL:
         if ex.lesson == path.stem:
             assert f"NEEDS A GPU · {ex.name}" in outputs

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import jitlab
 from jitlab import snippets
@@ -447,3 +448,34 @@ def test_check_after_build_reports_the_same_build(add2):
     assert s.build().status.startswith("cache hit")  # the panel's Check starts with a build step
     checked = s.check()
     assert checked.ok and f"({built.status.split(';')[0]})" in checked.status, (built.status, checked.status)
+
+
+def test_a_path_from_notebooks_finds_the_projects_kernels(tmp_path, monkeypatch, ip):
+    """From notebooks/, `kernels/k.cpp` is the project's ../kernels/k.cpp for the playground, load's
+    sources and a %%cpp cell's folder; a file that exists nowhere is still refused."""
+    from jitlab.jit.sources import collect_sources
+
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "k.cpp").write_text("void k(float* y) { y[0] = 1; }\n")
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.chdir(tmp_path / "notebooks")
+    assert Session("kernels/k.cpp").path == tmp_path / "kernels" / "k.cpp"
+    assert collect_sources("kernels/k.cpp") == [tmp_path / "kernels" / "k.cpp"]
+    with pytest.raises(jitlab.SnippetError, match="create it first"):
+        Session("kernels/nope.cpp")
+    ip.run_cell_magic("cpp", "k2", "void k2(float* y) { y[0] = 2; }")
+    assert (tmp_path / "kernels" / "k2.cpp").is_file() and not (tmp_path / "notebooks" / "kernels").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
+def test_build_without_a_gpu_shows_each_kernels_resources(tmp_path, cache):
+    """Build on a .cu without a GPU compiles for config.DEFAULT_ARCHS and shows registers and shared
+    memory per kernel and arch, open, above the folded log."""
+    from jitlab import config
+
+    (tmp_path / "k.cu").write_text("__global__ void k(float* y) { __shared__ float s[32]; s[threadIdx.x] = y[0]; "
+                                   "y[threadIdx.x] = s[31 - threadIdx.x]; }\n")
+    r = Session(tmp_path / "k.cu").build()
+    assert r.ok and "compile-only" in r.status
+    assert all(re.search(rf"k \[{arch}\]: \d+ registers, 128 B shared", r.html) for arch in config.DEFAULT_ARCHS), r.html
+    assert r.html.index('class="jitlab-resources"') < r.html.index("<details>")

@@ -2,7 +2,8 @@
 
 ``parse_resource_usage`` reads nvcc's (or NVRTC's) ``--resource-usage`` lines into a table by kernel
 and arch, keyed by the name Python calls the kernel by (``demangle``); every build path stores it in
-its manifest, and ``jitlab inspect`` reads it back.
+its manifest, and ``jitlab inspect`` reads it back. ``usage_lines`` is how ``jitlab build``, a
+``%%cuda --compile-only`` cell and the playground's Build show it.
 """
 
 from __future__ import annotations
@@ -45,6 +46,18 @@ def parse_resource_usage(log: str) -> dict:
             usage.setdefault(demangle(current[0]), {})[current[1]] = rec
             current = None
     return usage
+
+
+def usage_text(r: dict) -> str:
+    """One kernel's usage on one arch: ``32 registers, 0 B shared, 0 B local, 0 B constant`` (spills if any)."""
+    spill = f", spills {r['spill_stores']}/{r['spill_loads']} B" if r.get("spill_stores") or r.get("spill_loads") else ""
+    return f"{r['registers']} registers, {r['shared']} B shared, {r['local']} B local, {r['constant']} B constant{spill}"
+
+
+def usage_lines(usage: dict) -> list[str]:
+    """``kernel [arch]: …`` (:func:`usage_text`) for each kernel and arch of a build's resource table."""
+    return [f"  {kernel} [{arch}]: {usage_text(r)}" for kernel, per_arch in sorted(usage.items())
+            for arch, r in sorted(per_arch.items())]
 
 
 def demangle(symbol: str) -> str:

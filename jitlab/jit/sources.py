@@ -1,6 +1,7 @@
 """Which files a build reads: the snippet's sources, and every local header they include.
 
-``collect_sources`` turns a file, a folder or a list into the sources to build; ``local_headers``
+``collect_sources`` turns a file, a folder or a list into the sources to build (``locate`` finds a
+relative path from the project root when the working folder is another); ``local_headers``
 follows ``#include`` from them through the snippet's folders and the user's ``-I`` folders (never the
 toolchain's: its fingerprint stands for those) to the headers whose bytes go into the build key;
 ``with_header_deps`` gives each object unit its own file's headers. ``file_names`` and ``describe``
@@ -10,6 +11,7 @@ name a plan's files the way progress lines and compiler errors do.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,8 +22,26 @@ from jitlab.jit.flags import Options
 from jitlab.jit.parse import SourceFile, language_of, parse_header
 
 
+def locate(path) -> Path:
+    """A relative path as the user means it: as given when it exists from the working folder, else
+    from the nearest folder above it that holds ``kernels/`` (the project root) if it exists there.
+
+    A notebook in ``notebooks/`` that names ``kernels/x.cu`` means ``../kernels/x.cu`` (returned in
+    that form). Absolute paths, and paths found nowhere, come back as given.
+    """
+    p = Path(path).expanduser()
+    if p.is_absolute() or p.exists():
+        return p
+    for folder in Path.cwd().parents:
+        if (folder / "kernels").is_dir() and (folder / p).exists():
+            return Path(os.path.relpath(folder / p))
+    return p
+
+
 def collect_sources(paths) -> list[Path]:
     """Expand a file, a folder, or a list of them into the source files to build, in a stable order.
+
+    A relative path missing from the working folder is looked up from the project root (:func:`locate`).
 
     Raises:
         SnippetError: For a missing path, a folder with no sources, or only headers.
@@ -29,7 +49,7 @@ def collect_sources(paths) -> list[Path]:
     if isinstance(paths, (str, Path)):
         paths = [paths]
     out: list[Path] = []
-    for p in map(Path, paths):
+    for p in map(locate, paths):
         if p.is_dir():
             found = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in config.SOURCE_EXTS)
             if not found:

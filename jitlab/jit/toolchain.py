@@ -253,7 +253,7 @@ def require_gpu(what: str) -> None:
     """
     if not gpu_available():
         raise ToolchainError(
-            f"{what} runs the kernels on a CUDA GPU, and torch sees none here: run it on a machine with one "
+            f"no CUDA GPU found: {what} runs the kernels on a GPU, and torch sees none here: run it on a machine with one "
             f"(on Colab: Runtime > Change runtime type > T4 GPU). Here, `jitlab check` and `jitlab inspect` "
             f"compile the kernels and show their registers and occupancy")
 

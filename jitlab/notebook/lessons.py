@@ -3,11 +3,12 @@
 ``run_notebook`` executes a notebook the way a learner would, top to bottom, with nbclient: in a
 temporary working folder holding a copy of ``kernels/`` and the notebook (so the run never touches
 your ``kernels/`` files), with this Python as the kernel. Cells that need a GPU carry the cell tag
-``gpu``; without a GPU they are left out. A failing cell raises :class:`NotebookError` naming the
-cell and its error. From a shell::
+``gpu``; without a GPU they run too, and each says in one line that it needs one
+(:mod:`jitlab.notebook.nogpu`), as it does for a learner. A failing cell raises
+:class:`NotebookError` naming the cell and its error. From a shell::
 
-    python -m jitlab.notebook.lessons notebooks/*.ipynb          # GPU cells too when torch sees a GPU
-    python -m jitlab.notebook.lessons --no-gpu notebooks/01_vector_add.ipynb
+    python -m jitlab.notebook.lessons notebooks/*.ipynb
+    python -m jitlab.notebook.lessons --no-gpu notebooks/01_vector_add.ipynb   # gpu cells left out
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from jitlab import config
 from jitlab.errors import JitlabError
+from jitlab.notebook import nogpu
 from jitlab.worker import proc
 
 #: The cell tag of cells that need a CUDA GPU.
@@ -50,7 +52,7 @@ def environment() -> dict[str, str]:
         env["GPU"] = (f"{p.name}, arch sm_{p.major}{p.minor}, {p.multi_processor_count} SMs, "
                       f"{p.total_memory / 2**30:.1f} GiB")
     else:
-        env["GPU"] = "none: cells tagged `gpu` cannot run here; compile-only builds still work"
+        env["GPU"] = "none: cells that need one say so in one line; compile-only builds still work"
     nvcc = toolchain.nvcc_path()
     env["nvcc"] = f"CUDA {toolchain.nvcc_version()} ({nvcc})" if nvcc else "not found: CUDA kernels cannot be built"
     if nvcc and torch.version.cuda:
@@ -86,7 +88,7 @@ class NotebookRun:
         path: The notebook.
         workdir: The folder it ran in (its copy of ``kernels/`` and the executed notebook).
         ran: Code cells executed.
-        skipped: Code cells left out (tagged ``gpu``, no GPU).
+        skipped: Code cells left out (tagged ``gpu``, with ``gpu=False``).
         seconds: Wall time.
         notebook: The executed notebook (nbformat), outputs included.
     """
@@ -98,9 +100,27 @@ class NotebookRun:
     seconds: float
     notebook: object
 
+    @property
+    def needed_gpu(self) -> list[int]:
+        """Indices of the cells that said, in one line, that they need a GPU."""
+        return [i for i, c in enumerate(self.notebook.cells) if c.cell_type == "code" and
+                any(line.startswith(nogpu.PREFIX) for line in cell_text(c).splitlines())]
+
     def __str__(self) -> str:
         skipped = f", {self.skipped} GPU cells left out" if self.skipped else ""
-        return f"{self.path.name}: ran {self.ran} code cells in {self.seconds:.0f} s{skipped}"
+        needed = f", {len(self.needed_gpu)} said they need a GPU" if self.needed_gpu else ""
+        return f"{self.path.name}: ran {self.ran} code cells in {self.seconds:.0f} s{skipped}{needed}"
+
+
+def cell_text(cell) -> str:
+    """What a code cell printed and showed as text (streams, text/plain results, error names and values)."""
+    out = []
+    for o in cell.get("outputs", []):
+        if o.get("output_type") == "error":
+            out.append(f"{o.get('ename')}: {o.get('evalue')}\n" + "\n".join(o.get("traceback", [])))
+        else:
+            out.append(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")))
+    return "".join(out)
 
 
 def is_gpu_cell(cell) -> bool:
@@ -163,14 +183,15 @@ def _failure(nb, err) -> NotebookError:
     return NotebookError(f"{where} failed with {ename}: {str(evalue).strip()}\n{head}\n\n{trace}")
 
 
-def run_notebook(path, workdir=None, gpu: bool | None = None, timeout: int = CELL_TIMEOUT,
+def run_notebook(path, workdir=None, gpu: bool = True, timeout: int = CELL_TIMEOUT,
                  kernels=None) -> NotebookRun:
     """Execute a lesson notebook top to bottom, in a throwaway copy of ``kernels/``.
 
     Args:
         path: The ``.ipynb`` file.
         workdir: An empty folder to run in; default: a new temporary folder (kept, for the outputs).
-        gpu: Run the ``gpu``-tagged cells; default: whether torch sees a GPU.
+        gpu: Run the ``gpu``-tagged cells (default; without a GPU each prints the one line saying
+            that it needs one); ``False`` leaves them out.
         timeout: Seconds each cell may take.
         kernels: The ``kernels/`` folder to copy; default: the one beside the notebook's folder,
             else jitlab's checkout's.
@@ -186,10 +207,6 @@ def run_notebook(path, workdir=None, gpu: bool | None = None, timeout: int = CEL
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     path = Path(path).resolve()
-    if gpu is None:
-        import torch
-
-        gpu = torch.cuda.is_available()
     if kernels is None:
         beside = path.parent.parent / "kernels"
         kernels = beside if beside.is_dir() else config.SOURCE_ROOT / "kernels"
@@ -220,7 +237,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m jitlab.notebook.lessons", description=__doc__.split("\n\n")[0])
     p.add_argument("notebooks", nargs="+", help=".ipynb files")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--gpu", dest="gpu", action="store_true", default=None, help="run the gpu-tagged cells")
+    g.add_argument("--gpu", dest="gpu", action="store_true", default=True,
+                   help="run the gpu-tagged cells (the default; without a GPU each says so in one line)")
     g.add_argument("--no-gpu", dest="gpu", action="store_false", help="leave the gpu-tagged cells out")
     p.add_argument("--timeout", type=int, default=CELL_TIMEOUT, help="seconds per cell")
     args = p.parse_args(argv)

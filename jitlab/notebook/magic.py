@@ -7,8 +7,14 @@ are shown in the cell with the cell's own line numbers; a bad magic line says wh
 prints the help. A thin layer: the work is in :mod:`jitlab.snippets`, :func:`jitlab.load` and
 :mod:`jitlab.judge.runner`.
 
-Cell bodies are highlighted as Python in JupyterLab 4 (its ``ipython`` mode has no per-cell-magic
-languages, and a kernel cannot register one): that needs a frontend extension.
+Without a CUDA GPU a ``%%cuda`` cell says so in one line (:mod:`jitlab.notebook.nogpu`, which
+``%load_ext jitlab`` also installs for every other cell); ``--compile-only`` still compiles it, for
+:data:`jitlab.config.DEFAULT_ARCHS` unless ``--arch`` names others, and shows each kernel's
+registers, shared and local memory and spills.
+
+JupyterLab 4 gives a notebook's cells one language, the kernel's; jitlab's labextension
+(``jitlab/notebook/labextension``, installed to ``share/jupyter/labextensions/jitlab-cells``) gives a
+cell that starts with ``%%cuda`` or ``%%cpp`` C++ highlighting.
 """
 
 from __future__ import annotations
@@ -18,9 +24,11 @@ import difflib
 import shlex
 from pathlib import Path
 
-from jitlab import snippets
+from jitlab import config, snippets
 from jitlab.errors import CompileError, JitlabError
-from jitlab.jit import api, diagnostics, program, toolchain
+from jitlab.jit import api, diagnostics, program, resources, toolchain
+from jitlab.jit.sources import locate
+from jitlab.notebook import nogpu
 
 HELP = """\
 %%{magic} NAME [options]      ({other})
@@ -28,10 +36,10 @@ HELP = """\
   when it has one (or one called NAME), NAME.f(...) calls any, NAME.build is the build.
   A cell with int main() is a program: saved, built and run, its output in the cell; NAME is the run.
   -D NAME[=VALUE]       preprocessor macro (repeatable)
-  --arch sm_75,sm_90    archs to build for (default: this GPU)
-  --compile-only        compile without a GPU (needs --arch); nothing is bound
+  --arch sm_75,sm_90    archs to build for (default: this GPU; without one, {archs})
+  --compile-only        compile only, and show each kernel's registers and memory; nothing is bound
   --flag FLAG           extra nvcc/compiler flag (repeatable)
-  --dir DIR             folder for the snippet (default: kernels)
+  --dir DIR             folder for the snippet (default: kernels, or the project's ../kernels)
   --check               check it against kernels/NAME.ref.py after building
   --bench               check and time it against kernels/NAME.ref.py
   --args "A B"          a program's arguments
@@ -42,14 +50,14 @@ HELP = """\
 """
 OPTIONS = ("-D", "--arch", "--compile-only", "--flag", "--dir", "--check", "--bench", "--exercise", "--args", "--timeout",
            "--help")
-#: Archs a compile-only build names when there is no GPU to ask: Colab's T4 and an H100.
-NO_GPU_ARCHS = "sm_75,sm_90"
+#: Archs a compile-only build is for when there is no GPU to ask and ``--arch`` names none.
+NO_GPU_ARCHS = ",".join(config.DEFAULT_ARCHS)
 
 
 def help_text(magic: str = "cuda") -> str:
     """The magic's help, for ``%%cuda`` or ``%%cpp``."""
     other = "or %%cpp NAME for a C++ snippet" if magic == "cuda" else "or %%cuda NAME for a CUDA snippet"
-    return HELP.format(magic=magic, other=other, ext=".cu" if magic == "cuda" else ".cpp")
+    return HELP.format(magic=magic, other=other, ext=".cu" if magic == "cuda" else ".cpp", archs=NO_GPU_ARCHS)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -107,10 +115,8 @@ def parse_line(line: str, magic: str = "cuda") -> argparse.Namespace:
         raise ValueError(f"one NAME only: {args.name!r}, then {' '.join(map(repr, extra))}, which is not an option "
                          f"(options: {', '.join(OPTIONS)})")
     if not args.exercise:
-        args.dir = args.dir or "kernels"
+        args.dir = args.dir or str(locate("kernels"))  # ../kernels from notebooks/
     snippets.check_name(args.name)
-    if args.compile_only and not args.arch:
-        raise ValueError(f"--compile-only needs --arch, e.g. --arch {NO_GPU_ARCHS}")
     return args
 
 
@@ -151,14 +157,15 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
     if program.is_program(path):
         return run_program_cell(args, path, cell, namespace, ext)
     if ext == ".cu" and not args.compile_only and not toolchain.gpu_available():  # never loadable here
-        print(no_gpu_message(args, line))
+        nogpu.skipped([args.name], no_gpu_message(args, line))
         return None
     defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.define)
     flags = {"cuda_cflags": args.flag} if ext == ".cu" else {"cflags": args.flag}
     try:
         if args.compile_only:
-            b = api.build(path, arch=args.arch, defines=defines, compile_only=True, **flags)
+            b = api.build(path, arch=compile_archs(args, ext), defines=defines, compile_only=True, **flags)
             print(f"{args.name}: compiled for {', '.join(b.archs)} ({'cache hit' if b.cached else f'{b.seconds:.2f} s'})")
+            print("\n".join(resources.usage_lines(b.resources)))
             if args.check or args.bench:
                 print(f"(--{'bench' if args.bench else 'check'} is not run with --compile-only: nothing was loaded)")
             return b
@@ -198,9 +205,13 @@ def run_program_cell(args, path: Path, cell: str, namespace: dict, ext: str):
     idle = args.compile_only or (ext == ".cu" and not toolchain.gpu_available())
     try:
         if idle:
-            b = runner.build(path, arch=args.arch or (NO_GPU_ARCHS if ext == ".cu" else None), defines=defines, **flags)
-            why = "--compile-only" if args.compile_only else "no CUDA GPU here"
-            print(f"{args.name}: program built ({'cache hit' if b.cached else f'{b.seconds:.2f} s'}); not run: {why}")
+            b = runner.build(path, arch=compile_archs(args, ext), defines=defines, **flags)
+            built = f"built ({'cache hit' if b.cached else f'{b.seconds:.2f} s'}) for {', '.join(b.archs)}"
+            if args.compile_only:
+                print(f"{args.name}: program {built}; not run: --compile-only")
+            else:
+                nogpu.skipped([], f"on a GPU this cell runs the program {args.name}, its output here; it was {built}, "
+                                  f"not run")
             result = b
         else:
             result = runner.run_program(path, shlex.split(args.args), timeout=args.timeout or None, arch=args.arch,
@@ -226,15 +237,20 @@ def how_to_call(name: str, m) -> str:
     return f"call {name}(...)" + (f"; also {', '.join(others)}" if others else "")
 
 
+def compile_archs(args, ext: str) -> str | None:
+    """The archs of a build that runs nothing: ``--arch``, else this GPU's, else :data:`NO_GPU_ARCHS`."""
+    if args.arch or ext != ".cu" or toolchain.gpu_available():
+        return args.arch
+    return NO_GPU_ARCHS
+
+
 def no_gpu_message(args, line: str) -> str:
-    """What a ``%%cuda`` cell that needs a GPU says without one: the same cell, compile-only."""
+    """What a ``%%cuda`` cell that needs a GPU does on one, and the same cell that compiles here."""
     keep = [t for t in shlex.split(line) if t not in ("--check", "--bench")]
-    suggestion = shlex.join([*keep, "--compile-only", *([] if args.arch else ["--arch", NO_GPU_ARCHS])])
-    runs = f", and --{'bench' if args.bench else 'check'} runs it" if args.check or args.bench else ""
-    return (f"jitlab: no CUDA GPU here: %%cuda {args.name} builds for this GPU and binds {args.name}{runs}, so "
-            f"it cannot here. The cell is saved to {Path(args.dir) / (args.name + '.cu')}; to see whether it "
-            f"compiles and what it uses (registers, shared memory), run it as\n"
-            f"    %%cuda {suggestion}")
+    runs = f" and --{'bench' if args.bench else 'check'} runs it" if args.check or args.bench else ""
+    return (f"on a GPU %%cuda {args.name} builds it and binds {args.name}{runs}; here it is saved to "
+            f"{Path(args.dir) / (args.name + '.cu')}, not built (`%%cuda {shlex.join([*keep, '--compile-only'])}` "
+            f"compiles it and shows its registers and memory)")
 
 
 def run_exercise(args, cell: str, namespace: dict, ext: str = ".cu"):
@@ -262,8 +278,11 @@ def run_exercise(args, cell: str, namespace: dict, ext: str = ".cu"):
 
 
 def load_ipython_extension(ipython) -> None:
-    """Register ``%%cuda`` and ``%%cpp`` (called by ``%load_ext jitlab``)."""
+    """Register ``%%cuda`` and ``%%cpp``, and report cells that need a GPU in one line
+    (:func:`jitlab.notebook.nogpu.install`); called by ``%load_ext jitlab``."""
     from IPython.core.magic import Magics, cell_magic, magics_class
+
+    nogpu.install(ipython)
 
     @magics_class
     class JitlabMagics(Magics):

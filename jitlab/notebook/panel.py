@@ -9,11 +9,13 @@ reloads the panel when the file changes on disk.
 from __future__ import annotations
 
 import html
+import os
 import threading
 import time
 import traceback
 from pathlib import Path
 
+from jitlab.jit.sources import locate
 from jitlab.notebook.editor import Editor
 from jitlab.notebook.session import STEPS, Session, StepResult, first_line
 from jitlab.notebook.watch import Watcher
@@ -297,7 +299,7 @@ def playground(path: str | Path, *, watch: bool = True, device: str | None = Non
         Opening a file's panel again (re-running the cell) stops the previous panel's watcher, so
         one change is not built twice.
     """
-    key = Path(path).absolute()
+    key = Path(os.path.abspath(locate(path)))
     old = _open.pop(key, None)
     if old is not None:
         old.stop()

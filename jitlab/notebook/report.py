@@ -11,6 +11,7 @@ import io
 from pathlib import Path
 
 from jitlab.errors import CompileError
+from jitlab.jit.resources import usage_lines
 
 
 def compile_status(e: CompileError) -> str:
@@ -20,6 +21,14 @@ def compile_status(e: CompileError) -> str:
         return f"compile error: {e.summary}"
     col = f":{d.column}" if d.column else ""
     return f"compile error at {Path(d.path).name}:{d.line}{col}: {d.message}"
+
+
+def resources_html(usage: dict, log: str = "") -> str:
+    """A compile-only build's registers, shared/local memory and spills per kernel and arch, shown
+    open, with the build's log folded under it."""
+    lines = usage_lines(usage) or ["  (ptxas reported no kernels)"]
+    folded = f"<details><summary>log</summary><pre>{html.escape(log)}</pre></details>" if log.strip() else ""
+    return f'<pre class="jitlab-resources">{html.escape(chr(10).join(lines))}</pre>{folded}'
 
 
 def verdict_status(verdicts) -> str:

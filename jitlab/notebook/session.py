@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 from jitlab import config, snippets
 from jitlab.errors import CompileError, JitlabError, SnippetError
 from jitlab.jit import api, toolchain
+from jitlab.jit.sources import locate
 from jitlab.judge import benchmark, checker, refs, results, roofline, timing
 from jitlab.notebook.report import (
     ab_status,
@@ -25,6 +27,7 @@ from jitlab.notebook.report import (
     bench_status,
     bench_table,
     compile_status,
+    resources_html,
     verdict_status,
 )
 
@@ -73,7 +76,8 @@ class Session:
     """One snippet file and its reference: the playground's logic, without widgets.
 
     Args:
-        path: A ``.cu`` or ``.cpp`` snippet file.
+        path: A ``.cu`` or ``.cpp`` snippet file; a relative one missing here is looked up from the
+            project root (``kernels/x.cu`` from ``notebooks/``, :func:`jitlab.jit.sources.locate`).
         device: ``"cuda"`` or ``"cpu"``; default by extension (``.cu`` → cuda).
         compile_reference: Also time ``torch.compile`` of the reference in Bench (GPU only; the
             first compile takes tens of seconds).
@@ -87,7 +91,7 @@ class Session:
 
     def __init__(self, path: str | Path, *, device: str | None = None, compile_reference: bool = True,
                  isolate: bool = True, timeout: float = config.CHECK_TIMEOUT):
-        self.path = Path(path).absolute()
+        self.path = Path(os.path.abspath(locate(path)))  # ".." folded, links kept (saves write through them)
         if self.path.suffix not in config.SOURCE_EXTS or not self.path.is_file():
             raise SnippetError(f"{path}: the playground edits one existing {'/'.join(config.SOURCE_EXTS)} file; "
                                f"create it first (e.g. with `%%cuda NAME` or `%%cpp NAME`)")
@@ -178,7 +182,8 @@ class Session:
         except JitlabError as e:
             return StepResult("build", False, f"error: {first_line(e)}", log=str(e), seconds=time.perf_counter() - t0)
         status = f"{build_state(b)} (compile-only for {', '.join(archs)}: no CUDA GPU here, nothing runs)"
-        return StepResult("build", True, status, log=b.log, seconds=time.perf_counter() - t0, value=b)
+        return StepResult("build", True, status, log=b.log, html=resources_html(b.resources, b.log),
+                          seconds=time.perf_counter() - t0, value=b)
 
     # ------------------------------------------------------------------ reference
 

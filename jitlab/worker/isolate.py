@@ -24,7 +24,7 @@ from pathlib import Path
 from jitlab import config
 from jitlab.errors import ArgumentError, CompileError
 from jitlab.jit import api, toolchain
-from jitlab.jit.sources import collect_sources
+from jitlab.jit.sources import collect_sources, locate
 from jitlab.judge import checker, refs
 from jitlab.worker import jobs, proc
 from jitlab.worker.jobs import Job, Outcome
@@ -218,14 +218,18 @@ def check_snippet(path, *, isolate: bool = True, timeout: float = config.CHECK_T
         An :class:`~jitlab.worker.jobs.Outcome`: ``bool(outcome)`` is whether it passed; ``.category``
         says what went wrong (compile error, link/import error, launch error, illegal address,
         device assert, mismatch, timeout, crashed).
+
+    Raises:
+        ToolchainError: A CUDA snippet and no GPU ("no CUDA GPU found …"): nothing could run.
     """
     if debug:
         options["debug"] = True
+    path = locate(path)
     refs.path_for(path, ref)  # no reference: say which file is missing now, not from a worker
-    from jitlab.config import cache_dir
-
     if not toolchain.gpu_available() and any(Path(f).suffix in config.CUDA_EXTS for f in collect_sources(path)):
         return compile_checked(path, options)
+    from jitlab.config import cache_dir
+
     job = Job("check", str(path), ref=str(ref) if ref else None, variant=variant,
               sizes=list(sizes) if sizes else None, options=options, cache_dir=str(cache_dir()))
     if not isolate:

@@ -7,6 +7,8 @@ import pytest
 import torch
 
 import jitlab
+from test_inline import CUDA_SQUARE as SQUARE_SRC  # the CPU tests' square kernel
+from test_inline import DECL as SQUARE_DECL
 
 pytestmark = pytest.mark.gpu
 
@@ -27,21 +29,6 @@ torch::Tensor rgb_to_gray(torch::Tensor image) {
     cudaError_t err = cudaGetLastError();
     TORCH_CHECK(err == cudaSuccess, cudaGetErrorString(err));
     return out;
-}
-"""
-
-SQUARE_DECL = "torch::Tensor square(torch::Tensor x);"
-SQUARE_SRC = r"""
-__global__ void square_kernel(const float* x, float* y, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = x[i] * x[i];
-}
-
-torch::Tensor square(torch::Tensor x) {
-    auto y = torch::empty_like(x);
-    int n = x.numel();
-    square_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
-    return y;
 }
 """
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from jitlab import config
 from jitlab.errors import CacheError
 from jitlab.jit import cachedir, deps, locks
+from jitlab.jit.deps import file_sha256  # cache.file_sha256 to its callers: the artifacts' hash
 
 MANIFEST = "jitlab.json"
 #: Folders inside the cache that hold other caches (per-unit objects, precompiled headers), not builds.
@@ -58,15 +59,6 @@ def module_name(stem: str, key: str) -> str:
 def entry_dir(name: str, root: Path | None = None) -> Path:
     """The folder of one build, in a cache folder this user may trust (:func:`cachedir.trusted_root`)."""
     return cachedir.trusted_root(root or config.cache_dir()) / name
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def read_manifest(folder: Path) -> dict | None:

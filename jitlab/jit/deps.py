@@ -49,7 +49,8 @@ class Stamp:
     sha256: str
 
 
-def _sha256(path: str) -> str:
+def file_sha256(path) -> str:
+    """SHA-256 of a file's bytes (read in 1 MiB chunks)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -80,7 +81,7 @@ def stamp(paths, started_ns: int, known: dict[str, str], keep=(), own: Path | No
     for path in (p for p in worth_checking(paths, keep, own) if p not in skipped):
         try:
             st = os.stat(path)
-            digest = _sha256(path)
+            digest = file_sha256(path)
         except OSError:
             return None  # deleted during the build
         if path in known:
@@ -105,7 +106,7 @@ def unchanged(rows) -> bool:
             st = os.stat(path)
             if st.st_size != size:
                 return False
-            if st.st_mtime_ns != mtime_ns and _sha256(path) != digest:
+            if st.st_mtime_ns != mtime_ns and file_sha256(path) != digest:
                 return False
     except (OSError, TypeError, ValueError):
         return False

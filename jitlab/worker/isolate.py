@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from jitlab import config
-from jitlab.errors import ArgumentError, CompileError
+from jitlab.errors import ArgumentError, ToolchainError
 from jitlab.jit import api, toolchain
 from jitlab.jit.sources import collect_sources, locate
 from jitlab.judge import checker, refs
@@ -227,7 +227,7 @@ def check_snippet(path, *, isolate: bool = True, timeout: float = config.CHECK_T
     path = locate(path)
     refs.path_for(path, ref)  # no reference: say which file is missing now, not from a worker
     if not toolchain.gpu_available() and any(Path(f).suffix in config.CUDA_EXTS for f in collect_sources(path)):
-        return compile_checked(path, options)
+        raise needs_a_gpu(path, options)
     from jitlab.config import cache_dir
 
     job = Job("check", str(path), ref=str(ref) if ref else None, variant=variant,
@@ -237,19 +237,17 @@ def check_snippet(path, *, isolate: bool = True, timeout: float = config.CHECK_T
     return worker().run(job, timeout)
 
 
-def compile_checked(path, options: dict) -> Outcome:
-    """What a check can do for a CUDA snippet without a GPU: compile it for the first default arch (sm_75,
-    Colab's T4) and say so; a compile error is reported as one."""
-    arch = options.get("arch") or config.DEFAULT_ARCHS[0]
-    t0 = time.perf_counter()
-    try:
-        b = api.build(path, **{**options, "compile_only": True, "arch": arch})
-    except CompileError as e:
-        return Outcome(jobs.COMPILE, str(e), seconds=time.perf_counter() - t0)
-    return Outcome(jobs.NEEDS_GPU, f"checking runs the kernels, and torch sees no CUDA GPU here (on Colab: Runtime > "
-                   f"Change runtime type > T4 GPU). It compiles for {', '.join(b.archs)}: "
-                   f"{b.registers or 'no kernels'}.", seconds=time.perf_counter() - t0,
-                   build="cache hit" if b.cached else f"built in {b.seconds:.2f} s")
+def needs_a_gpu(path, options: dict) -> ToolchainError:
+    """The error of a check of a CUDA snippet without a GPU, after compiling it for the first default arch
+    (sm_75, Colab's T4) so that it can say the code compiles and with how many registers.
+
+    Raises:
+        CompileError: The snippet does not compile (the more useful answer).
+    """
+    b = api.build(path, **{**options, "compile_only": True, "arch": options.get("arch") or config.DEFAULT_ARCHS[0]})
+    return ToolchainError(f"no CUDA GPU found: checking {path} runs its kernels, and torch sees no CUDA GPU here "
+                          f"(on Colab: Runtime > Change runtime type > T4 GPU); it compiles for {', '.join(b.archs)} "
+                          f"({b.registers or 'no kernels'})")
 
 
 #: Options of :func:`jitlab.judge.checker.check` that only mean something for two callables.

@@ -33,7 +33,6 @@ MISMATCH = "mismatch"
 TIMEOUT = "timeout"
 CRASH = "crashed"
 ERROR = "error"  # the reference file or the harness raised
-NEEDS_GPU = "needs a GPU"  # a CUDA snippet on a machine without one: compile-checked, not run
 
 #: A CUDA error that leaves the context unusable: the worker must not be reused after it.
 STICKY = (ILLEGAL, ASSERT)
@@ -119,7 +118,7 @@ class Outcome:
         return self.passed
 
     def __str__(self) -> str:
-        head = "PASS" if self.passed else "NEEDS A GPU" if self.category == NEEDS_GPU else f"FAIL [{self.category}]"
+        head = "PASS" if self.passed else f"FAIL [{self.category}]"
         lines = [f"{head}{f' ({self.build})' if self.build else ''}, {self.seconds:.2f} s"]
         if self.message:
             lines.append(self.message)

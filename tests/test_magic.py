@@ -217,3 +217,16 @@ def test_a_missing_semicolon_is_the_compilers_error_at_the_cells_line(ip, capsys
     ip.run_cell_magic(magic, f"semi_{magic} --compile-only --arch sm_75" if magic == "cuda" else f"semi_{magic}", body)
     out = capsys.readouterr().out
     assert f"cell line {line}: error:" in out and ";" in out and "no __global__ kernel" not in out, out
+
+
+def test_help_in_a_cell_of_its_own(ip, capsys):
+    """`%%cuda -h` alone in a cell names `%cuda`, and `%cuda -h` / `%cpp -h` print the help."""
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match="line magic %cuda"):
+        ip.run_cell_magic("cuda", "-h", "")
+    ip.run_line_magic("cuda", "-h")
+    assert "%%cuda NAME [options]" in capsys.readouterr().out
+    ip.run_line_magic("cpp", "saxpy")
+    out = capsys.readouterr().out
+    assert "`%%cpp saxpy` on its first line" in out and "%%cpp NAME [options]" in out

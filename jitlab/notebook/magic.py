@@ -139,6 +139,14 @@ def cell_errors(err: CompileError, path: Path, cell: str) -> str:
     return "\n".join(lines)
 
 
+def line_help(magic: str, line: str) -> str:
+    """What ``%cuda LINE`` (one %) prints: the help, after a pointer to the cell form unless asked for help."""
+    asked = line.strip() in ("", "-h", "--help")
+    lead = "" if asked else (f"%{magic} is the help; a snippet is a cell: `%%{magic} {line.strip()}` on its first "
+                             f"line (two %), the code below it\n\n")
+    return lead + help_text(magic)
+
+
 def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object | None:
     """Do what ``%%cuda`` does; returns the module (or the build, compile-only), ``None`` on an error shown."""
 
@@ -280,12 +288,24 @@ def run_exercise(args, cell: str, namespace: dict, ext: str = ".cu"):
 def load_ipython_extension(ipython) -> None:
     """Register ``%%cuda`` and ``%%cpp``, and report cells that need a GPU in one line
     (:func:`jitlab.notebook.nogpu.install`); called by ``%load_ext jitlab``."""
-    from IPython.core.magic import Magics, cell_magic, magics_class
+    from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
     nogpu.install(ipython)
 
     @magics_class
     class JitlabMagics(Magics):
+        # `%%cuda -h` alone in a cell is refused by IPython (an empty cell) unless a line magic of the
+        # name exists, which it then names: `%cuda -h` prints the help.
+        @line_magic("cuda")
+        def cuda_help(self, line):
+            """``%cuda -h``: the help of ``%%cuda`` (the code goes in the cell, below ``%%cuda NAME``)."""
+            print(line_help("cuda", line))
+
+        @line_magic("cpp")
+        def cpp_help(self, line):
+            """``%cpp -h``: the help of ``%%cpp``."""
+            print(line_help("cpp", line))
+
         @cell_magic
         def cuda(self, line, cell):
             """Save the cell as kernels/NAME.cu, build it and bind it as NAME (``%%cuda --help``)."""

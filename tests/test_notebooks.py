@@ -135,6 +135,14 @@ def test_exercises_stay_out_of_the_demo():
     assert not any(EXERCISES in k.ref.parents for k in found)
 
 
+def test_list_keeps_its_columns_apart():
+    """Every row of exercises.list() has at least two spaces between lesson, name and title (the
+    longest lesson name, 07_softmax_layernorm, ran into the name)."""
+    for row in str(exercises.list()).splitlines()[1:]:
+        ex = next(e for e in ALL if row.startswith(e.lesson) and f" {e.name} " in row)
+        assert row.startswith(ex.lesson + "  ") and f"  {ex.name}  " in row, row
+
+
 def test_list_shows_lesson_and_title():
     """exercises.list() prints one row per exercise, in lesson order."""
     text = str(exercises.list())

@@ -107,9 +107,10 @@ class Catalog(builtins.list):
     def __str__(self) -> str:
         if not self:
             return "no exercises found"
-        w = max(len(e.name) for e in self)
-        lines = [f"{'lesson':<20}{'exercise':<{w + 2}}what to do"]
-        lines += [f"{e.lesson:<20}{e.name:<{w + 2}}{e.title}" for e in self]
+        lw, w = (max(len(x) for x in (head, *col)) + 2 for head, col in
+                 (("lesson", [e.lesson for e in self]), ("exercise", [e.name for e in self])))
+        lines = [f"{'lesson':<{lw}}{'exercise':<{w}}what to do"]
+        lines += [f"{e.lesson:<{lw}}{e.name:<{w}}{e.title}" for e in self]
         return "\n".join(lines)
 
     def _repr_pretty_(self, p, cycle) -> None:

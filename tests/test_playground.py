@@ -189,6 +189,14 @@ def test_missing_reference_names_the_file_and_format(add2):
     assert "def inputs(size, seed, device)" in r.log and "def run(m, inp)" in r.log and "m.add2_cpu(" in r.log
 
 
+def test_missing_reference_calls_a_function_the_snippet_has(tmp_path):
+    """The template's run() calls the snippet's own kernel with its arguments, not a function named after the file."""
+    p = tmp_path / "my_snippet.cpp"
+    p.write_text("void scale(float* y, const float* x, float a, int n) { }\n")
+    r = Session(p).check()
+    assert "m.scale(y, inp['x'], 1.0, n)" in r.log and "m.my_snippet(" not in r.log
+
+
 def test_bench_on_cpu_gives_table_and_plot(add2):
     """Bench of a C++ kernel on the CPU: checked, timed beside torch, a table and a PNG plot."""
     r = Session(add2).bench()

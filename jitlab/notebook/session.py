@@ -341,10 +341,28 @@ def build_state(b) -> str:
     return "cache hit" if b.cached else f"built in {b.seconds:.2f} s"
 
 
+def example_call(path: Path, device: str) -> str:
+    """A call of the snippet's first kernel (else host function) as a ``run(m, inp)`` writes it: written
+    pointers get ``y``, read ones ``inp['x']``, integers ``n``, other numbers ``1.0``."""
+    from jitlab.jit.parse import parse_file
+    from jitlab.jit.sources import collect_sources
+
+    try:
+        fns = [fn for f in collect_sources(path) for fn in parse_file(f).functions if not fn.internal]
+    except JitlabError:
+        fns = []
+    fn = next((f for f in fns if f.kind == "global"), None) or next((f for f in fns if f.name != "main"), None)
+    if fn is None:
+        return "...                                # call your snippet's function here"
+    args = ["y" if p.pointer and not p.const else "inp['x']" if p.pointer else
+            "n" if any(w in p.base for w in ("int", "long", "size_t", "short")) else "1.0" for p in fn.params]
+    launch = ", grid=(n + 255) // 256, block=256" if fn.kind == "global" and device == "cuda" else ""
+    return f"m.{fn.name}({', '.join(args)}{launch})"
+
+
 def missing_reference(s: Session) -> str:
     """The error for a snippet without ``NAME.ref.py``: which file, and the smallest one that works."""
-    call = (f"m.{s.name}(y, inp['x'], n, grid=(n + 255) // 256, block=256)" if s.device == "cuda"
-            else f"m.{s.name}(y, inp['x'], n)")
+    call = example_call(s.path, s.device)
     return f"""{s.ref_path.name} is missing: Check, Bench and A/B compare {s.path.name} with the torch \
 reference in {s.ref_path}. The smallest one:
 

@@ -48,6 +48,7 @@ class FakeClock:
 def clock(monkeypatch) -> FakeClock:
     c = FakeClock()
     monkeypatch.setattr(timing, "_clock", c)
+    monkeypatch.setattr(timing, "machine_load", lambda: (0.1, 2))  # a quiet machine: the busy rule is tested apart
     return c
 
 
@@ -89,12 +90,22 @@ def test_ab_verdict_from_samples(a, b, verdict):
     assert ab_verdict(Timing(a), Timing(b)) == verdict
 
 
+def test_ab_on_a_busy_machine_gives_no_verdict(clock, monkeypatch):
+    """A/B on a machine whose load is above its cores is 'busy', with the figure, not faster or slower."""
+    monkeypatch.setattr(timing, "machine_load", lambda: (5.5, 2))
+    v = ab(clock.work(1.0), clock.work(0.1), device="cpu", rounds=2)
+    assert v.verdict == "busy" and v.why == "load 5.5 on 2 cores"
+    from jitlab.notebook.report import ab_status
+
+    assert ab_status(v, "v1", 1000) == "A/B @ 1000: machine busy (load 5.5 on 2 cores): no verdict (10.00x)"
+
+
 def test_ab_runs_real_functions():
     """On real work, ab() alternates both sides and keeps every sample (no verdict asserted: that
     depends on the machine; the rule is tested on given samples above)."""
     x = torch.randn(20_000)
     v = ab(lambda: x.sort(), lambda: x[:2000].sort(), device="cpu", rounds=2, rep_s=0.01)
-    assert v.verdict in ("faster", "same", "slower") and len(v.a.samples) >= 20 and len(v.b.samples) >= 20
+    assert v.verdict in ("faster", "same", "slower", "busy") and len(v.a.samples) >= 20 and len(v.b.samples) >= 20
 
 
 def _inputs(size, seed, device):

@@ -158,8 +158,8 @@ def test_compare_gives_a_verdict(add2):
     [(label, old)] = s.versions()
     r = s.compare(old)
     assert r.ok, r.status
-    assert re.search(rf"current is (faster than|the same as|slower than) {re.escape(label)}", r.status)
-    assert r.value.verdict in ("faster", "same", "slower") and r.value.a.samples and r.value.b.samples
+    assert re.search(rf"current is (faster than|the same as|slower than) {re.escape(label)}|machine busy \(", r.status)
+    assert r.value.verdict in ("faster", "same", "slower", "busy") and r.value.a.samples and r.value.b.samples
 
 
 def test_compare_never_times_a_wrong_version(add2):
@@ -326,7 +326,7 @@ def test_ab_button_compares_with_chosen_version(panel, add2):
     click(panel, "Save")
     assert len(panel.versions.options) == 1 and not panel.buttons["A/B"].disabled
     click(panel, "A/B")
-    assert re.search(r"current is (faster than|the same as|slower than)", panel.status.value), panel.status.value
+    assert re.search(r"current is (faster than|the same as|slower than)|machine busy \(", panel.status.value), panel.status.value
     assert "<table>" in panel.result.value
 
 

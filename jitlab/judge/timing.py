@@ -219,11 +219,13 @@ def time_fn(fn, device: str, **kw) -> Timing:
 
 @dataclass
 class ABVerdict:
-    """Version B against version A: ``"faster"``, ``"same"`` (inside the noise) or ``"slower"``."""
+    """Version B against version A: ``"faster"``, ``"same"`` (inside the noise), ``"slower"``, or
+    ``"busy"`` (the machine was too busy to compare them: ``why`` gives the figure, :func:`busy`)."""
 
     verdict: str
     a: Timing
     b: Timing
+    why: str = ""
 
     @property
     def speedup(self) -> float:
@@ -248,7 +250,9 @@ def ab(fn_a, fn_b, device: str = "cuda", rounds: int = 5, **kw) -> ABVerdict:
         ta.samples += ra.samples
         tb.samples += rb.samples
         ta.cache = tb.cache = ra.cache
-    return ABVerdict(ab_verdict(ta, tb), ta, tb)
+        (ta.load, ta.cores), (tb.load, tb.cores) = (ra.load, ra.cores), (rb.load, rb.cores)
+    why = busy(ta, tb)
+    return ABVerdict("busy" if why else ab_verdict(ta, tb), ta, tb, why or "")
 
 
 def ab_verdict(a: Timing, b: Timing) -> str:

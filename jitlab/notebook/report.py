@@ -122,6 +122,8 @@ def bench_figure(rows, title: str) -> bytes:
 
 def ab_status(v, label: str, size: int) -> str:
     """One line: the current version is faster / the same / slower than the earlier one."""
+    if v.verdict == "busy":
+        return f"A/B @ {size}: machine busy ({v.why}): no verdict ({v.speedup:.2f}x)"
     if v.verdict == "same":
         return f"A/B @ {size}: current is the same as {label} ({v.speedup:.2f}x, inside the noise)"
     return f"A/B @ {size}: current is {v.verdict} than {label} ({v.speedup:.2f}x)"

@@ -49,3 +49,9 @@ def test_a_module_whose_one_function_is_shadowed_is_still_callable(cache, write)
     """A snippet whose one function is `build`: calling the module calls it, and `m.build` is the Build."""
     m = jitlab.load(write("b.cpp", "int build(int x) { return x * 3; }\n"))
     assert m(2) == 6 and isinstance(m.build, jitlab.Build)
+
+
+def test_a_function_named_like_a_python_keyword_is_an_item(cache, write):
+    """`int lambda(int)` is `m["lambda"]`, and its help says to call it that way."""
+    m = jitlab.load(write("kw.cpp", "int lambda(int x) { return x + 5; }\n"))
+    assert m["lambda"](1) == 6 and "call it as module['lambda'](...)" in m["lambda"].__doc__

@@ -453,6 +453,14 @@ def test_a_link_made_after_the_check_fails_the_write(tmp_path, monkeypatch):
     assert os.listdir(elsewhere) == []
 
 
+def test_a_250_character_file_name_exports(tmp_path):
+    """A snippet file named with 250 characters is copied under csrc/ (its temporary name still fits)."""
+    src = tmp_path / ("k" * 246 + ".cpp")
+    src.write_text("int seven() { return 7; }\n")
+    out = export(src, tmp_path / "pkg", name="long_name")
+    assert (out / "csrc" / src.name).read_text() == src.read_text()
+
+
 @pytest.fixture
 def umask():
     """umask(0o077) sets the process umask for this test; the old one comes back after it."""

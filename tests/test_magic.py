@@ -271,3 +271,11 @@ def test_the_build_line_says_how_to_call_a_shadowed_function(ip, capsys):
     assert "call k['build'](...), k.twice(...)" in capsys.readouterr().out
     ip.run_cell("r = k['build'](1)")
     assert ip.user_ns["r"] == 2 and isinstance(ip.user_ns["k"].build, jitlab.Build)
+
+
+def test_a_250_character_name_is_saved_built_and_bound(ip, tmp_path, capsys):
+    """`%%cpp` with a 250-character NAME saves kernels/NAME.cpp, builds (the cache folder's name shortened) and binds it."""
+    name = "s" * 250
+    ip.run_cell_magic("cpp", name, SCALE % "2.0f")
+    assert (tmp_path / "kernels" / f"{name}.cpp").is_file() and f"{name}: built in" in capsys.readouterr().out
+    assert len(ip.user_ns[name].build.folder.name) < 100

@@ -105,7 +105,7 @@ def _write_one(out: Path, rel: str, text: str) -> None:
                 raise (_link_error(where) if where.is_symlink() else SnippetError(f"{where}: {e.strerror}")) from e
             os.close(fd)
             fd = sub
-        tmp = f".{name}.{os.getpid()}.tmp"
+        tmp = f".{name[:100]}.{os.getpid()}.tmp"  # fits beside a file whose name is 255 bytes
         f = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666, dir_fd=fd)
         try:
             with os.fdopen(f, "w", encoding="utf-8", errors="surrogateescape", newline="") as fh:

@@ -40,9 +40,12 @@ def test_repr_says_how_to_reach_a_shadowed_function(shadowing):
 
 
 def test_an_unknown_item_names_the_closest_function(shadowing):
-    """`m["twic"]` is a KeyError that suggests `twice`."""
+    """`m["twic"]` is a KeyError that suggests `twice`; `in` tests names and the module is not iterable."""
     with pytest.raises(KeyError, match="did you mean `twice`"):
         shadowing["twic"]
+    assert "build" in shadowing and "twic" not in shadowing
+    with pytest.raises(TypeError, match="not iterable"):
+        iter(shadowing)
 
 
 def test_a_module_whose_one_function_is_shadowed_is_still_callable(cache, write):

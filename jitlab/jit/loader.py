@@ -55,6 +55,11 @@ class Module:
         except KeyError:
             raise KeyError(self._missing(name)) from None
 
+    def __contains__(self, name: str) -> bool:
+        return name in self._fns
+
+    __iter__ = None  # items are looked up by name: `for f in m` is a TypeError, not m[0]'s KeyError
+
     def fn(self, name: str):
         """The snippet's function ``name`` (``m.fn("build")`` is ``m["build"]``)."""
         return self[name]

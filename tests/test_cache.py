@@ -303,3 +303,17 @@ def test_a_thread_waiting_on_a_sibling_thread_says_nothing(cache, capfd):
     t.join()
     out, err = capfd.readouterr()
     assert "waiting for" not in err and "on_wait called" not in out
+
+
+def test_a_long_stem_is_shortened_readably_with_a_hash():
+    """A 250-character stem keeps its start and ends with a hash: the module name fits a folder name; two differ."""
+    a, b = jcache.module_name("x" * 249 + "a", "0" * 16), jcache.module_name("x" * 249 + "b", "0" * 16)
+    assert a.startswith("x" * 30) and a.endswith("_" + "0" * 16) and len(a.encode()) <= jcache.STEM_BYTES + 17
+    assert a != b and a.isidentifier() and jcache.module_name("saxpy", "0" * 16) == "saxpy_" + "0" * 16
+    assert len(jcache.module_name("é" * 200, "0" * 16).encode()) <= jcache.STEM_BYTES + 17
+
+
+def test_a_snippet_with_a_250_character_name_builds_and_loads(cache, write):
+    """A snippet file named with 250 characters builds into a folder whose name fits, and its function runs."""
+    m = jitlab.load(write("k" * 250 + ".cpp", "int seven() { return 7; }\n"))
+    assert m.seven() == 7 and len(m.build.folder.name) < 100

@@ -360,11 +360,121 @@ def test_folder_holding_the_snippet_is_refused(tmp_path, kernel_copy):
     assert src.read_text() == (KERNELS / "add2_cpu.cpp").read_text()
 
 
-def test_files_are_readable_by_everyone_and_leave_no_temporaries(tmp_path):
-    """Atomic writes (temporary file + rename) leave no .tmp behind; files are 0644, not mkstemp's 0600."""
+def test_files_are_readable_by_everyone_and_leave_no_temporaries(tmp_path, umask):
+    """Atomic writes (temporary file + rename) leave no .tmp behind; under umask 022 files are 0644."""
     out = export(KERNELS / "add2_cpu.cpp", tmp_path / "pkg")
     assert not [p for p in out.rglob("*.tmp")]
     assert all((p.stat().st_mode & 0o777) == 0o644 for p in out.rglob("*") if p.is_file())
+
+
+# ---- names and links: what a file name or a planted link can make the package do -------------------
+#: A folder name that ran code in setup.py (include_dirs and the header comment) and __init__.py (docstring).
+PAYLOAD = 'p"), __import__("os").mkdir("MARK"), ("\n__import__("os").mkdir("MARK2")\n"""'
+
+
+def two_folders(tmp_path: Path, folder: str) -> list[Path]:
+    """Two C++ files with a local header each, one in ``a/`` and one in ``folder``: both names reach the package."""
+    files = []
+    for sub, fn in (("a", "k"), (folder, "m")):
+        (tmp_path / "src" / sub).mkdir(parents=True)
+        (tmp_path / "src" / sub / f"{fn}.h").write_text("inline int one() { return 1; }\n")
+        files.append(tmp_path / "src" / sub / f"{fn}.cpp")
+        files[-1].write_text(f'#include "{fn}.h"\nint {fn}(int x) {{ return x + one(); }}\n')
+    return files
+
+
+def test_a_name_with_a_quote_or_a_newline_is_refused_before_anything_is_written(tmp_path):
+    """A folder named with a quote and newlines is refused (C++ cannot quote it), naming the fix; no package is written."""
+    with pytest.raises(SnippetError, match=r"cannot be written into the package's C\+\+.*rename it"):
+        export(two_folders(tmp_path, PAYLOAD), tmp_path / "pkg", name="evil")
+    assert not (tmp_path / "pkg").exists()
+
+
+def test_names_reach_setup_py_and_init_py_only_as_literals(tmp_path, monkeypatch):
+    """Past the name check, the payload is text: running setup.py and importing the package makes no folder."""
+    monkeypatch.setattr(export_module.package_files, "check_names", lambda paths: None)
+    out = export(two_folders(tmp_path, PAYLOAD), tmp_path / "pkg", name="evil")
+    r = run_setup_py(out, "import os", "--name")
+    assert r.returncode == 0 and r.stdout.strip() == "evil", r.stderr
+    (out / "evil" / "_C.py").write_text("def k(x): return x\ndef m(x): return x\n")  # the extension, unbuilt
+    r = subprocess.run([sys.executable, "-c", "import evil; print(evil.__doc__)"], cwd=out, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and PAYLOAD in r.stdout, r.stderr
+    assert not (out / "MARK").exists() and not (out / "MARK2").exists()
+
+
+def test_an_awkward_but_legal_name_compiles_and_reads_back(tmp_path):
+    """A folder named `it's \\N{x} #1 $y` exports; setup.py and __init__.py compile without warnings and keep it."""
+    folder = "it's \\N{x} #1 $y"
+    out = export(two_folders(tmp_path, folder), tmp_path / "pkg", name="awkward")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        init = compile((out / "awkward" / "__init__.py").read_text(), "__init__.py", "exec")
+        setup = ast.parse((out / "setup.py").read_text())
+    assert f"{folder}/m.cpp" in init.co_consts[0]
+    assert f"csrc/{folder}" in {n.value for n in ast.walk(setup) if isinstance(n, ast.Constant)}
+
+
+def test_a_planted_file_link_in_a_force_target_is_refused_and_its_target_untouched(tmp_path):
+    """`export --force` into a folder whose setup.py is a link: refused naming the link; the linked file keeps text and mode."""
+    out, victim = tmp_path / "pkg", tmp_path / "victim.txt"
+    out.mkdir()
+    victim.write_text("precious")
+    victim.chmod(0o600)
+    (out / "setup.py").symlink_to(victim)
+    with pytest.raises(SnippetError, match=f"{out / 'setup.py'} is a symbolic link .*never writes through"):
+        export(KERNELS / "add2_cpu.cpp", out, force=True)
+    assert victim.read_text() == "precious" and victim.stat().st_mode & 0o777 == 0o600
+    assert os.listdir(out) == ["setup.py"]
+
+
+def test_a_planted_folder_link_in_a_force_target_is_refused(tmp_path):
+    """A `csrc` link to another folder is refused before anything is written; that folder stays empty."""
+    out, elsewhere = tmp_path / "pkg", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "csrc").symlink_to(elsewhere)
+    with pytest.raises(SnippetError, match="csrc is a symbolic link"):
+        export(KERNELS / "add2_cpu.cpp", out, force=True)
+    assert os.listdir(elsewhere) == [] and os.listdir(out) == ["csrc"]
+
+
+def test_a_link_made_after_the_check_fails_the_write(tmp_path, monkeypatch):
+    """A folder link the up-front check misses (made meanwhile) is not followed: O_NOFOLLOW fails the write."""
+    out, elsewhere = tmp_path / "pkg", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "csrc").symlink_to(elsewhere)
+    monkeypatch.setattr(Path, "is_symlink", lambda self: False)  # the check sees no link, as in a race
+    with pytest.raises(SnippetError, match="csrc"):
+        export(KERNELS / "add2_cpu.cpp", out, force=True)
+    assert os.listdir(elsewhere) == []
+
+
+def test_a_250_character_file_name_exports(tmp_path):
+    """A snippet file named with 250 characters is copied under csrc/ (its temporary name still fits)."""
+    src = tmp_path / ("k" * 246 + ".cpp")
+    src.write_text("int seven() { return 7; }\n")
+    out = export(src, tmp_path / "pkg", name="long_name")
+    assert (out / "csrc" / src.name).read_text() == src.read_text()
+
+
+@pytest.fixture
+def umask():
+    """umask(0o077) sets the process umask for this test; the old one comes back after it."""
+    old = os.umask(0o022)
+    yield os.umask
+    os.umask(old)
+
+
+def test_files_and_folders_follow_the_users_umask(tmp_path, umask):
+    """Under umask 077 the package's files are 0600 and its folders 0700 (not everyone-readable 0644)."""
+    umask(0o077)
+    out = export(KERNELS / "add2_cpu.cpp", tmp_path / "pkg")
+    assert {p.stat().st_mode & 0o777 for p in out.rglob("*") if p.is_file()} == {0o600}
+    assert {p.stat().st_mode & 0o777 for p in [out, *out.rglob("*")] if p.is_dir()} == {0o700}
 
 
 # ---- the command ------------------------------------------------------------------------------

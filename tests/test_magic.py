@@ -230,3 +230,52 @@ def test_help_in_a_cell_of_its_own(ip, capsys):
     ip.run_line_magic("cpp", "saxpy")
     out = capsys.readouterr().out
     assert "`%%cpp saxpy` on its first line" in out and "%%cpp NAME [options]" in out
+
+
+# ---- NAME: what it may bind ---------------------------------------------------------------------
+def test_a_builtin_name_is_refused_and_nothing_saved(ip, tmp_path, capsys):
+    """`%%cpp print` is refused (a Python builtin, --force named); no file is saved and print stays the builtin."""
+    ip.run_cell_magic("cpp", "print", SCALE % "2.0f")
+    out = capsys.readouterr().out
+    assert "would rebind print, a Python builtin" in out and "--force" in out
+    assert not (tmp_path / "kernels" / "print.cpp").exists() and "print" not in ip.user_ns
+
+
+@pytest.mark.parametrize("cell, what", [("import torch", "the module torch"), ("torch = 5", "a value of type int")])
+def test_a_name_the_notebook_bound_is_refused(ip, capsys, cell, what):
+    """`%%cpp torch` after `import torch` (or any value jitlab did not make) is refused; torch stays bound."""
+    ip.run_cell(cell)
+    before = ip.user_ns["torch"]
+    ip.run_cell_magic("cpp", "torch", SCALE % "2.0f")
+    assert f"would rebind torch, bound in this notebook to {what}" in capsys.readouterr().out
+    assert ip.user_ns["torch"] is before
+
+
+def test_force_binds_over_a_builtin(ip, capsys):
+    """`%%cpp len --force` binds the snippet as `len` in the notebook."""
+    ip.run_cell_magic("cpp", "len --force", SCALE % "2.0f")
+    assert isinstance(ip.user_ns["len"], jitlab.Module) and "len: built in" in capsys.readouterr().out
+
+
+def test_a_name_the_magic_bound_may_be_bound_again(ip, capsys):
+    """Re-running `%%cpp scale` rebinds scale (the magic's own module) to the edited build, no refusal."""
+    ip.run_cell_magic("cpp", "scale", SCALE % "2.0f")
+    first = ip.user_ns["scale"]
+    ip.run_cell_magic("cpp", "scale", SCALE % "3.0f")
+    assert "jitlab:" not in capsys.readouterr().out and ip.user_ns["scale"] is not first
+
+
+def test_the_build_line_says_how_to_call_a_shadowed_function(ip, capsys):
+    """A cell with functions `build` and `twice` prints `k['build'](...)`: `k.build` is the Build."""
+    ip.run_cell_magic("cpp", "k", "int build(int x) { return x + 1; }\nint twice(int x) { return 2 * x; }\n")
+    assert "call k['build'](...), k.twice(...)" in capsys.readouterr().out
+    ip.run_cell("r = k['build'](1)")
+    assert ip.user_ns["r"] == 2 and isinstance(ip.user_ns["k"].build, jitlab.Build)
+
+
+def test_a_250_character_name_is_saved_built_and_bound(ip, tmp_path, capsys):
+    """`%%cpp` with a 250-character NAME saves kernels/NAME.cpp, builds (the cache folder's name shortened) and binds it."""
+    name = "s" * 250
+    ip.run_cell_magic("cpp", name, SCALE % "2.0f")
+    assert (tmp_path / "kernels" / f"{name}.cpp").is_file() and f"{name}: built in" in capsys.readouterr().out
+    assert len(ip.user_ns[name].build.folder.name) < 100

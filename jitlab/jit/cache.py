@@ -48,11 +48,25 @@ def build_key(parts: dict) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+#: The most bytes of a snippet's stem a module name keeps: the folder of a build, named like the module,
+#: plus its files' suffixes must stay under a file system's 255-byte limit on a name.
+STEM_BYTES = 48
+
+
 def module_name(stem: str, key: str) -> str:
-    """A Python identifier that carries the key: two different builds never share an import name."""
+    """A Python identifier that carries the key: two different builds never share an import name.
+
+    A stem over :data:`STEM_BYTES` bytes keeps its start, readable, and ends with a hash of the whole
+    (``a_very_long_..._name_3f9c2a1b``), so the build's folder name fits any file system.
+    """
     safe = "".join(c if c.isalnum() else "_" for c in stem).strip("_") or "snippet"
     if safe[0].isdigit():
         safe = "k" + safe
+    if len(safe.encode()) > STEM_BYTES:
+        head = safe[:STEM_BYTES - 9]
+        while len(head.encode()) > STEM_BYTES - 9:
+            head = head[:-1]
+        safe = f"{head.rstrip('_')}_{hashlib.sha256(stem.encode('utf-8', 'surrogateescape')).hexdigest()[:8]}"
     return f"{safe}_{key}"
 
 

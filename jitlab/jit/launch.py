@@ -140,7 +140,7 @@ class Callable:
         ret = "" if self.fn.returns == "void" else f" -> {self.fn.returns}"
         text = f"{self.fn.name}({', '.join(parts)}){ret}    # {self.fn.signature()}  [{self.fn.path}:{self.fn.line}]"
         if keyword.iskeyword(self.fn.name):
-            text += f"\n    (`{self.fn.name}` is a Python keyword: call it as getattr(module, {self.fn.name!r})(...))"
+            text += f"\n    (`{self.fn.name}` is a Python keyword: call it as module[{self.fn.name!r}](...))"
         return text
 
     def __repr__(self) -> str:

@@ -32,6 +32,10 @@ class Module:
     The forward adds about a microsecond to each call (one more Python call passing ``*args`` and
     ``**kwargs`` on), so a launch-bound loop calls the attribute.
 
+    A function named like one of the module's own attributes (``build``, ``functions``, ``fn``) keeps
+    the module working: ``m.build`` stays the build and the function is ``m["build"]`` or ``m.fn("build")``
+    (every function is reachable so; :attr:`shadowed` lists these).
+
     Attributes:
         build: The :class:`jitlab.build.Build` (name, folder, cached, seconds, resources).
         functions: Names callable from Python.
@@ -42,6 +46,36 @@ class Module:
     def __init__(self, build: build_mod.Build):
         self.build = build
         self.functions: list[str] = []
+        self._fns: dict[str, object] = {}
+
+    def __getitem__(self, name: str):
+        """The snippet's function ``name``, also one the module's own attributes shadow (``m["build"]``)."""
+        try:
+            return self._fns[name]
+        except KeyError:
+            raise KeyError(self._missing(name)) from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._fns
+
+    __iter__ = None  # items are looked up by name: `for f in m` is a TypeError, not m[0]'s KeyError
+
+    def fn(self, name: str):
+        """The snippet's function ``name`` (``m.fn("build")`` is ``m["build"]``)."""
+        return self[name]
+
+    @property
+    def shadowed(self) -> list[str]:
+        """The functions the module's own attributes shadow: reach them as ``m["name"]``."""
+        return [n for n in self.functions if n in OWN_NAMES]
+
+    def _bind(self, name: str, fn) -> None:
+        """Make ``fn`` the function ``name``: an item always, an attribute unless the module's own has the name."""
+        self._fns[name] = fn
+        if name not in OWN_NAMES:
+            setattr(self, name, fn)
+        if name not in self.functions:
+            self.functions.append(name)
 
     def __call__(self, *args, **kwargs):
         """Call the snippet's one function, or the one named like the snippet.
@@ -55,7 +89,7 @@ class Module:
         name = self._call_target()
         if name is None:
             raise ArgumentError(self._not_callable())
-        self._target = getattr(self, name)
+        self._target = self._fns[name]
         return self._target
 
     def _call_target(self) -> str | None:
@@ -76,15 +110,18 @@ class Module:
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
+        raise AttributeError(self._missing(name))
+
+    def _missing(self, name: str) -> str:
+        """Why ``name`` is not a function of the snippet, with the closest one or the ones there are."""
         known = self.__dict__.get("functions", [])
         skipped = dict(self.build.plan.skipped) if "build" in self.__dict__ else {}
         where = ", ".join(str(f.path.name) for f in self.build.plan.files) if "build" in self.__dict__ else "snippet"
         if name in skipped:
-            raise AttributeError(f"`{name}` in {where} is not callable from Python: {skipped[name]}")
+            return f"`{name}` in {where} is not callable from Python: {skipped[name]}"
         hint = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
         msg = f"{where} has no kernel or function `{name}`"
-        msg += f"; did you mean `{hint[0]}`?" if hint else f"; it has: {', '.join(known) or 'nothing callable'}"
-        raise AttributeError(msg)
+        return msg + (f"; did you mean `{hint[0]}`?" if hint else f"; it has: {', '.join(known) or 'nothing callable'}")
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(self.functions))
@@ -95,13 +132,19 @@ class Module:
         lines = [f"<jitlab module {b.name} ({b.plan.kind}, {b.engine}, {state}, {b.folder})"]
         lines += [f"  ops: {op.describe()}" for op in b.plan.ops]
         for n in [] if b.plan.ops else self.functions:
-            f = getattr(self, n)
+            f = self._fns[n]
             lines.append(f"  {getattr(f, '__doc__', None) or n}")
+        for n in self.shadowed:
+            lines.append(f"  ({n}: the module's own .{n} takes the name; call it as [{n!r}](...) or .fn({n!r})(...))")
         for n, why in b.plan.skipped:
             lines.append(f"  ({n}: {why})")
         for note in b.notes:
             lines.append(f"  ({note})")
         return "\n".join(lines) + ">"
+
+
+#: The module's own attribute names; a snippet function with one of these is reached as ``m["name"]``.
+OWN_NAMES = frozenset(dir(Module)) | {"build", "functions", "extension", "_fns"}
 
 
 def load(b: build_mod.Build) -> Module:
@@ -133,12 +176,11 @@ def _bind_ops(b: build_mod.Build) -> Module:
     mod = _loaded.get(b.name) or Module(b)
     mod.build = b
     oplib.activate(b.name, b.artifact, b.plan.files, b.plan.ops)
-    mod.functions = []
+    mod.functions, mod._fns = [], {}
     for op in b.plan.ops:
         packet = oplib.packet(op)
         if packet is not None and op.name not in mod.functions:
-            setattr(mod, op.name, packet)
-            mod.functions.append(op.name)
+            mod._bind(op.name, packet)
     _loaded[b.name] = mod
     return mod
 
@@ -182,8 +224,7 @@ def _attach(mod: Module, call: Callable) -> None:
     if attr is not call:
         attr.__doc__ = call.describe()
         attr.jitlab = call
-    setattr(mod, call.fn.name, attr)
-    mod.functions.append(call.fn.name)
+    mod._bind(call.fn.name, attr)
 
 
 def _bind_torch(mod: Module, b: build_mod.Build) -> None:
@@ -193,8 +234,7 @@ def _bind_torch(mod: Module, b: build_mod.Build) -> None:
         fn = getattr(py, n)
         if n in b.plan.printing and callable(fn):
             fn = _forwarding_output(fn, sync=b.plan.cuda)
-        setattr(mod, n, fn)
-    mod.functions = names
+        mod._bind(n, fn)
     mod.extension = py
 
 

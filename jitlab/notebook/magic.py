@@ -2,9 +2,11 @@
 
 The cell body is saved atomically to ``kernels/NAME.cu`` (the replaced version goes to the history),
 built, and bound as ``NAME`` in the notebook: ``NAME(...)`` calls the snippet's function when it has
-one (or one called NAME), ``NAME.f(...)`` calls any, and ``NAME.build`` is the build. Compile errors
-are shown in the cell with the cell's own line numbers; a bad magic line says what is wrong and
-prints the help. A thin layer: the work is in :mod:`jitlab.snippets`, :func:`jitlab.load` and
+one (or one called NAME), ``NAME.f(...)`` calls any (``NAME["f"]`` one the module's own attributes
+shadow, such as ``build``), and ``NAME.build`` is the build. NAME may not hide a Python builtin or a
+value the notebook bound itself (``torch``, ``np``) unless ``--force``; a name a jitlab magic bound is
+rebound freely. Compile errors are shown in the cell with the cell's own line numbers; a bad magic
+line says what is wrong and prints the help. A thin layer: the work is in :mod:`jitlab.snippets`, :func:`jitlab.load` and
 :mod:`jitlab.judge.runner`.
 
 Without a CUDA GPU a ``%%cuda`` cell says so in one line (:mod:`jitlab.notebook.nogpu`, which
@@ -20,7 +22,9 @@ cell that starts with ``%%cuda`` or ``%%cpp`` C++ highlighting.
 from __future__ import annotations
 
 import argparse
+import builtins
 import difflib
+import inspect
 import shlex
 from pathlib import Path
 
@@ -46,10 +50,11 @@ HELP = """\
   --timeout S           seconds before a program is stopped (default 60; 0: none)
   --exercise            a lesson's exercise: save to kernels/exercises/NAME{ext} and check it
                         (PASS, or FAIL with the reasons and a hint; see jitlab.notebook.exercises)
+  --force               bind NAME even over a Python builtin or a name the notebook bound itself
   -h, --help            this help
 """
 OPTIONS = ("-D", "--arch", "--compile-only", "--flag", "--dir", "--check", "--bench", "--exercise", "--args", "--timeout",
-           "--help")
+           "--force", "--help")
 #: Archs a compile-only build is for when there is no GPU to ask and ``--arch`` names none.
 NO_GPU_ARCHS = ",".join(config.DEFAULT_ARCHS)
 
@@ -92,6 +97,7 @@ def parse_line(line: str, magic: str = "cuda") -> argparse.Namespace:
     p.add_argument("--exercise", action="store_true")
     p.add_argument("--args", default="")
     p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--force", action="store_true")
     p.add_argument("-h", "--help", action="store_true")
     try:
         args, extra = p.parse_known_args(shlex.split(line))
@@ -158,6 +164,11 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
         return None
     if args.help:
         print(help_text(magic))
+        return None
+    clash = None if args.force else name_clash(args.name, namespace)
+    if clash:
+        print(f"jitlab: %%{magic} {args.name} would rebind {args.name}, {clash}; choose another NAME "
+              f"(e.g. {args.name}_kernel), or add --force to bind it anyway")
         return None
     if args.exercise:
         return run_exercise(args, cell, namespace, ext)
@@ -234,14 +245,32 @@ def run_program_cell(args, path: Path, cell: str, namespace: dict, ext: str):
     return result
 
 
+def name_clash(name: str, namespace: dict) -> str | None:
+    """What binding ``name`` would hide: a Python builtin, or a value the notebook bound that jitlab did not make.
+
+    Returns:
+        The clash in words (``"a Python builtin"``, ``"bound in this notebook to the module torch"``), or
+        ``None`` when ``name`` is free or holds what a jitlab magic bound (a module, build or run).
+    """
+    if name in namespace:
+        value = namespace[name]
+        if type(value).__module__.split(".")[0] == "jitlab":
+            return None
+        what = f"the module {value.__name__}" if inspect.ismodule(value) else f"a value of type {type(value).__name__}"
+        return f"bound in this notebook to {what}"
+    return "a Python builtin" if hasattr(builtins, name) else None
+
+
 def how_to_call(name: str, m) -> str:
-    """How to call what the cell bound: ``NAME(...)`` when the module forwards to one function."""
+    """How to call what the cell bound: ``NAME(...)`` when the module forwards to one function; a function
+    the module's own attributes shadow (``build``) as ``NAME["build"](...)``."""
     target = m._call_target()
-    others = [f"{name}.{f}(...)" for f in m.functions if f != target]
+    shadowed = set(getattr(m, "shadowed", ()))
+    others = [f"{name}[{f!r}](...)" if f in shadowed else f"{name}.{f}(...)" for f in m.functions if f != target]
     if target is None:
         return "call " + ", ".join(others)
     if target != name:
-        return f"call {name}(...) (that is {name}.{target}(...))"
+        return f"call {name}(...) (that is {name}{f'[{target!r}]' if target in shadowed else f'.{target}'}(...))"
     return f"call {name}(...)" + (f"; also {', '.join(others)}" if others else "")
 
 

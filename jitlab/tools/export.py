@@ -22,6 +22,9 @@ playground can be installed where jitlab is not::
 A snippet with its own ``PYBIND11_MODULE(example_kernels, m)`` keeps it: the extension is then named
 ``<name>.example_kernels``, so not even the module name in the user's file changes.
 
+File and folder names reach the generated Python only as escaped literals, and the package is written
+without following links and with the user's umask (:mod:`jitlab.tools.package_files`).
+
 The files' fixed text is in ``templates/`` (``string.Template``: ``$field``); the module's C++ (the
 kernel-only bindings and their checks, the torch-style ``m.def`` list) is :mod:`jitlab.tools.bindings`'.
 """
@@ -43,7 +46,7 @@ from jitlab.jit import codegen, flags, shims, toolchain
 from jitlab.jit import sources as jsources
 from jitlab.jit.launch import py_name
 from jitlab.jit.parse import SourceFile, language_of, parse_file
-from jitlab.snippets import atomic_write
+from jitlab.tools import package_files
 from jitlab.tools.bindings import kernel_module, pybind_module, render
 
 CUDA_UNIT = "jitlab_cuda.cu"
@@ -94,8 +97,10 @@ def export(path, out_dir, name: str | None = None, *, force: bool = False) -> Pa
         The package folder, absolute.
 
     Raises:
-        SnippetError: The snippet cannot be read or mapped, the name is not a module name, or
-            ``out_dir`` is not empty (without ``force``) or holds the snippet itself.
+        SnippetError: The snippet cannot be read or mapped, the name is not a module name, a file
+            name holds a quote or a control character (C++ cannot quote it), ``out_dir`` is not empty
+            (without ``force``) or holds the snippet itself, or a file or folder the package writes
+            there is a symbolic link (never written through).
     """
     sources = jsources.collect_sources(path)
     name = module_name(path, name)
@@ -147,12 +152,8 @@ def check_out_dir(out: Path, inputs: list[Path], force: bool) -> None:
 
 
 def write(out: Path, files: dict[str, str]) -> None:
-    """Write each file atomically (readers never see half a file), readable by everyone (0644)."""
-    for rel, text in files.items():
-        target = out / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(target, text)
-        os.chmod(target, 0o644)
+    """Write each file atomically, never through a symbolic link, with the user's umask (:mod:`package_files`)."""
+    package_files.write(out, files)
 
 
 # ---- what building it needs -----------------------------------------------------------------------
@@ -216,6 +217,7 @@ def package(plan: codegen.Plan, name: str, headers: list[Path]) -> Package:
     own = next((f.pybind_module[0] for f in plan.files if f.pybind_module), None)
     extension = own if own and own != "TORCH_EXTENSION_NAME" else "_C"
     pkg = Package(name=name, extension=extension, plan=plan, root=root)
+    package_files.check_names([_rel(pkg, p) for p in user])
     for p in user:
         pkg.files[f"csrc/{_rel(pkg, p)}"] = _read_as_is(p)
     pkg.include_dirs = sorted({_csrc_dir(pkg, Path(d)) for d in plan.include_dirs})
@@ -324,17 +326,20 @@ def setup_py(pkg: Package) -> str:
         extra = f'            extra_compile_args={{"cxx": [], "nvcc": [{", ".join(repr(f) for f in pkg.nvcc_flags)}]}},\n'
     arch = ("\n# Needs nvcc and a CUDA build of torch of the same CUDA major version; TORCH_CUDA_ARCH_LIST=\"9.0\"\n"
             "# picks the GPU architectures (default: this machine's GPUs).") if cuda else ""
-    return render("setup.py.tmpl", name=pkg.name, sources=_sources(pkg), kind=_kind(pkg.plan), arch=arch,
+    literal = package_files.literal
+    return render("setup.py.tmpl", name=pkg.name, sources=package_files.comment(_sources(pkg)), kind=_kind(pkg.plan),
+                  arch=arch,
                   imports=f"BuildExtension, {ext_class}" + (", CUDA_HOME" if cuda else ""),
                   cuda_check=render("setup_cuda_check.py.tmpl", name=pkg.name) if cuda else "",
-                  ext_class=ext_class, extension=pkg.extension, units=", ".join(f'"{u}"' for u in pkg.units),
-                  include_dirs=", ".join(f'os.path.join(HERE, "{d}")' for d in pkg.include_dirs), extra=extra)
+                  ext_class=ext_class, extension=pkg.extension, units=", ".join(map(literal, pkg.units)),
+                  include_dirs=", ".join(f"os.path.join(HERE, {literal(d)})" for d in pkg.include_dirs), extra=extra)
 
 
 def init_py(pkg: Package) -> str:
     """The package's ``__init__.py``: torch first (the extension links against its libraries), then the extension."""
     names = f"\n__all__ = {pkg.names!r}\n" if pkg.names else ""
-    return (f'"""{_module_doc(pkg)}.\n\n{_usage(pkg)}\n"""\n\n'
+    doc = package_files.docstring(f"{_module_doc(pkg)}.\n\n{_usage(pkg)}\n")
+    return (f"{doc}\n\n"
             "import torch  # noqa: F401  (first: the compiled extension links against torch's libraries)\n\n"
             f"from .{pkg.extension} import *  # noqa: F401,F403\n{names}")
 

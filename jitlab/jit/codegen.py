@@ -173,11 +173,11 @@ def _check_cuda_paths(files: list[SourceFile]) -> None:
 
 
 def _needs_pybind(files: list[SourceFile]) -> bool:
-    """C++ library types in an exported signature (``std::string hello()``) need pybind, not ctypes."""
-    return any(
-        fn.kind == "host" and not fn.static and ("std::" in fn.returns or any("std::" in p.base for p in fn.params))
-        for f in files for fn in f.functions
-    )
+    """C++ library types in an exported signature (``std::string hello()``) need pybind, not ctypes
+    (``std::int64_t`` and the other types ctypes passes do not)."""
+    return any(fn.kind == "host" and not fn.static and any(
+        "std::" in ctypes_map.strip_qualifiers(t) for t in [fn.returns, *(p.base for p in fn.params)])
+        for f in files for fn in f.functions)
 
 
 def _require_something_to_call(files: list[SourceFile]) -> None:

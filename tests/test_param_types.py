@@ -70,3 +70,35 @@ def test_cuda_kernel_with_namespaced_types_compiles(cache, write):
     """)
     b = jitlab.build(p, compile_only=True, arch=["sm_75"])
     assert b.compile_only and "k" in b.resources
+
+
+@pytest.fixture
+def raw(cache, write):
+    return jitlab.load(write("raw.cpp", """
+        #include <cstring>
+        void copy_bytes(void* y, const void* x, int n) { std::memcpy(y, x, n); }
+        void copy_floats(float* y, const float* x, int n) { for (int i = 0; i < n; ++i) y[i] = x[i]; }
+    """))
+
+
+def test_conjugate_view_to_void_pointer_is_refused(raw):
+    """A conjugate view given to `const void*` is refused, naming `.resolve_conj()`; the resolved tensor is copied."""
+    z = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64).conj()
+    y = torch.empty_like(z)
+    with pytest.raises(jitlab.ArgumentError, match=r"argument 2 `x`.*conj bit is set.*\.resolve_conj\(\)"):
+        raw.copy_bytes(y, z, 16)
+    raw.copy_bytes(y, z.resolve_conj(), 16)
+    assert y.tolist() == [1 - 2j, 3 + 4j]
+
+
+def test_negative_view_to_a_pointer_is_refused(raw):
+    """A negative view (the one-element imaginary part of a conjugate) is refused, naming `.resolve_neg()`."""
+    im = torch.tensor([1 + 2j], dtype=torch.complex64).conj().imag
+    assert im.is_neg() and im.is_contiguous()
+    y = torch.empty(1)
+    with pytest.raises(jitlab.ArgumentError, match=r"neg bit is set.*\.resolve_neg\(\)"):
+        raw.copy_floats(y, im, 1)
+    with pytest.raises(jitlab.ArgumentError, match=r"neg bit is set.*\.resolve_neg\(\)"):
+        raw.copy_bytes(y, torch.tensor([1 + 2j, 5j]).conj().imag, 4)
+    raw.copy_floats(y, im.resolve_neg(), 1)
+    assert y.tolist() == [-2.0]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import ctypes_map, module_unit, ops, pch
+from jitlab.jit import ctypes_map, macros, module_unit, ops, pch
 from jitlab.jit import split as split_mod
 from jitlab.jit.objects import Unit
 from jitlab.jit.parse import Function, SourceFile, line_directive
@@ -187,8 +187,8 @@ def _require_something_to_call(files: list[SourceFile]) -> None:
     if any(x.has_main for x in files):
         raise SnippetError(f"{f.path}: a program with only main(), nothing to call from Python: run it with "
                            f"jitlab.run_program({str(f.path)!r}) or `jitlab exec {f.path}`")
-    hint = ""
-    if f.parse_error:
+    hint = macros.hint(files)
+    if f.parse_error and not hint:
         line, col = f.parse_error
         src = f.text.splitlines()[line - 1] if line <= len(f.text.splitlines()) else ""
         hint = f"\n  the parser stopped at {f.path}:{line}:{col}:\n    {src}\n    {' ' * (col - 1)}^"

@@ -16,7 +16,7 @@ import warnings
 from jitlab import output
 from jitlab.errors import ArgumentError, JitlabError, ToolchainError
 from jitlab.jit import builder as build_mod
-from jitlab.jit import cache, locks, oplib
+from jitlab.jit import cache, locks, macros, oplib
 from jitlab.jit.flags import Options
 from jitlab.jit.launch import Callable
 
@@ -84,6 +84,7 @@ class Module:
         hint = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
         msg = f"{where} has no kernel or function `{name}`"
         msg += f"; did you mean `{hint[0]}`?" if hint else f"; it has: {', '.join(known) or 'nothing callable'}"
+        msg += macros.hint(self.build.plan.files) if "build" in self.__dict__ and not hint else ""
         raise AttributeError(msg)
 
     def __dir__(self):

@@ -152,10 +152,12 @@ def test_plan_units_of_multi_file_seeds():
 
 
 def test_binding_unit_binds_what_load_inline_would():
-    """Without the snippet's own module, the binding unit defines every exported function as functions= would."""
+    """Without the snippet's own module, the binding unit defines every exported function as functions= would
+    (with its parameters' names, so keywords work)."""
     plan, _, _ = builder.prepare(KERNELS / "square_matrix.cu", Options(arch=["sm_90"], compile_only=True))
     bind = next(u for u in plan.units if u.name == "bind.cpp")
     assert bind.module and bind.compiler == "cxx"
     for fn in plan.exported:
-        assert f'm.def("{fn.name}", torch::wrap_pybind_function({fn.name}), "{fn.name}");' in bind.text
+        def_ = f'm.def("{fn.name}", torch::wrap_pybind_function({fn.name}), "{fn.name}", pybind11::arg("matrix"));'
+        assert def_ in bind.text
     assert codegen.GENERATED in bind.text

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from jitlab import config, progress
 from jitlab.errors import SnippetError
-from jitlab.jit import cache, codegen, deps, diagnostics, inline, linker, nvrtc, objects, toolchain, torch_headers
+from jitlab.jit import cache, codegen, deps, diagnostics, inline, linker, nvrtc, objects, pch, toolchain, torch_headers
 from jitlab.jit import flags as flags_mod
 from jitlab.jit.flags import (
     ENGINES,
@@ -330,6 +330,7 @@ def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str]
     notes = [*plan.notes, *(f"{o.unit.name} compiled with all of torch/extension.h: it names something outside "
                             f"jitlab's smaller precompiled header set ({o.unit.headers}), so its edits take longer"
                             for o in objs if o.headers == "full" and o.unit.headers != "full")]
+    notes += [n for n in [pch.ignored_note({o.unit.name: o.log for o in objs})] if n]
     for note in notes[len(plan.notes):]:
         progress.say(f"jitlab: {note}")
     log = "\n".join(o.log for o in objs)

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import ctypes_map, module_unit, ops, pch
+from jitlab.jit import ctypes_map, macros, module_unit, ops, pch
 from jitlab.jit import split as split_mod
 from jitlab.jit.objects import Unit
 from jitlab.jit.parse import Function, SourceFile, line_directive
+from jitlab.jit.pyargs import declaration, pyargs, required_defaults
 from jitlab.jit.shims import shim_unit
 
 GENERATED = "jitlab-generated"
@@ -173,11 +174,10 @@ def _check_cuda_paths(files: list[SourceFile]) -> None:
 
 
 def _needs_pybind(files: list[SourceFile]) -> bool:
-    """C++ library types in an exported signature (``std::string hello()``) need pybind, not ctypes."""
-    return any(
-        fn.kind == "host" and not fn.static and ("std::" in fn.returns or any("std::" in p.base for p in fn.params))
-        for f in files for fn in f.functions
-    )
+    """C++ library types in an exported signature (``std::string``; not ``std::int64_t``) need pybind, not ctypes."""
+    return any(fn.kind == "host" and not fn.static and any(
+        "std::" in ctypes_map.strip_qualifiers(t) for t in [fn.returns, *(p.base for p in fn.params)])
+        for f in files for fn in f.functions)
 
 
 def _require_something_to_call(files: list[SourceFile]) -> None:
@@ -187,8 +187,8 @@ def _require_something_to_call(files: list[SourceFile]) -> None:
     if any(x.has_main for x in files):
         raise SnippetError(f"{f.path}: a program with only main(), nothing to call from Python: run it with "
                            f"jitlab.run_program({str(f.path)!r}) or `jitlab exec {f.path}`")
-    hint = ""
-    if f.parse_error:
+    hint = macros.hint(files)
+    if f.parse_error and not hint:
         line, col = f.parse_error
         src = f.text.splitlines()[line - 1] if line <= len(f.text.splitlines()) else ""
         hint = f"\n  the parser stopped at {f.path}:{line}:{col}:\n    {src}\n    {' ' * (col - 1)}^"
@@ -342,19 +342,20 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         units.append(ops.registry_unit())
     elif not binds_itself:
         units.append(Unit("bind.cpp", "cxx", binding_unit(exported), torch=True, module=True, headers="bind"))
-    return units, notes
+    return units, notes + ([] if binds_itself else [n for n in map(required_defaults, exported) if n])
 
 
 def binding_unit(fns: list[Function]) -> str:
     """The generated binding unit: declarations, then the module ``load_inline``'s ``functions=`` makes."""
-    defs = "".join(f'  m.def("{fn.name}", torch::wrap_pybind_function({fn.name}), "{fn.name}");\n' for fn in fns)
+    defs = "".join(f'  m.def("{fn.name}", torch::wrap_pybind_function({fn.name}), "{fn.name}"{pyargs(fn)});\n'
+                   for fn in fns)
     return (line_directive(f"{GENERATED}.cpp") + declarations(fns)
             + f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{defs}}}\n")
 
 
 def declarations(fns: list[Function]) -> str:
-    """C++ declarations of ``fns``, one per line, for a unit that calls them without defining them."""
-    return "".join(f"{fn.signature()};\n" for fn in fns)
+    """C++ declarations of ``fns`` (no defaults), one per line, for a unit that calls them without defining them."""
+    return "".join(f"{declaration(fn)};\n" for fn in fns)
 
 
 def functions_of(fns: list[Function], files: list[SourceFile]) -> list[Function]:

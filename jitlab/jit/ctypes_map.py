@@ -112,9 +112,24 @@ _FLOAT_LITERAL = re.compile(r"(?P<digits>(?:[0-9][0-9']*\.[0-9']*|\.[0-9][0-9']*
                             r"|[0-9][0-9']*[eE][+-]?[0-9]+)[fFlL]?")
 
 
+_INT_WORDS = {"signed", "unsigned", "short", "long", "int", "char"}
+
+
 def strip_qualifiers(base: str) -> str:
+    """The type's name as the tables spell it: qualifiers dropped, ``std::``/``::`` dropped from a name the
+    tables know (``std::int64_t``, ``::size_t``), and a built-in integer's words in their one order
+    (``long unsigned int``, ``unsigned long int`` → ``unsigned long``; ``unsigned`` → ``unsigned int``)."""
     words = [w for w in base.split() if w not in ("const", "volatile", "__restrict__", "__restrict", "restrict")]
-    return " ".join(words)
+    name = " ".join(words)
+    short = re.sub(r"^(?:std)?::", "", name)
+    if short != name and short in SCALARS:
+        return short
+    if not words or not set(words) <= _INT_WORDS or words.count("long") > 2:
+        return name
+    if "char" in words:
+        return "char" if len(words) == 1 else "unsigned char" if "unsigned" in words else "signed char"
+    size = "short" if "short" in words else " ".join(["long"] * words.count("long")) or "int"
+    return ("unsigned " if "unsigned" in words else "") + size
 
 
 def pointer_dtype(p: Param) -> torch.dtype | None:

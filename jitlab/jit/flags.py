@@ -32,6 +32,10 @@ class Options:
         debug: A debug build: device code with ``-G`` (no optimization, full debug info), host code
             with ``-g -O0``, and ``assert`` on even if a flag defines ``NDEBUG``.
         engine: ``"auto"``, ``"nvrtc"`` or ``"nvcc"`` (see :func:`jitlab.jit.builder.choose_engine`).
+
+    A relative path in an include flag of ``cflags``/``cuda_cflags`` (``-Iinclude``, ``-isystem vendor``,
+    ``-include pre.h``) is made absolute against the working directory when the options are made (the
+    call's), since the compilers run in the build folder; the key holds the absolute path.
     """
 
     mode: str = "auto"
@@ -43,6 +47,31 @@ class Options:
     compile_only: bool = False
     debug: bool = False
     engine: str = "auto"
+
+    def __post_init__(self):
+        self.cflags, self.cuda_cflags = absolute_paths(self.cflags), absolute_paths(self.cuda_cflags)
+
+
+#: Flags whose value is a path (folder or, for ``-include``, a header), joined (``-Idir``, ``-isystem=dir``) or not.
+_PATH_FLAGS = ("-isystem", "-iquote", "-idirafter", "-include", "--include-path", "--system-include", "--pre-include",
+               "-I")
+
+
+def absolute_paths(flags: list[str]) -> list[str]:
+    """``flags`` with the relative path of each include flag (:data:`_PATH_FLAGS`) made absolute against the
+    working directory; ``~`` expanded, anything else unchanged."""
+    out: list[str] = []
+    for flag in flags:
+        prev = out[-1] if out else ""
+        if prev in _PATH_FLAGS and not flag.startswith("-"):  # `-I dir`: the path is this argument
+            out.append(str(Path(flag).expanduser().absolute()))
+            continue
+        prefix = next((p for p in _PATH_FLAGS if flag.startswith(p) and flag != p), None)
+        rest = flag[len(prefix):] if prefix else ""
+        eq = "=" if rest.startswith("=") else ""
+        path = rest[len(eq):]
+        out.append(f"{prefix}{eq}{Path(path).expanduser().absolute()}" if prefix and path else flag)
+    return out
 
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -5,10 +5,11 @@ For each exported function a small Python wrapper is generated (as Triton's laun
 costs a few attribute reads per argument; the slow paths (building an error message) live in
 ordinary functions below.
 
-What the checks guard, beyond dtype, device and layout: a scalar is a number that fits its C type
-(an ``int`` given 2**40 or a ``float`` given 1e40 is refused, never masked or made inf); a tensor
-for a pointer has memory (an empty tensor's address is NULL); a grid, block and ``shared_mem`` are
-within CUDA's limits; a left-out argument takes its C++ default when that is a plain literal.
+What the checks guard, beyond dtype, device and layout: a scalar is a number that fits its C type (an
+``int`` given 2**40 or a ``float`` given 1e40 is refused, never masked or made inf); a tensor for a pointer
+has memory (an empty tensor's address is NULL) and holds its values (a conjugate or negative view is
+refused: ``.resolve_conj()``/``.resolve_neg()``); a grid, block and ``shared_mem`` are within CUDA's
+limits; a left-out argument takes its C++ default when that is a plain literal.
 Autograd: a tensor written through a non-const pointer has its version counter bumped, as torch's
 in-place ops do, so a backward that needs its old values raises torch's "modified by an inplace
 operation"; a leaf that requires grad is refused, and any other tensor autograd is recording gets a
@@ -168,6 +169,8 @@ class Callable:
         if not isinstance(value, torch.Tensor):
             got = "None" if value is None else type(value).__name__
             raise ArgumentError(messages.NOT_A_TENSOR.format(**arg, got=got))
+        if value.is_conj() or value.is_neg():
+            raise ArgumentError(messages.LAZY_VIEW.format(**arg, kind="conj" if value.is_conj() else "neg"))
         if want is not None and value.dtype != want:
             raise ArgumentError(messages.DTYPE.format(**arg, want=_dtype_name(want), got=_dtype_name(value.dtype)))
         if self.device == "cuda" and not value.is_cuda:
@@ -427,10 +430,9 @@ def _parameters(owner: Callable, fn: Function, names: list[str], env: dict) -> s
 def _tensor_check(i: int, p: Param, v: str, device: str, env: dict, first: bool) -> list[str]:
     """Lines checking tensor argument ``v`` (dtype, device, layout, not empty) and taking its address as ``_a<i>``."""
     dt = ctypes_map.pointer_dtype(p)
-    conds = [f"_type({v}) is not _T and not _isinstance({v}, _T)"]
-    if dt is not None:
-        env[f"_dt{i}"] = dt
-        conds.append(f"{v}.dtype is not _dt{i}")
+    env[f"_dt{i}"] = dt  # lazy views: a conjugate one is complex (only void* takes it), a negative one `.imag`
+    conds = [f"_type({v}) is not _T and not _isinstance({v}, _T)", f"{v}.is_conj() or {v}.is_neg()" if dt is None
+             else f"{v}.dtype is not _dt{i}" + (f" or {v}.is_neg()" if dt.is_floating_point else "")]
     conds.append(f"not {v}.is_cuda" if device == "cuda" else f"not {v}.is_cpu")
     conds.append(f"not {v}.is_contiguous()")
     lines = [f"    if {' or '.join(conds)}: _o._bad_tensor({i}, {v})"]

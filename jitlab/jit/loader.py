@@ -16,7 +16,7 @@ import warnings
 from jitlab import output
 from jitlab.errors import ArgumentError, JitlabError, ToolchainError
 from jitlab.jit import builder as build_mod
-from jitlab.jit import cache, locks, oplib
+from jitlab.jit import cache, locks, macros, oplib
 from jitlab.jit.flags import Options
 from jitlab.jit.launch import Callable
 
@@ -121,7 +121,8 @@ class Module:
             return f"`{name}` in {where} is not callable from Python: {skipped[name]}"
         hint = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
         msg = f"{where} has no kernel or function `{name}`"
-        return msg + (f"; did you mean `{hint[0]}`?" if hint else f"; it has: {', '.join(known) or 'nothing callable'}")
+        msg += f"; did you mean `{hint[0]}`?" if hint else f"; it has: {', '.join(known) or 'nothing callable'}"
+        return msg + (macros.hint(self.build.plan.files) if "build" in self.__dict__ and not hint else "")
 
     def __dir__(self):
         return sorted(set(super().__dir__()) | set(self.functions))

@@ -18,6 +18,9 @@ NOT_CUDA = WHERE + " takes a CUDA tensor, got one on {device}; move it with `.cu
 NOT_CPU = WHERE + " takes a CPU tensor (this is a C++ snippet), got one on {device}; use `.cpu()`"
 NOT_CONTIGUOUS = (WHERE + " takes a contiguous tensor, got a view with strides {strides}; pass `.contiguous()` "
                   "(and copy results back if it is an output)")
+#: A conjugate or negative view (``kind`` conj or neg): its memory holds the values before the lazy op.
+LAZY_VIEW = (WHERE + " got a tensor whose {kind} bit is set (`.is_{kind}()`): torch applies the {kind} lazily, so "
+             "its memory holds the values before it, which is what the code would read; pass `.resolve_{kind}()`")
 OTHER_DEVICE = WHERE + " is on {device} but earlier tensors are on {first}: put every tensor on one GPU"
 #: How to write into a tensor autograd is recording (the end of every such message).
 GRAD_FIX = "pass `.detach()` (the same memory, outside autograd) or call inside `with torch.no_grad():`"

@@ -23,6 +23,7 @@ import torch
 from jitlab.jit import codegen, ctypes_map, messages, shims
 from jitlab.jit.launch import py_name
 from jitlab.jit.parse import Function, Param
+from jitlab.jit.pyargs import pyargs
 
 # Tensor dtype → c10::ScalarType enumerator, for the dtype check of a pointer parameter.
 SCALAR_TYPES = {
@@ -54,10 +55,11 @@ def pybind_module(fns: list[Function]) -> str:
     """``PYBIND11_MODULE`` with one ``m.def`` per function, as load_inline's ``functions=`` writes it.
 
     Each function goes through ``torch::wrap_pybind_function`` (torch's errors become Python errors);
-    its docstring is its C++ signature.
+    its docstring is its C++ signature; its parameters are named, with their literal defaults
+    (:mod:`jitlab.jit.pyargs`).
     """
-    defs = "".join(f'  m.def("{fn.name}", torch::wrap_pybind_function({fn.name}), {_c_str(_signature(fn))});\n'
-                   for fn in fns)
+    defs = "".join(f'  m.def("{fn.name}", torch::wrap_pybind_function({fn.name}), {_c_str(_signature(fn))}'
+                   f'{pyargs(fn)});\n' for fn in fns)
     return "\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n" + defs + "}\n"
 
 

@@ -23,7 +23,7 @@ def _build(args) -> int:
                              cuda_cflags=args.nvcc_flag, cflags=args.cflag, compile_only=args.compile_only,
                              engine=args.engine)
         except CompileError as e:
-            print(e, file=sys.stderr)
+            print(_about(path, e), file=sys.stderr)
             status = 1
             continue
         except JitlabError as e:
@@ -42,8 +42,30 @@ def _build(args) -> int:
 
 
 def _about(path, e: Exception) -> str:
-    """An error's message, led by the path it is about unless the message names it already."""
-    return str(e) if str(path) in str(e) else f"{path}: {e}"
+    """An error's message, led by the path it is about unless the message names it already; a compile
+    error's full log is saved where the message says (a terminal has no ``err.log`` to read)."""
+    text = str(e)
+    if isinstance(e, CompileError) and e.log:
+        saved = _saved_log(path, e.log)
+        if saved:
+            text = text.replace("(the full compiler output is in this error's .log)", f"(the full compiler output: {saved})")
+    return text if str(path) in text else f"{path}: {text}"
+
+
+def _saved_log(path, log: str):
+    """``log`` written to ``<cache>/logs/<snippet>.log`` (the last failure of each snippet), or None if it cannot be."""
+    from pathlib import Path
+
+    from jitlab.jit import cachedir
+
+    try:
+        folder = cachedir.trusted_root(config.cache_dir()) / "logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        out = folder / f"{Path(str(path)).name[:100]}.log"
+        out.write_text(log)
+        return out
+    except (OSError, JitlabError):
+        return None
 
 
 def print_resources(usage: dict) -> None:
@@ -83,9 +105,6 @@ def _inspect(args) -> int:
             if (args.sass or args.raw) and arch in real:
                 print(f"\n// SASS [{arch}]" + (" (cuobjdump -sass)" if args.raw else ""))
                 print(inspect.sass(args.path, kernel=args.kernel, arch=arch, raw=args.raw), end="")
-    except CompileError as e:
-        print(e, file=sys.stderr)
-        return 1
     except JitlabError as e:
         print(_about(args.path, e), file=sys.stderr)
         return 1
@@ -124,7 +143,7 @@ def _report(path, make, ok) -> int:
     try:
         result = make()
     except JitlabError as e:
-        print(e if str(e).startswith(str(path)) else f"{path}: {e}", file=sys.stderr)
+        print(_about(path, e), file=sys.stderr)
         return 1
     print(result)
     return 0 if ok(result) else 1
@@ -157,11 +176,8 @@ def _exec(args) -> int:
     try:
         run = program.run_program(args.path, args.args, stdin=stdin, timeout=args.timeout or None, arch=args.arch,
                                   defines=defines, cflags=args.cflag, cuda_cflags=args.nvcc_flag, ldflags=args.ldflag)
-    except CompileError as e:
-        print(e, file=sys.stderr)
-        return 1
     except JitlabError as e:
-        print(e if str(e).startswith(str(args.path)) else f"{args.path}: {e}", file=sys.stderr)
+        print(_about(args.path, e), file=sys.stderr)
         return 1
     if run.timed_out:
         return 124  # as timeout(1) says it
@@ -322,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except JitlabError as e:  # every error jitlab raises on purpose says what to do: no traceback
-        print(f"jitlab {args.command}: {e}", file=sys.stderr)
+        print(f"jitlab {args.command}: {_about(getattr(args, 'path', ''), e)}", file=sys.stderr)
         return 1
 
 

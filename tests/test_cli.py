@@ -194,3 +194,13 @@ def test_a_cpp_build_is_not_called_nvcc(jl):
 
     m = jitlab.load(KERNELS / "add2_cpu.cpp")
     assert "(kernel, c++," in repr(m) and "nvcc" not in repr(m).splitlines()[0]
+
+
+def test_a_compile_error_says_where_its_full_log_is(jl, tmp_path):
+    """The command names the file holding the compiler's whole output (a terminal has no err.log), and it holds it."""
+    bad = tmp_path / "bad.cpp"
+    bad.write_text("void f(float* y) { y[0] = undefined_name; }\n")
+    r = jl("build", str(bad))
+    assert r.returncode == 1 and "undefined_name" in r.stderr and "this error's .log" not in r.stderr
+    saved = jl.cache / "logs" / "bad.cpp.log"
+    assert f"(the full compiler output: {saved})" in r.stderr and "undefined_name" in saved.read_text()

@@ -38,8 +38,9 @@ from jitlab.jit.deps import file_sha256  # cache.file_sha256 to its callers: the
 MANIFEST = "jitlab.json"
 #: Folders inside the cache that hold other caches (per-unit objects, precompiled headers), not builds.
 SUBCACHES = ("objects", "pch")
-#: Other folders jitlab writes in the cache: ``load_inline``'s sources, the measured peaks and results.
-OWN = ("inline", "results", "peaks.json", ".nvrtc.json", ".versions")
+#: Other folders jitlab writes in the cache: ``load_inline``'s sources, the measured peaks and results, the
+#: command's compile logs.
+OWN = ("inline", "results", "logs", "peaks.json", ".nvrtc.json", ".versions")
 
 
 def build_key(parts: dict) -> str:

@@ -178,9 +178,9 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
     if ext == ".cu" and not args.compile_only and not toolchain.gpu_available():  # never loadable here
         nogpu.skipped([args.name], no_gpu_message(args, line))
         return None
-    defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.define)
-    flags = {"cuda_cflags": args.flag} if ext == ".cu" else {"cflags": args.flag}
-    try:
+    defines, flags = cell_options(args, ext)
+
+    def make():
         if args.compile_only:
             b = api.build(path, arch=compile_archs(args, ext), defines=defines, compile_only=True, **flags)
             print(f"{args.name}: compiled for {', '.join(b.archs)} ({'cache hit' if b.cached else f'{b.seconds:.2f} s'})")
@@ -188,13 +188,11 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
             if args.check or args.bench:
                 print(f"(--{'bench' if args.bench else 'check'} is not run with --compile-only: nothing was loaded)")
             return b
-        m = api.load(path, arch=args.arch, defines=defines, **flags)
-    except CompileError as e:
-        print(cell_errors(e, path, cell))
-        return None
-    except JitlabError as e:
-        print(f"jitlab: {e}")
-        return None
+        return api.load(path, arch=args.arch, defines=defines, **flags)
+
+    m = shown(make, path, cell)
+    if m is None or args.compile_only:
+        return m
     namespace[args.name] = m
     state = "cache hit" if m.build.cached else f"built in {m.build.seconds:.2f} s"
     print(f"{args.name}: {state}; functions: {', '.join(m.functions)}; {how_to_call(args.name, m)}")
@@ -211,6 +209,23 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
     return m
 
 
+def cell_options(args, ext: str) -> tuple[dict, dict]:
+    """The magic line's ``-D`` macros and ``--flag`` flags as ``load``/``build`` keywords: ``(defines, flags)``."""
+    defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.define)
+    return defines, ({"cuda_cflags": args.flag} if ext == ".cu" else {"cflags": args.flag})
+
+
+def shown(make, path: Path, cell: str):
+    """``make()``, or ``None`` once its error is printed in the cell (a compile error at the cell's lines)."""
+    try:
+        return make()
+    except CompileError as e:
+        print(cell_errors(e, path, cell))
+    except JitlabError as e:
+        print(f"jitlab: {e}")
+    return None
+
+
 def run_program_cell(args, path: Path, cell: str, namespace: dict, ext: str):
     """A cell with ``main``: build the saved program and run it, its output streamed into the cell.
 
@@ -219,27 +234,24 @@ def run_program_cell(args, path: Path, cell: str, namespace: dict, ext: str):
     """
     from jitlab.worker import program as runner
 
-    defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.define)
-    flags = {"cuda_cflags": args.flag} if ext == ".cu" else {"cflags": args.flag}
+    defines, flags = cell_options(args, ext)
     idle = args.compile_only or (ext == ".cu" and not toolchain.gpu_available())
-    try:
-        if idle:
-            b = runner.build(path, arch=compile_archs(args, ext), defines=defines, **flags)
-            built = f"built ({'cache hit' if b.cached else f'{b.seconds:.2f} s'}) for {', '.join(b.archs)}"
-            if args.compile_only:
-                print(f"{args.name}: program {built}; not run: --compile-only")
-            else:
-                nogpu.skipped([], f"on a GPU this cell runs the program {args.name}, its output here; it was {built}, "
-                                  f"not run")
-            result = b
+
+    def make():
+        if not idle:
+            return runner.run_program(path, shlex.split(args.args), timeout=args.timeout or None, arch=args.arch,
+                                      defines=defines, **flags)
+        b = runner.build(path, arch=compile_archs(args, ext), defines=defines, **flags)
+        built = f"built ({'cache hit' if b.cached else f'{b.seconds:.2f} s'}) for {', '.join(b.archs)}"
+        if args.compile_only:
+            print(f"{args.name}: program {built}; not run: --compile-only")
         else:
-            result = runner.run_program(path, shlex.split(args.args), timeout=args.timeout or None, arch=args.arch,
-                                        defines=defines, **flags)
-    except CompileError as e:
-        print(cell_errors(e, path, cell))
-        return None
-    except JitlabError as e:
-        print(f"jitlab: {e}")
+            nogpu.skipped([], f"on a GPU this cell runs the program {args.name}, its output here; it was {built}, "
+                              f"not run")
+        return b
+
+    result = shown(make, path, cell)
+    if result is None:
         return None
     namespace[args.name] = result
     return result

@@ -9,12 +9,13 @@ import time
 from jitlab import config
 from jitlab.errors import CompileError, JitlabError
 from jitlab.jit import api, resources
+from jitlab.jit.flags import defines_from
 from jitlab.worker import isolate, profiler, sanitizer
 
 
 def _build(args) -> int:
 
-    defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.define or [])
+    defines = defines_from(args.define)
     status = 0
     for path in args.paths:
         t0 = time.perf_counter()
@@ -116,7 +117,7 @@ def _snippet_options(args) -> dict:
     if args.debug:
         opts["debug"] = True
     if args.define:
-        opts["defines"] = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.define)
+        opts["defines"] = defines_from(args.define)
     return opts
 
 
@@ -172,7 +173,7 @@ def _exec(args) -> int:
         print(f"jitlab exec: --stdin {args.stdin}: {e.strerror}; name a readable file, or - for this terminal's input",
               file=sys.stderr)
         return 1
-    defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.define or [])
+    defines = defines_from(args.define)
     try:
         run = program.run_program(args.path, args.args, stdin=stdin, timeout=args.timeout or None, arch=args.arch,
                                   defines=defines, cflags=args.cflag, cuda_cflags=args.nvcc_flag, ldflags=args.ldflag)

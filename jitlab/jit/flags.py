@@ -77,6 +77,11 @@ def absolute_paths(flags: list[str]) -> list[str]:
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def defines_from(items) -> dict[str, str | None]:
+    """``-D`` arguments as written on a command or magic line (``NAME`` or ``NAME=VALUE``) → a defines dict."""
+    return dict(d.split("=", 1) if "=" in d else (d, None) for d in items or ())
+
+
 def normalize_defines(defines) -> dict[str, str | None]:
     """The user's macros as the compilers get them: names checked, ``True``/``False`` as ``1``/``0``.
 

@@ -38,6 +38,11 @@ def locate(path) -> Path:
     return p
 
 
+def has_cuda(paths) -> bool:
+    """Whether a snippet (file, folder or list) has a CUDA source file."""
+    return any(p.suffix in config.CUDA_EXTS for p in collect_sources(paths))
+
+
 def collect_sources(paths) -> list[Path]:
     """Expand a file, a folder, or a list of them into the source files to build, in a stable order.
 

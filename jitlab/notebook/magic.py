@@ -31,6 +31,7 @@ from pathlib import Path
 from jitlab import config, snippets
 from jitlab.errors import CompileError, JitlabError
 from jitlab.jit import api, diagnostics, program, resources, toolchain
+from jitlab.jit.flags import defines_from
 from jitlab.jit.sources import locate
 from jitlab.notebook import nogpu
 
@@ -211,8 +212,7 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
 
 def cell_options(args, ext: str) -> tuple[dict, dict]:
     """The magic line's ``-D`` macros and ``--flag`` flags as ``load``/``build`` keywords: ``(defines, flags)``."""
-    defines = dict(d.split("=", 1) if "=" in d else (d, None) for d in args.define)
-    return defines, ({"cuda_cflags": args.flag} if ext == ".cu" else {"cflags": args.flag})
+    return defines_from(args.define), ({"cuda_cflags": args.flag} if ext == ".cu" else {"cflags": args.flag})
 
 
 def shown(make, path: Path, cell: str):

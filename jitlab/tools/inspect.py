@@ -17,11 +17,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from jitlab import config
 from jitlab.errors import ArgumentError, SnippetError
 from jitlab.jit import api, builder, cache, diagnostics, toolchain
 from jitlab.jit.flags import nvcc_command
-from jitlab.jit.sources import collect_sources, sources_by_path
+from jitlab.jit.sources import has_cuda, sources_by_path
 from jitlab.tools import listing
 from jitlab.tools.listing import count_instructions, sass_diff  # noqa: F401  (inspect's public API, as the lessons use it)
 
@@ -135,7 +134,7 @@ def resources(path, arch="sm_90", **options) -> dict:
     Raises:
         SnippetError: A C++ snippet (no CUDA kernels: it builds and runs on the CPU).
     """
-    if not any(Path(f).suffix in config.CUDA_EXTS for f in collect_sources(path)):
+    if not has_cuda(path):
         raise SnippetError(f"{path}: inspect shows the GPU resources of CUDA kernels, and this snippet is C++: it "
                            f"builds and runs on the CPU (`jitlab build {path}`, `jitlab check {path}`)")
     return api.build(path, arch=arch, compile_only=True, **options).resources

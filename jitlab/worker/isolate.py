@@ -24,7 +24,7 @@ from pathlib import Path
 from jitlab import config
 from jitlab.errors import ArgumentError, ToolchainError
 from jitlab.jit import api, toolchain
-from jitlab.jit.sources import collect_sources, locate
+from jitlab.jit.sources import has_cuda, locate
 from jitlab.judge import checker, refs
 from jitlab.worker import jobs, proc
 from jitlab.worker.jobs import Job, Outcome
@@ -226,7 +226,7 @@ def check_snippet(path, *, isolate: bool = True, timeout: float = config.CHECK_T
         options["debug"] = True
     path = locate(path)
     refs.path_for(path, ref)  # no reference: say which file is missing now, not from a worker
-    if not toolchain.gpu_available() and any(Path(f).suffix in config.CUDA_EXTS for f in collect_sources(path)):
+    if not toolchain.gpu_available() and has_cuda(path):
         raise needs_a_gpu(path, options)
     from jitlab.config import cache_dir
 

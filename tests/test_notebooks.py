@@ -265,6 +265,17 @@ def test_c_printf_reaches_the_notebook_cell(tmp_path, monkeypatch):
     assert text == "hi 0\nhi 1\nhi 2\nafter\n"
 
 
+def test_cell_text_is_what_a_front_end_shows():
+    """A closed progress widget shows nothing (its text/plain is a stand-in) and a carriage return
+    overwrites its line, as in a terminal: a slow build's progress is not counted as a cell's output."""
+    widget = {"output_type": "display_data",
+              "data": {"text/plain": "building a.cu … 2.1 s", notebooks.WIDGET_MIME: {"model_id": "x"}}}
+    stream = {"output_type": "stream", "name": "stderr",
+              "text": "building a.cu 0.5 s\rbuilding a.cu 1.0 s\rjitlab: built\nnext line\r\n"}
+    plain = {"output_type": "execute_result", "data": {"text/plain": "42"}}
+    assert notebooks.cell_text({"outputs": [widget, stream, plain]}) == "jitlab: built 1.0 s\nnext line\n42"
+
+
 def test_run_notebook_leaves_gpu_cells_out_and_names_the_failing_cell(tmp_path):
     """Without a GPU the gpu-tagged cells are dropped; a failing cell is reported with its id and error."""
     from nbformat.v4 import new_code_cell, new_notebook
@@ -287,9 +298,11 @@ def test_run_notebook_leaves_gpu_cells_out_and_names_the_failing_cell(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU test runs these notebooks whole")
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
-def test_notebook_runs_top_to_bottom_without_a_gpu(path, tmp_path):
+def test_notebook_runs_top_to_bottom_without_a_gpu(path, tmp_path, monkeypatch):
     """Every cell runs in order with nbclient, in a copy (kernels/ is left as it was), with no traceback
-    anywhere: each gpu-tagged cell prints exactly one line, that it needs a GPU, and no other cell does."""
+    anywhere: each gpu-tagged cell prints exactly one line, that it needs a GPU, and no other cell does.
+    Every build shows its progress (as a slow machine's would), so progress is never taken for output."""
+    monkeypatch.setenv("JITLAB_PROGRESS_AFTER", "0")
     before = _digest(KERNELS)
     run = notebooks.run_notebook(path, tmp_path / "work")
     assert run.ran > 1 and run.skipped == 0
@@ -299,7 +312,8 @@ def test_notebook_runs_top_to_bottom_without_a_gpu(path, tmp_path):
         text = notebooks.cell_text(c)
         assert not any(o.output_type == "error" for o in c.outputs) and "Traceback" not in text, (c.source, text)
         if notebooks.is_gpu_cell(c):
-            lines = [line for line in text.splitlines() if not line.startswith("jitlab: build")]  # progress
+            lines = [line for line in text.splitlines()  # less progress lines and what a closed bar left
+                     if line.strip() and not line.startswith(("jitlab: building ", "jitlab: built "))]
             assert len(lines) == 1 and lines[0].startswith(nogpu.PREFIX), (c.source, text)
         else:
             assert nogpu.PREFIX not in text, (c.source, text)

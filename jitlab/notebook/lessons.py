@@ -113,14 +113,35 @@ class NotebookRun:
 
 
 def cell_text(cell) -> str:
-    """What a code cell printed and showed as text (streams, text/plain results, error names and values)."""
+    """What a code cell shows as text, as a notebook front end shows it.
+
+    Streams, ``text/plain`` results, and error names and values, with two front-end rules applied:
+    a carriage return overwrites its line (a terminal-style progress line leaves its last state), and an
+    output that is a widget view is the widget, not its ``text/plain`` stand-in (a progress widget that
+    closes leaves nothing behind).
+    """
     out = []
     for o in cell.get("outputs", []):
         if o.get("output_type") == "error":
             out.append(f"{o.get('ename')}: {o.get('evalue')}\n" + "\n".join(o.get("traceback", [])))
-        else:
+        elif WIDGET_MIME not in o.get("data", {}):
             out.append(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")))
-    return "".join(out)
+    return _overwrite_returns("".join(out))
+
+
+#: The MIME type of an output that shows an ipywidgets widget.
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def _overwrite_returns(text: str) -> str:
+    """Each line as a terminal leaves it: text after a carriage return overwrites the line from its start."""
+    lines = []
+    for line in text.replace("\r\n", "\n").split("\n"):
+        shown = ""
+        for part in line.split("\r"):
+            shown = part + shown[len(part):]
+        lines.append(shown)
+    return "\n".join(lines)
 
 
 def is_gpu_cell(cell) -> bool:

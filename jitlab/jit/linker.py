@@ -42,7 +42,7 @@ def link(objects: list[Object], name: str, folder: Path, flags: Flags) -> Path:
         subprocess.run([cxx, "-c", "-fPIC", str(init), "-o", str(folder / "init.o")], check=True)
         inputs.append(folder / "init.o")
     so = folder / f"{name}.so"
-    cmd = [cxx, "-shared", "-o", str(so), *map(str, inputs), *flags.ld]
+    cmd = [cxx, "-shared", *toolchain.linker_flags(flags.ld), "-o", str(so), *map(str, inputs), *flags.ld]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     log.append(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
     (folder / "link.log").write_text("\n".join(log))

@@ -208,5 +208,5 @@ def _link_line(folder: Path) -> str:
     """The link command of a build: the split build's ``link.log``, or torch's ``build.ninja``'s ldflags."""
     log = folder / "link.log"
     if log.is_file():
-        return log.read_text().splitlines()[0]
+        return next(line for line in log.read_text().splitlines() if " -shared " in line)
     return next(line for line in (folder / "build.ninja").read_text().splitlines() if line.startswith("ldflags"))

@@ -1,8 +1,7 @@
 """Linking: a build's cached objects → the importable module, or one relocatable object.
 
-``link`` makes ``<name>.so`` from the objects with a small init object that forwards
-``PyInit_<name>`` to the binding object's module init (so host objects never depend on the build's
-name); ``relocatable`` keeps them as one ``ld -r`` object for compile-only builds. Both go through
+``link`` makes ``<name>.so`` from the objects, defining ``PyInit_<name>`` as the binding object's
+module init at link time (``--defsym``, so host objects never depend on the build's name); ``relocatable`` keeps them as one ``ld -r`` object for compile-only builds. Both go through
 ``linkable``, which makes global, in copies of the device objects, exactly the file-local symbols
 nvcc left that the host units refer to by name.
 """
@@ -22,8 +21,8 @@ from jitlab.jit.symbols import demangle, local_symbols
 def link(objects: list[Object], name: str, folder: Path, flags: Flags) -> Path:
     """Link the objects into ``folder/<name>.so``, importable as ``name``.
 
-    A small init object forwards ``PyInit_<name>`` to the binding object's module init, so the host
-    objects never depend on the build's name.
+    The linker defines ``PyInit_<name>`` as the binding object's module init (``--defsym``), so the
+    host objects never depend on the build's name.
 
     Returns:
         The shared library.
@@ -34,13 +33,8 @@ def link(objects: list[Object], name: str, folder: Path, flags: Flags) -> Path:
     cxx = toolchain.require_tool(toolchain.cxx_path(), "c++")
     inputs, log = linkable(objects, folder)
     module = next((o for o in objects if o.unit.module), None)
-    if module is not None:
-        init = folder / "init.cpp"
-        init.write_text(f'extern "C" void* PyInit_{module.extension}();\n'
-                        f'extern "C" __attribute__((visibility("default"))) void* PyInit_{name}() '
-                        f'{{ return PyInit_{module.extension}(); }}\n')
-        subprocess.run([cxx, "-c", "-fPIC", str(init), "-o", str(folder / "init.o")], check=True)
-        inputs.append(folder / "init.o")
+    if module is not None:  # PyInit_<name> is another name for the binding object's init, made by the linker
+        inputs.append(f"-Wl,--defsym=PyInit_{name}=PyInit_{module.extension}")
     so = folder / f"{name}.so"
     cmd = [cxx, "-shared", *toolchain.linker_flags(flags.ld), "-o", str(so), *map(str, inputs), *flags.ld]
     proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -33,3 +33,69 @@ def test_a_define_torch_uses_is_named_in_the_build_notes(use_shared_cache, write
     note = next(n for n in m.build.notes if "without the precompiled torch header" in n)
     assert "`SCALE`" in note and "twice.cpp" in note
     assert "the macro `SCALE`" in capfd.readouterr().err
+
+
+def _tiny_set(folder):
+    """A stand-in for a precompiled header set (making torch's takes 30 s): an artifact and its header text."""
+    (folder / "jitlab_torch.h").write_text("#pragma once\nint jitlab_tiny();\n")
+    gch = folder / "jitlab_torch.h.gch"
+    gch.write_bytes(b"\0" * 4096)
+    return gch
+
+
+@pytest.fixture
+def own_pch_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("JITLAB_PCH_DIR", str(tmp_path / "pch"))
+    return tmp_path / "pch"
+
+
+def test_a_spoiled_header_text_beside_a_precompiled_set_is_made_again(own_pch_dir):
+    """The header text GCC falls back to is hashed on every use: one edited after the set was made is
+    never compiled; the set is made again."""
+    made = []
+
+    def make(folder):
+        made.append(folder)
+        return _tiny_set(folder)
+
+    gch = pch._made_once("tiny-full-0123456789abcdef", make, content=False, companions=("jitlab_torch.h",))
+    assert pch._made_once("tiny-full-0123456789abcdef", make, content=False, companions=("jitlab_torch.h",)) == gch
+    assert len(made) == 1
+    gch.with_name("jitlab_torch.h").write_text('#pragma once\n#define TORCH_CHECK(...) system("curl evil")\n')
+    pch._made_once("tiny-full-0123456789abcdef", make, content=False, companions=("jitlab_torch.h",))
+    assert len(made) == 2 and "evil" not in gch.with_name("jitlab_torch.h").read_text()
+
+
+def test_a_precompiled_set_written_after_it_was_made_is_made_again(own_pch_dir):
+    """A set is too large to hash on every use; its stamp (inode, change time) is checked instead, so a
+    write of the same size is seen and the set is made again."""
+    made = []
+
+    def make(folder):
+        made.append(folder)
+        return _tiny_set(folder)
+
+    gch = pch._made_once("tiny-full-fedcba9876543210", make, content=False, companions=("jitlab_torch.h",))
+    with open(gch, "r+b") as f:
+        f.write(b"spoiled")
+    assert gch.stat().st_size == 4096
+    pch._made_once("tiny-full-fedcba9876543210", make, content=False, companions=("jitlab_torch.h",))
+    assert len(made) == 2 and gch.read_bytes() == b"\0" * 4096
+
+
+def test_a_link_in_place_of_a_companion_is_not_followed(own_pch_dir, tmp_path):
+    """A companion replaced by a symbolic link (to text someone else controls) makes the set again."""
+    made = []
+
+    def make(folder):
+        made.append(folder)
+        return _tiny_set(folder)
+
+    gch = pch._made_once("tiny-full-00112233445566ff", make, content=False, companions=("jitlab_torch.h",))
+    header = gch.with_name("jitlab_torch.h")
+    elsewhere = tmp_path / "theirs.h"
+    elsewhere.write_text(header.read_text())  # the same text, but not this entry's file
+    header.unlink()
+    header.symlink_to(elsewhere)
+    pch._made_once("tiny-full-00112233445566ff", make, content=False, companions=("jitlab_torch.h",))
+    assert len(made) == 2 and not header.is_symlink()

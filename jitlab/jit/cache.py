@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 import warnings
@@ -118,19 +119,59 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def verify_artifact(folder: Path, manifest: dict, content: bool = True) -> str | None:
-    """Why the manifest's artifact cannot be trusted, or ``None`` if it matches its recorded size and
-    (with ``content``) hash."""
+    """Why the manifest's artifact cannot be trusted, or ``None`` if it matches its record.
+
+    The artifact must be a plain file of the entry's own folder, owned by someone this user trusts
+    (:func:`cachedir.untrusted`), of its recorded size and (with ``content``) hash. An artifact too large
+    to hash on every use (``content=False``: a precompiled header) is held to its ``stamp`` instead: its
+    inode and change time, which only the kernel sets, so any write to it after it was made shows. The
+    entry's small ``companions`` (name → SHA-256: the header text beside a precompiled header) are hashed
+    on every check.
+    """
     name = manifest.get("artifact")
-    if not isinstance(name, str) or not name or Path(name).name != name or name in (".", ".."):
+    if not _own_file_name(name):
         return f"its artifact {name!r} is not a file of the build's own folder"
     art = folder / name
-    if art.is_symlink() or not art.is_file():
-        return f"{art.name or 'artifact'} is missing"
-    if art.stat().st_size != manifest.get("size"):
-        return f"{art.name} has {art.stat().st_size} bytes, expected {manifest.get('size')}"
+    problem = _plain_trusted_file(art)
+    if problem:
+        return problem
+    st = art.stat()
+    if st.st_size != manifest.get("size"):
+        return f"{art.name} has {st.st_size} bytes, expected {manifest.get('size')}"
     if content and file_sha256(art) != manifest.get("sha256"):
         return f"{art.name} does not match its recorded hash"
+    if not content and [st.st_ino, st.st_ctime_ns] != manifest.get("stamp"):
+        return f"{art.name} was changed after it was made"
+    companions = manifest.get("companions", {})
+    for other, digest in (companions.items() if isinstance(companions, dict) else [(None, None)]):
+        if not _own_file_name(other):
+            return f"its companion file {other!r} is not a file of the build's own folder"
+        problem = _plain_trusted_file(folder / other)
+        if problem or file_sha256(folder / other) != digest:
+            return problem or f"{other} was changed after it was made"
     return None
+
+
+def stamp_of(path: Path) -> list[int]:
+    """A file's inode and change time (:func:`verify_artifact`'s ``stamp``): any later write changes it."""
+    st = os.lstat(path)
+    return [st.st_ino, st.st_ctime_ns]
+
+
+def _own_file_name(name) -> bool:
+    return isinstance(name, str) and bool(name) and Path(name).name == name and name not in (".", "..")
+
+
+def _plain_trusted_file(path: Path) -> str | None:
+    """Why ``path`` is not a plain file this user may trust (missing, a link, someone else's), or ``None``."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return f"{path.name or 'artifact'} is missing"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path.name} is missing" if not stat.S_ISLNK(st.st_mode) else f"{path.name} is a link"
+    problem = cachedir.untrusted(st)
+    return f"{path.name}: {problem}" if problem else None
 
 
 def trusted_manifest(folder: Path, content: bool = True) -> dict | None:

@@ -119,10 +119,11 @@ def precompiled_header(flags: Flags, cuda: bool, headers: str = "full") -> Path:
                   "-o", str(gch), *cxx], folder, "precompiling torch's headers")
         return gch
 
-    # Trusted by its size, not its hash: hashing 0.5-0.8 GB took ~0.5 s per host unit, cache hits
-    # included. A set cut short has another size; GCC checks the compiler and flags a set was made
-    # with itself (-Winvalid-pch: one it cannot use is read as the header text, slower, never wrong).
-    return _made_once(name, make, content=False).with_name("jitlab_torch.h")
+    # Trusted by its size and stamp (inode, change time), not its hash: hashing 0.5-0.8 GB took ~0.5 s
+    # per host unit, cache hits included. A set written to after it was made has another stamp; GCC
+    # checks the compiler and flags a set was made with itself (-Winvalid-pch), and one it cannot use
+    # is read as the header text beside it, which is hashed on every use: slower, never someone else's.
+    return _made_once(name, make, content=False, companions=("jitlab_torch.h",)).with_name("jitlab_torch.h")
 
 
 def declared_names(flags: Flags, cuda: bool, headers: str) -> frozenset[str]:
@@ -221,14 +222,17 @@ def _describe(kind: str, flags: Flags, cuda: bool, headers: str) -> tuple[str, l
     return text, cxx, f"{kind}-{headers}-{key}"
 
 
-def _made_once(name: str, make: Callable[[Path], Path], content: bool = True) -> Path:
+def _made_once(name: str, make: Callable[[Path], Path], content: bool = True, companions=()) -> Path:
     """The artifact of the entry ``name`` in the pch folder: ``make(folder)`` writes it on a miss, under
-    the entry's lock, and the manifest is written last. ``content``: check its hash, not only its size."""
+    the entry's lock, and the manifest is written last. ``content``: check its hash on every use, not
+    only its size and stamp. ``companions``: names of small files ``make`` writes beside it, hashed on
+    every use (the header text GCC would read if the precompiled header were spoiled)."""
 
     def made(target: str, folder: Path) -> dict:
         t0 = time.perf_counter()
         artifact = make(folder)
         return {"artifact": artifact.name, "size": artifact.stat().st_size, "sha256": cache.file_sha256(artifact),
+                "stamp": cache.stamp_of(artifact), "companions": {c: cache.file_sha256(folder / c) for c in companions},
                 "seconds": round(time.perf_counter() - t0, 2)}
 
     def waiting():

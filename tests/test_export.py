@@ -560,6 +560,7 @@ EXTRA_CPP = """
 double total(const double* x, int n) { double s = 0; for (int i = 0; i < n; ++i) s += x[i]; return s; }
 void check_positive(int n) { if (n < 0) throw std::invalid_argument("n must be >= 0"); }
 int count_true(const bool* b, unsigned char n) { int c = 0; for (int i = 0; i < n; ++i) c += b[i]; return c; }
+int first_byte(const void* p) { return *static_cast<const unsigned char*>(p); }
 """
 
 
@@ -588,7 +589,9 @@ def test_kernel_only_cpp_package_builds_in_place_and_checks_arguments(tmp_path):
                lambda: k.add2_cpu(torch.zeros(5, requires_grad=True), a, b, 5),
                lambda: k.add2_cpu(c, a, b, 2.5),
                lambda: k.count_true(torch.ones(3, dtype=torch.bool), 300),
-               lambda: k.check_positive(-1)]
+               lambda: k.check_positive(-1),
+               lambda: k.first_byte(torch.tensor([1 + 2j]).conj()),
+               lambda: k.add2_cpu(c, torch.tensor([1j] * 5).conj().imag, b, 5)]
         for f in bad:
             try:
                 f()
@@ -611,7 +614,11 @@ def test_kernel_only_cpp_package_builds_in_place_and_checks_arguments(tmp_path):
     assert lines[7].startswith("TypeError add2_cpu(): incompatible function arguments")  # pybind: no float for int64_t
     assert lines[8] == "ValueError count_true(): argument 2 `n` (unsigned char) must be in [0, 255], got 300; use a wider C type (int64_t) in the snippet"
     assert lines[9] == "RuntimeError check_positive() raised a C++ exception: n must be >= 0"
-    assert lines[10] == "add2_cpu(c: Tensor[float32, cpu, out], a: Tensor[float32, cpu, in], b: Tensor[float32, cpu, in], n: int)"
+    assert lines[10] == ("ValueError first_byte(): argument 1 `p` (const void*) got a tensor whose conj bit is set "
+                         "(`.is_conj()`): torch applies the conj lazily, so its memory holds the values before it, "
+                         "which is what the code would read; pass `.resolve_conj()`")
+    assert lines[11].startswith("ValueError add2_cpu(): argument 2 `a` (const float*) got a tensor whose neg bit is set")
+    assert lines[12] == "add2_cpu(c: Tensor[float32, cpu, out], a: Tensor[float32, cpu, in], b: Tensor[float32, cpu, in], n: int)"
 
 
 CUDA_LIBS_MISSING = ("cannot find -lc10_cuda", "cannot find -ltorch_cuda")

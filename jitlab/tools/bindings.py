@@ -107,6 +107,7 @@ def check_messages() -> dict[str, str]:
         "not_cpu": _cxx(m.NOT_CPU, device="t.device()"),
         "not_contiguous": _cxx(m.NOT_CONTIGUOUS, strides="strides_of(t)"),
         "written_leaf": _cxx(m.WRITTEN_LEAF),
+        "lazy_view": _cxx(m.LAZY_VIEW, kind='(t.is_conj() ? "conj" : "neg")'),
         "other_device": _cxx(m.OTHER_DEVICE, device="t.device()", first="device"),
         "int_range": _cxx(m.INT_RANGE, lo=limit.format("min"), hi=limit.format("max"), value="std::to_string(v)"),
         "no_config": _cxx(m.NO_CONFIG),

@@ -40,9 +40,9 @@ namespace {
   return out + (t.dim() == 1 ? ",)" : ")");
 }
 
-// A pointer parameter's tensor: the dtype of its C type, on the snippet's device, contiguous, and an
-// output (non-const pointer) not a leaf that requires grad while autograd records (as torch's in-place
-// ops refuse it).
+// A pointer parameter's tensor: the dtype of its C type, on the snippet's device, its values in its
+// memory (no lazy conjugate or negative bit), contiguous, and an output (non-const pointer) not a leaf
+// that requires grad while autograd records (as torch's in-place ops refuse it).
 [[maybe_unused]] void check_tensor(const at::Tensor& t, const char* fn, int i, const char* name, const char* ctype,
                   bool any_dtype, c10::ScalarType dtype, c10::DeviceType device, bool output) {
   TORCH_CHECK_TYPE(t.defined(),
@@ -56,6 +56,8 @@ namespace {
     TORCH_CHECK_VALUE(t.device().type() == device,
                       $not_cpu);
   }
+  TORCH_CHECK_VALUE(!t.is_conj() && !t.is_neg(),
+                    $lazy_view);
   TORCH_CHECK_VALUE(t.is_contiguous(),
                     $not_contiguous);
   TORCH_CHECK_VALUE(!(output && t.requires_grad() && t.is_leaf() && c10::GradMode::is_enabled()),

@@ -39,3 +39,11 @@ def test_a_macro_beside_written_kernels_is_named(write):
     f = parse_file(write("mixed.cu", "__global__ void k0(float* y) { y[0] = 0; }\n" + MADE.lstrip("\n")))
     assert [fn.name for fn in f.functions] == ["k0"]
     assert macros.kernel_macros([f]) == ["MAKE (mixed.cu:2)"]
+
+
+def test_a_kernel_macro_from_an_included_header_is_named(cache, write):
+    """The macro may live in a header of the snippet's folder: the error names it there."""
+    write("make_kernels.h", "#pragma once\n" + MADE.lstrip("\n").split("MAKE(k1")[0])
+    p = write("uses_header.cu", '#include "make_kernels.h"\nMAKE(k1, 1.0f)\n')
+    with pytest.raises(jitlab.SnippetError, match=r"the macro MAKE \(make_kernels.h:2\) defines kernels"):
+        jitlab.build(p, compile_only=True, arch=["sm_75"])

@@ -14,11 +14,11 @@ import torch
 from torch.utils import cpp_extension
 
 import jitlab
-from jitlab.jit import toolchain
+from jitlab.jit import linker, toolchain
 
 # The cached functions themselves (a test may replace the module attribute with a lambda).
 CACHED = [toolchain._nvcc_path, toolchain._nvcc_version, toolchain._cxx_path, toolchain._cxx_version,
-          toolchain._runtime_ldflags, toolchain._cuda_home, toolchain._linker_flags]
+          toolchain._runtime_ldflags, toolchain._cuda_home, linker._linker_flags]
 REAL = {name: shutil.which(name) for name in ("c++", "g++", "nvcc", "ninja")}
 
 
@@ -179,7 +179,7 @@ def test_usual_compiler_needs_no_extra_link_input():
 def test_link_uses_a_fast_linker_and_the_module_loads(cache, write, monkeypatch, fresh_toolchain):
     """Where gold (or lld, mold) is installed the module is linked with it, and it loads and runs."""
     monkeypatch.delenv("JITLAB_LINKER", raising=False)
-    flag = toolchain.linker_flags()
+    flag = linker.linker_flags()
     assert flag and flag[0].startswith("-fuse-ld=")
     snippet = write("twice_ld.cpp", "int twice(int x) { return 2 * x; }\n")
     assert jitlab.load(snippet).twice(21) == 42
@@ -190,10 +190,10 @@ def test_linker_default_and_a_missing_one(monkeypatch, fresh_toolchain):
     """JITLAB_LINKER=default keeps the compiler's own linker; a linker that is not installed warns with the
     fix and falls back to the default."""
     monkeypatch.setenv("JITLAB_LINKER", "default")
-    assert toolchain.linker_flags() == []
+    assert linker.linker_flags() == []
     monkeypatch.setenv("JITLAB_LINKER", "no-such-linker")
     with pytest.warns(UserWarning, match="cannot link with it.*unset JITLAB_LINKER"):
-        assert toolchain.linker_flags() == []
+        assert linker.linker_flags() == []
 
 
 def test_the_snippets_own_linker_choice_wins(cache, write, fresh_toolchain):

@@ -17,9 +17,13 @@ _DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)((?:\\\n|[^\n])*)", re.MUL
 
 
 def kernel_macros(files: list[SourceFile]) -> list[str]:
-    """``NAME (file:line)`` for each ``#define`` whose body declares a ``__global__`` function."""
-    return [f"{m.group(1)} ({f.path.name}:{f.text.count(chr(10), 0, m.start()) + 1})"
-            for f in files for m in _DEFINE.finditer(f.text) if re.search(r"\b__global__\b", m.group(2))]
+    """``NAME (file:line)`` for each ``#define`` whose body declares a ``__global__`` function, in the
+    files or in the headers they include (``#include "..."``) from their own folders."""
+    texts = [(f.path, f.text) for f in files]
+    headers = dict.fromkeys(f.path.parent / inc for f in files for inc in f.local_includes)
+    texts += [(h, h.read_text(errors="replace")) for h in headers if h.is_file()]
+    return [f"{m.group(1)} ({path.name}:{text.count(chr(10), 0, m.start()) + 1})"
+            for path, text in texts for m in _DEFINE.finditer(text) if re.search(r"\b__global__\b", m.group(2))]
 
 
 def hint(files: list[SourceFile]) -> str:

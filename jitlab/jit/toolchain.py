@@ -17,7 +17,6 @@ from pathlib import Path
 
 import torch
 
-from jitlab import config
 from jitlab.errors import ToolchainError
 
 #: Where torch looks for CUDA when neither the environment nor PATH names it.
@@ -170,42 +169,6 @@ def _runtime_ldflags(cxx: str | None) -> tuple[str, ...]:
                       f"set CXX to a compiler with a shared libstdc++ (e.g. the system's g++)", stacklevel=3)
         return ()
     return (loaded,)
-
-
-#: Linkers tried for the split build's final link, fastest first: each links a module against libtorch in
-#: ~0.1 s where GNU ld takes ~0.26 s (2 cores), a tenth of a torch-style edit.
-FAST_LINKERS = ("mold", "lld", "gold")
-
-
-def linker_flags(ldflags=()) -> list[str]:
-    """``["-fuse-ld=NAME"]`` for the fastest linker the C++ compiler can use, or ``[]`` for its default.
-
-    ``[]`` too when the build's own ``ldflags`` choose a linker (``-fuse-ld=...``): the user's choice wins.
-
-    ``$JITLAB_LINKER`` names one (``gold``, ``lld``, ``mold``) or ``default`` for the compiler's own; unset,
-    the first of :data:`FAST_LINKERS` the compiler finds is used (asked once per process and
-    compiler: ``-Wl,--version``, a few milliseconds).
-    """
-    if any(str(f).startswith("-fuse-ld=") for f in ldflags):
-        return []
-    return list(_linker_flags(cxx_path(), config.getenv("JITLAB_LINKER").strip().lower()))
-
-
-@functools.cache
-def _linker_flags(cxx: str | None, wanted: str) -> tuple[str, ...]:
-    if not cxx or wanted in ("default", "bfd", "ld"):
-        return ()
-    for name in ((wanted,) if wanted else FAST_LINKERS):
-        flag = f"-fuse-ld={name}"
-        if subprocess.run([cxx, flag, "-Wl,--version"], capture_output=True).returncode == 0:  # runs only the linker
-            return (flag,)
-    if wanted:
-        import warnings
-
-        warnings.warn(f"jitlab: JITLAB_LINKER={wanted!r}: {cxx} cannot link with it; using its default linker "
-                      f"(unset JITLAB_LINKER, or name one of {', '.join(FAST_LINKERS)} that is installed)",
-                      stacklevel=3)
-    return ()
 
 
 def _loaded_library(stem: str) -> str | None:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -285,3 +286,15 @@ def test_run_summary_and_the_original_alias(tmp_path):
             "1 compiled, 0 failed") in out.stdout
     variants = [json.loads(line)["variant"] for line in (tmp_path / "cache" / "results" / "add2_cpu.jsonl").open()]
     assert variants == ["original = add2_cpu_fast", "add2_cpu_slow"]
+
+
+def test_a_no_verdict_cell_keeps_the_run_table_aligned(capsys):
+    """`jitlab run` prints its table a row at a time, widths set first: a "machine busy" cell fits its
+    column, so the build time and detail stay under their headers."""
+    busy = benchmark.Comparison("torch eager, 1 thread", 1.2, 0.5, 3.0, "busy", "load 12.3 on 16 cores")
+    table = runner.Table.for_kernels([SimpleNamespace(name="add2_cpu")], compiled=False)
+    cells = ["add2_cpu", "original", "ok", "1000003", "274.09 µs", "44 GB/s", "", busy.cell(), "", "0.5 s", "cached"]
+    table.print_header()
+    table._print(cells)
+    head, row = capsys.readouterr().out.splitlines()
+    assert head.index("build") == row.index("0.5 s") and head.index("detail") == row.index("cached")

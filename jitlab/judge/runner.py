@@ -206,7 +206,8 @@ class Table:
         """Widths for these kernels' rows: versions are named ``<op>_kernelN``, times like ``123.4 µs``;
         without ``compiled`` (no torch.compile timings: CPU, ``--no-bench``) that column is left out."""
         name = max(len(k.name) for k in kernels)
-        ratio = len("0.06× (0.05–0.07; 16.91× slower)")
+        ratio = max(map(len, ("0.06× (0.05–0.07; 16.91× slower)", "within noise: no verdict (0.80–1.30×)",
+                              "machine busy: no verdict (load 12.3 on 16 cores)")))
         return cls([name, name + len("_kernel1"), len("compiled"), len("268435456"), len("123.45 ms"),
                     len("41.3 TFLOP/s"), len("62% fp32 matmul"), ratio, ratio, len("123.4 s"), 0], compiled)
 

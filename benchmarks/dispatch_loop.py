@@ -12,10 +12,15 @@ double, half and bfloat16 after its time is taken, and a wrong one stops the run
 * cold       a new snippet with the headers made (fresh object cache)
 * edit       a kernel-body edit (a constant), mean of two
 * host edit  a host-function edit (the block size)
+* linker     (``--linker``) kernel-body edits linked by the compiler's default linker (GNU ld) and by the
+             one jitlab picks (gold, lld or mold), interleaved, same run
+
+``--no-plain`` leaves ``load_inline`` out (its steps take ~50 s each; the figures of a run with it
+are in docs/benchmarks.md).
 
 Targets (issue "Every way people write CUDA for PyTorch runs unchanged", H100): edit <= 2 s, host edit <= 5 s.
 
-    PYTHONPATH=. python benchmarks/dispatch_loop.py [--form functions|module|both]
+    PYTHONPATH=. python benchmarks/dispatch_loop.py [--form functions|module|both] [--no-plain] [--linker]
 """
 
 from __future__ import annotations
@@ -123,25 +128,37 @@ class Plain:
         return dt
 
 
-def measure(form: str, work: Path) -> tuple[dict, dict, list[str]]:
+def measure(form: str, work: Path, plain_too: bool = True, linkers: bool = False) -> tuple[dict, dict, list[str]]:
     """Each step both ways, interleaved so that drifting machine load hits both alike."""
     os.environ["JITLAB_PCH_DIR"] = str(work / "pch")
     os.environ["JITLAB_CACHE_DIR"] = str(work / f"cache-pch-{form}")
     j, p, notes = {}, {}, []
     jit, plain = Jitlab(form, work), Plain(form, work)
+    maybe = plain.step if plain_too else (lambda *a: None)
     j["pch"] = jit.step(1)
     os.environ["JITLAB_CACHE_DIR"] = str(work / f"cache-{form}")  # fresh objects, the headers kept
-    j["cold"], p["cold"] = jit.step(4), plain.step(4)
+    j["cold"], p["cold"] = jit.step(4), maybe(4)
     je, pe = [], []
     for c in (2, 3):
-        pe.append(plain.step(c))
+        pe.append(maybe(c))
         je.append(jit.step(c))
         notes.append(f"edit to {c}: units compiled {sorted(k for k, v in jit.units.items() if not v)}")
-    j["edit"], p["edit"] = sum(je) / 2, sum(pe) / 2
-    p["host edit"], j["host edit"] = plain.step(3, 128), jit.step(3, 128)
+    j["edit"], p["edit"] = sum(je) / 2, (sum(pe) / 2 if plain_too else None)
+    p["host edit"], j["host edit"] = maybe(3, 128), jit.step(3, 128)
     notes.append(f"host edit: units compiled {sorted(k for k, v in jit.units.items() if not v)}; "
                  f"header sets {jit.sets}; build notes {jit.notes}")
-    return j, p, notes
+    if linkers:
+        by = {"default": [], "": []}
+        for c in range(5, 13):  # edits alternate between GNU ld and jitlab's pick
+            os.environ["JITLAB_LINKER"] = "default" if c % 2 else ""
+            by[os.environ["JITLAB_LINKER"]].append(jit.step(c, 128))
+        os.environ.pop("JITLAB_LINKER")
+        j["edit, ld"], j["edit, fast"] = (sorted(by["default"])[len(by["default"]) // 2],
+                                          sorted(by[""])[len(by[""]) // 2])
+        from jitlab.jit import linker
+
+        notes.append(f"linker: jitlab picks {linker.linker_flags() or 'the default'}; medians of 4 edits each")
+    return j, {k: v for k, v in p.items() if v is not None}, notes
 
 
 def table(rows: list[tuple[str, dict, dict]]) -> str:
@@ -158,6 +175,8 @@ def table(rows: list[tuple[str, dict, dict]]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--form", choices=("functions", "module", "both"), default="both")
+    ap.add_argument("--no-plain", action="store_true", help="leave plain load_inline out (jitlab's steps only)")
+    ap.add_argument("--linker", action="store_true", help="also time edits with GNU ld against jitlab's linker")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("dispatch_loop.py needs a CUDA GPU (and a CUDA build of torch)")
@@ -168,7 +187,7 @@ def main() -> None:
         for form in forms:
             work = Path(tmp) / form
             work.mkdir()
-            j, p, notes = measure(form, work)
+            j, p, notes = measure(form, work, plain_too=not args.no_plain, linkers=args.linker)
             rows.append((f"dispatch ({form})", j, p))
             for n in notes:
                 print(f"{form}: {n}")

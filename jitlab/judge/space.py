@@ -157,6 +157,21 @@ class Space:
         return int(self._shared(config)) if self._shared else 0
 
 
+def axes_from(items) -> dict[str, list]:
+    """``NAME=V1,V2,...`` items, as written after ``-D`` on the command line, as axes (numbers as numbers).
+
+    Raises:
+        SnippetError: An item without values (the message shows the form).
+    """
+    axes = {}
+    for item in items or ():
+        name, sep, values = item.partition("=")
+        if not sep or not values:
+            raise SnippetError(f"-D {item}: give a define's values as NAME=V1,V2,... (e.g. -D BLOCK=128,256,512)")
+        axes[name.strip()] = [int(v) if v.strip().lstrip("-").isdigit() else v.strip() for v in values.split(",")]
+    return axes
+
+
 def config_key(config: dict | None) -> str:
     """A configuration as one canonical string (the store's key): ``{"BLOCK": 256, "ITEMS": 4}``."""
     return json.dumps(config, sort_keys=True)

@@ -73,6 +73,11 @@ class Record:
         """What identifies the point: a rerun with the same key skips it."""
         return self.kernel, config_key(self.config), json.dumps(self.size), self.device
 
+    def __str__(self) -> str:
+        """One line: ``[0] size 4096 {"BLOCK": 256}: ok 0.0123 ms`` (or the reason it was not timed)."""
+        what = f"{self.median_ms:.4g} ms" if self.median_ms is not None else (self.reason.splitlines() or [""])[0][:90]
+        return f"[{self.gpu}] size {self.size} {config_key(self.config) if self.config else 'torch'}: {self.status} {what}"
+
     @classmethod
     def from_dict(cls, d: dict) -> Record:
         known = set(cls.__dataclass_fields__)

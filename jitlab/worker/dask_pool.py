@@ -30,17 +30,20 @@ from jitlab.worker.jobs import Job, Outcome
 from jitlab.worker.pool import Slot, identify, run_guarded
 
 
-def run_on_worker(job: Job, timeout: float, devices: dict | None) -> tuple[str, Outcome]:
+def run_on_worker(job: Job, timeout: float, devices: dict | None, timing: bool) -> tuple[str, Outcome]:
     """A Dask task: run ``job`` in this Dask worker's jitlab worker process; ``(worker name, outcome)``.
 
     Args:
         devices: Worker name → ``CUDA_VISIBLE_DEVICES`` for a cluster jitlab started; None: the
-            jitlab process inherits the Dask worker's own environment.
+            jitlab process inherits the Dask worker's own GPU.
+        timing: Asynchronous launches for timing; checks launch blocking (see :func:`jitlab.worker.pool.local_slots`).
     """
     from distributed import get_worker  # lazy: runs where Dask is
 
     name = str(get_worker().name)
-    env = {"CUDA_VISIBLE_DEVICES": devices[name], "CUDA_LAUNCH_BLOCKING": "0"} if devices else {}
+    env = {"CUDA_LAUNCH_BLOCKING": "0" if timing else "1"}
+    if devices:
+        env["CUDA_VISIBLE_DEVICES"] = devices[name]
     return name, run_guarded(isolate.worker(**env), job, timeout)
 
 
@@ -71,32 +74,34 @@ class DaskPool:
         cluster: The ``LocalCluster`` to close with the pool, if jitlab started it.
     """
 
-    def __init__(self, client, devices: dict | None = None, cluster=None):
-        self.client, self.devices, self._cluster = client, devices, cluster
+    def __init__(self, client, devices: dict | None = None, cluster=None, timing: bool = True):
+        self.client, self.devices, self._cluster, self.timing = client, devices, cluster, timing
         self.slots: list[Slot] = []
 
     @classmethod
-    def local(cls, gpus) -> DaskPool:
-        """A local Dask cluster in this process with one worker per GPU (a count or numbers), each ``GPU=1``."""
+    def local(cls, gpus, timing: bool = True) -> DaskPool:
+        """A local Dask cluster in this process with one worker per GPU (a count or numbers), each ``GPU=1``;
+        ``timing``: the jobs time kernels (see :func:`run_on_worker`)."""
         import logging
 
         from distributed import Client, Scheduler, SpecCluster, Worker
 
         from jitlab.worker.pool import local_slots
 
-        names = [s.name for s in local_slots(gpus)]
+        slots = local_slots(gpus)
         # Workers in this process (threads: nothing to start); each named after its GPU, so a task knows
         # which GPU its worker owns.
         cluster = SpecCluster(scheduler={"cls": Scheduler, "options": {"dashboard_address": None}},
                               workers={n: {"cls": Worker, "options": {"nthreads": 1, "name": n,
-                                                                      "resources": {"GPU": 1}}} for n in names},
+                                                                      "resources": {"GPU": 1}}}
+                                       for n in (s.name for s in slots)},
                               silence_logs=logging.ERROR, name="jitlab")
         client = Client(cluster)
-        client.wait_for_workers(len(names))
-        return cls(client, {n: n for n in names}, cluster)
+        client.wait_for_workers(len(slots))
+        return cls(client, {s.name: s.env["CUDA_VISIBLE_DEVICES"] for s in slots}, cluster, timing)
 
     @classmethod
-    def connect(cls, address: str) -> DaskPool:
+    def connect(cls, address: str, timing: bool = True) -> DaskPool:
         """The Dask scheduler at ``address`` (its workers started with ``--resources GPU=1``).
 
         Raises:
@@ -109,7 +114,7 @@ class DaskPool:
             client.close()
             raise RuntimeError(f"{address}: no Dask worker has a GPU resource; start one per GPU with "
                                f"`CUDA_VISIBLE_DEVICES=N dask worker {address} --nthreads 1 --resources GPU=1`")
-        return cls(client)
+        return cls(client, timing=timing)
 
     def _gpu_workers(self) -> dict[str, str]:
         """Address → name of every worker with a ``GPU`` resource."""
@@ -146,7 +151,7 @@ class DaskPool:
         for model, jobs in queues.items():
             where = [s.address for s in self.slots if s.device == model]
             for job in jobs:
-                futures[self.client.submit(run_on_worker, job, timeout, self.devices, workers=where,
+                futures[self.client.submit(run_on_worker, job, timeout, self.devices, self.timing, workers=where,
                                            resources={"GPU": 1}, pure=False)] = job
         pending = as_completed(futures)
         for f in pending:

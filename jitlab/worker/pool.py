@@ -50,7 +50,8 @@ class Slot:
 
 
 def local_slots(gpus, timing: bool = True) -> list[Slot]:
-    """Slots for ``gpus``: a count (``2``: devices 0 and 1) or device numbers (``"0,2"``, ``[0, 2]``).
+    """Slots for ``gpus``: a count (``2``: this process's visible devices 0 and 1) or device numbers
+    (``"0,2"``, ``[0, 2]``), numbered as this process sees them (under ``CUDA_VISIBLE_DEVICES``).
 
     Args:
         timing: The workers time kernels, so launches stay asynchronous (``CUDA_LAUNCH_BLOCKING=0``;

@@ -73,8 +73,9 @@ def build_config(path: str, item: tuple[dict, str | None]) -> Built:
     return Built(b.resources, cached=b.cached)
 
 
-def make_pool(cuda: bool, gpus, cluster: str | None):
-    """The pool a sweep runs on: Dask for ``cluster`` (``"local"`` or ``tcp://…``), else local worker processes.
+def make_pool(cuda: bool, gpus, cluster: str | None, timing: bool = True):
+    """The pool a sweep (or a batch check: ``timing=False``) runs on: Dask for ``cluster`` (``"local"`` or
+    ``tcp://…``), else local worker processes.
 
     Raises:
         ToolchainError: A CUDA snippet, no ``gpus`` given, and no CUDA GPU here.
@@ -89,8 +90,8 @@ def make_pool(cuda: bool, gpus, cluster: str | None):
     if cluster:
         from jitlab.worker.dask_pool import DaskPool  # lazy: Dask is needed only here
 
-        return DaskPool.local(gpus) if cluster == "local" else DaskPool.connect(cluster)
-    return LocalPool(local_slots(gpus))
+        return DaskPool.local(gpus, timing) if cluster == "local" else DaskPool.connect(cluster, timing)
+    return LocalPool(local_slots(gpus, timing))
 
 
 class Sweep:

@@ -260,3 +260,51 @@ def test_dask_local_cluster_with_fake_gpus_uses_both_and_survives_a_crash(blocke
     assert statuses(report) == {(16, 0): "ok", (32, 0): "ok", (64, 0): "ok", (16, 1): "crashed"}
     assert {r.gpu for r in report.records} == {"0", "1"}
     assert json.loads(json.dumps(report.best()[0].record.config))["MODE"] == 0
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+def test_jitlab_tune_prints_each_point_and_the_best_and_writes_the_table(blocked, jitlab_cli):
+    """`jitlab tune PATH -D NAME=V1,V2` sweeps those axes, prints a line per point and the best per size,
+    and writes NAME.tuned.json beside the snippet."""
+    r = jitlab_cli("tune", blocked, "-D", "BLOCK=16,64", "-D", "MODE=0", "--rep-s", "0.01", "--timeout", "30",
+                   cwd=blocked.parent)
+    assert r.returncode == 0, r.stderr
+    assert '{"BLOCK": 16, "MODE": 0}: ok' in r.stdout and "torch: baseline" in r.stdout
+    assert "size 1000: BLOCK=" in r.stdout and "× torch eager" in r.stdout
+    best = json.loads((blocked.parent / "blocked.tuned.json").read_text())["best"]
+    assert list(next(iter(best.values()))) == ["1000"]
+
+
+def test_jitlab_tune_without_values_names_the_form(blocked, jitlab_cli):
+    """A -D without values says how to write an axis."""
+    r = jitlab_cli("tune", blocked, "-D", "BLOCK", cwd=blocked.parent)
+    assert r.returncode == 1 and "NAME=V1,V2" in r.stderr
+
+
+def test_batch_check_of_submissions_gives_one_table(blocked, tmp_path, jitlab_cli):
+    """`jitlab check FOLDER --ref REF --gpus 2`: every submission checked in two workers, a crash is one
+    row among the others, and the exit status says not all passed."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "right.cpp").write_text(BLOCKED.replace("#if MODE == 1", "#define MODE 0\n#define BLOCK 8\n#if MODE == 1"))
+    (subs / "wrong.cpp").write_text(BLOCKED.replace("#if MODE == 1", "#define MODE 3\n#define BLOCK 8\n#if MODE == 1"))
+    (subs / "aborts.cpp").write_text(BLOCKED.replace("#if MODE == 1", "#define MODE 1\n#define BLOCK 8\n#if MODE == 1"))
+    r = jitlab_cli("check", subs, "--ref", blocked.parent / "blocked.ref.py", "--gpus", "2", "--timeout", "30")
+    assert r.returncode == 1
+    rows = {line.split()[0].rsplit("/", 1)[-1]: line for line in r.stdout.splitlines() if ".cpp" in line}
+    assert "PASS" in rows["right.cpp"] and "FAIL [mismatch]" in rows["wrong.cpp"]
+    assert "FAIL [crashed]" in rows["aborts.cpp"]
+    assert "3 snippets checked" in r.stdout and "1 passed, 2 failed" in r.stdout
+
+
+def test_the_lesson_kernel_space_is_over_200_tiles_and_compiles_at_its_corners(cache):
+    """sgemm_tiles (lesson 09, the benchmark) declares a space of at least 200 tile shapes; its smallest
+    and largest tiles compile (NVRTC, no GPU) within the block limits."""
+    path = ROOT / "kernels" / "tuning" / "sgemm_tiles.cu"
+    space = Space.from_ref(refs.load(path.with_name("sgemm_tiles.ref.py")))
+    configs = space.configs()
+    assert len(configs) >= 200 and space.sizes == [512, 2048, 4096]
+    for c in (configs[0], {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8}):
+        b = jitlab.build(path, compile_only=True, arch="sm_90", engine="nvrtc", defines=c)
+        assert prune(space, c, b.resources, "sm_90") is None

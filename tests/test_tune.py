@@ -308,3 +308,28 @@ def test_the_lesson_kernel_space_is_over_200_tiles_and_compiles_at_its_corners(c
     for c in (configs[0], {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8}):
         b = jitlab.build(path, compile_only=True, arch="sm_90", engine="nvrtc", defines=c)
         assert prune(space, c, b.resources, "sm_90") is None
+
+
+def test_editing_the_space_keeps_the_kernel_and_editing_the_reference_does_not(blocked):
+    """The results' kernel key covers the snippet and its reference, but not the reference's TUNE: a value
+    added to an axis keeps what was measured."""
+    ref = blocked.parent / "blocked.ref.py"
+    before = kernel_hash(blocked, ref)
+    ref.write_text(BLOCKED_REF.replace('"BLOCK": [16, 64, 256]', '"BLOCK": [16, 32, 64, 256]'))
+    assert kernel_hash(blocked, ref) == before
+    ref.write_text(BLOCKED_REF.replace("return 2 * inp", "return 2.0 * inp"))
+    assert kernel_hash(blocked, ref) != before
+    blocked.write_text(BLOCKED + "\n// an edit\n")
+    assert kernel_hash(blocked, ref.with_name("blocked.ref.py")) != before
+
+
+def test_a_time_limit_stops_the_sweep_and_keeps_the_best_so_far(blocked, tmp_path):
+    """Past its time limit a sweep starts no point; the report says it stopped early and keeps the best known."""
+    store = Store(tmp_path / "results.jsonl")
+    kernel = kernel_hash(blocked, blocked.parent / "blocked.ref.py")
+    device = device_identity(cuda=False)["device"]
+    store.append(Record(kernel, {"BLOCK": 64, "MODE": 0}, 1000, device, tunestore.OK, median_ms=0.5))
+    report = tune(blocked, defines={"BLOCK": [16, 64, 256], "MODE": [0]}, time_limit=1e-6, store=store.path,
+                  export=False)
+    assert report.stopped == "time limit" and report.measured == 0 and "stopped early" in report.table()
+    assert report.best()[0].record.config == {"BLOCK": 64, "MODE": 0}

@@ -20,6 +20,7 @@ each pruned point with its reason, so a rerun does not try it again.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import itertools
 import json
@@ -227,10 +228,23 @@ def compile_prune_reason(message: str) -> str | None:
 def kernel_hash(path, ref_path) -> str:
     """A digest of the snippet's files and its reference: the "kernel content" half of a result's key.
 
-    An edit of either makes old results another kernel's; a build key is not used, because it also
-    changes with every configuration.
+    An edit of either makes old results another kernel's, except an edit of the reference's ``TUNE``
+    (the space is not the kernel: a value added to an axis keeps every result measured before). A build
+    key is not used, because it also changes with every configuration.
     """
     h = hashlib.sha256()
-    for f in [*collect_sources(path), Path(ref_path)]:
+    for f in collect_sources(path):
         h.update(Path(f).name.encode() + b"\0" + Path(f).read_bytes() + b"\0")
+    h.update(_without_space(Path(ref_path).read_text()).encode())
     return h.hexdigest()[:16]
+
+
+def _without_space(ref_text: str) -> str:
+    """A reference's code with its top-level ``TUNE = ...`` left out (the text itself if it does not parse)."""
+    try:
+        tree = ast.parse(ref_text)
+    except SyntaxError:
+        return ref_text
+    tree.body = [node for node in tree.body if not (isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
+        isinstance(t, ast.Name) and t.id == "TUNE" for t in (node.targets if isinstance(node, ast.Assign) else [node.target])))]
+    return ast.unparse(tree)

@@ -89,14 +89,11 @@ def check_many(paths, *, ref: str | Path | None = None, gpus=None, cluster: str 
     pool = make_pool(cuda, gpus, cluster, timing=False)
     outcomes: dict[str, tuple[Outcome, str]] = {}
     try:
-        slots = pool.probe(cuda)
+        pool.probe(cuda)
         jobs = [Job("check", str(p), ref=str(ref) if ref else None, variant=variant,
                     sizes=list(sizes) if sizes else None, options=options, cache_dir=str(config.cache_dir()))
                 for p in found]
-        # Every device takes from one queue: a check's answer does not depend on which GPU model gave it.
-        for slot in slots:
-            slot.device = "any"
-        for slot, job, out in pool.run({"any": jobs}, timeout):
+        for slot, job, out in pool.run({None: jobs}, timeout):  # None: any device takes the next snippet
             outcomes[job.path] = (out, slot.name)
     finally:
         pool.close()

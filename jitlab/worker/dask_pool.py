@@ -141,7 +141,7 @@ class DaskPool:
         for f in as_completed(futures):
             yield items[futures[f]], f.result()
 
-    def run(self, queues: dict[str, list[Job]], timeout: float, deadline: float | None = None
+    def run(self, queues: dict[str | None, list[Job]], timeout: float, deadline: float | None = None
             ) -> Iterator[tuple[Slot, Job, Outcome]]:
         """Each device model's jobs on its GPU workers, one at a time per GPU; see :meth:`LocalPool.run`."""
         from distributed import as_completed
@@ -149,7 +149,7 @@ class DaskPool:
         by_name = {s.name: s for s in self.slots}
         futures = {}
         for model, jobs in queues.items():
-            where = [s.address for s in self.slots if s.device == model]
+            where = [s.address for s in self.slots if model is None or s.device == model]
             for job in jobs:
                 futures[self.client.submit(run_on_worker, job, timeout, self.devices, self.timing, workers=where,
                                            resources={"GPU": 1}, pure=False)] = job

@@ -113,12 +113,13 @@ class LocalPool:
             for f in as_completed(futures):
                 yield futures[f], f.result()
 
-    def run(self, queues: dict[str, list[Job]], timeout: float, deadline: float | None = None
+    def run(self, queues: dict[str | None, list[Job]], timeout: float, deadline: float | None = None
             ) -> Iterator[tuple[Slot, Job, Outcome]]:
         """Run each device model's jobs on the slots of that model, one job at a time per slot.
 
         Args:
             queues: Jobs by device model (:attr:`Slot.device`); a slot takes the next job of its model's queue.
+                Jobs under the key None go to any slot (a check's answer does not depend on the model).
             timeout: Seconds one job may take before its worker is stopped (its outcome: timeout).
             deadline: A ``time.monotonic()`` after which no job is started (running ones finish).
 
@@ -130,13 +131,14 @@ class LocalPool:
             for job in jobs:
                 shared[model].put(job)
         answers: queue.SimpleQueue = queue.SimpleQueue()
-        busy = [s for s in self.slots if s.device in shared]
+        busy = [s for s in self.slots if s.device in shared or None in shared]
 
         def feed(slot: Slot) -> None:
+            mine = shared[slot.device if slot.device in shared else None]
             try:
                 while deadline is None or time.monotonic() < deadline:
                     try:
-                        job = shared[slot.device].get_nowait()
+                        job = mine.get_nowait()
                     except queue.Empty:
                         return
                     answers.put((slot, job, run_guarded(self._workers[slot.name], job, timeout)))

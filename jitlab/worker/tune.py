@@ -80,6 +80,8 @@ def make_pool(cuda: bool, gpus, cluster: str | None, timing: bool = True):
     Raises:
         ToolchainError: A CUDA snippet, no ``gpus`` given, and no CUDA GPU here.
     """
+    if cluster and cluster != "local":  # a scheduler's workers bring their own GPUs
+        return dask_pool().connect(cluster, timing)
     if gpus is None:
         import torch  # lazy: only a sweep that must count this machine's GPUs needs it
 
@@ -88,10 +90,23 @@ def make_pool(cuda: bool, gpus, cluster: str | None, timing: bool = True):
             raise ToolchainError("no CUDA GPU found: tuning times each configuration on a GPU; run it on a GPU "
                                  "machine, or pass cluster='tcp://...' (a Dask scheduler whose workers have GPUs)")
     if cluster:
-        from jitlab.worker.dask_pool import DaskPool  # lazy: Dask is needed only here
-
-        return DaskPool.local(gpus, timing) if cluster == "local" else DaskPool.connect(cluster, timing)
+        return dask_pool().local(gpus, timing)
     return LocalPool(local_slots(gpus, timing))
+
+
+def dask_pool():
+    """:class:`jitlab.worker.dask_pool.DaskPool`, imported when a cluster is asked for.
+
+    Raises:
+        ToolchainError: Dask distributed is not installed (the message says how to install it).
+    """
+    try:
+        from jitlab.worker.dask_pool import DaskPool  # lazy: Dask is optional, and costs a second to import
+        import distributed  # noqa: F401
+    except ImportError:
+        raise ToolchainError("--cluster runs on Dask distributed, which is not installed: "
+                             "pip install distributed (or jitlab[dask])") from None
+    return DaskPool
 
 
 class Sweep:

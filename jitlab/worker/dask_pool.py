@@ -148,9 +148,9 @@ class DaskPool:
 
         by_name = {s.name: s for s in self.slots}
         futures = {}
-        for model, jobs in queues.items():
+        for model, waiting in queues.items():
             where = [s.address for s in self.slots if model is None or s.device == model]
-            for job in jobs:
+            for job in waiting:
                 futures[self.client.submit(run_on_worker, job, timeout, self.devices, self.timing, workers=where,
                                            resources={"GPU": 1}, pure=False)] = job
         pending = as_completed(futures)

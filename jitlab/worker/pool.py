@@ -127,8 +127,8 @@ class LocalPool:
             ``(slot, job, outcome)`` as each job finishes.
         """
         shared = {model: queue.SimpleQueue() for model in queues}
-        for model, jobs in queues.items():
-            for job in jobs:
+        for model, waiting in queues.items():
+            for job in waiting:
                 shared[model].put(job)
         answers: queue.SimpleQueue = queue.SimpleQueue()
         busy = [s for s in self.slots if s.device in shared or None in shared]

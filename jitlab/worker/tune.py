@@ -23,6 +23,7 @@ The sweep, in order:
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -100,12 +101,11 @@ def dask_pool():
     Raises:
         ToolchainError: Dask distributed is not installed (the message says how to install it).
     """
-    try:
-        from jitlab.worker.dask_pool import DaskPool  # lazy: Dask is optional, and costs a second to import
-        import distributed  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("distributed") is None:
         raise ToolchainError("--cluster runs on Dask distributed, which is not installed: "
-                             "pip install distributed (or jitlab[dask])") from None
+                             "pip install distributed (or jitlab[dask])")
+    from jitlab.worker.dask_pool import DaskPool  # lazy: Dask is optional, and costs a second to import
+
     return DaskPool
 
 
@@ -195,7 +195,8 @@ class Sweep:
         status = (tunestore.BASELINE if baseline else tunestore.OK) if out.passed else \
             _STATUS.get(out.category, tunestore.FAILED)
         d = out.data
-        reason = "" if out.passed else f"{out.category}: {(out.message or '').strip().splitlines()[0] if out.message else ''}"
+        first = (out.message or "").strip().splitlines()[:1]
+        reason = "" if out.passed else f"{out.category}: {first[0] if first else ''}"
         self.record(Record(self.kernel, None if baseline else job.options["defines"], job.size, slot.device, status,
                            gpu=slot.name, host=slot.host, median_ms=d.get("median_ms"), q25_ms=d.get("q25_ms"),
                            q75_ms=d.get("q75_ms"), compile_ms=d.get("compile_ms"), throughput=d.get("throughput"),

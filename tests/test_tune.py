@@ -24,7 +24,8 @@ from jitlab.judge import refs, tunestore
 from jitlab.judge.space import Limits, Space, compile_prune_reason, kernel_hash, prune
 from jitlab.judge.tunereport import best_defines
 from jitlab.judge.tunestore import Record, Store
-from jitlab.worker.tune import tune
+from jitlab.worker.pool import LocalPool, Slot
+from jitlab.worker.tune import Sweep, tune
 from jitlab.worker.tunejob import device_identity
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,6 +154,47 @@ def test_resources_from_a_real_build_prune_what_the_arch_cannot_hold(tmp_path, c
     with pytest.raises(jitlab.CompileError) as e:
         jitlab.build(src, compile_only=True, arch="sm_75", engine="nvrtc", defines={"TILE": 20000})  # 80 KB static
     assert "too much shared data" in compile_prune_reason(e.value.log or str(e.value))
+
+
+TILED_REF = """\
+import torch
+
+SIZES = [1024]
+TUNE = {"defines": {"TILE": [1024, 12288], "BLOCK": [256, 2048]}, "threads": "BLOCK", "shared": "TILE * 2"}
+
+
+def inputs(size, seed, device):
+    return {"x": torch.rand(size, device=device)}
+
+
+def reference(inp):
+    return inp["x"].clone()
+
+
+def run(m, inp):
+    raise AssertionError("not run on the CPU")
+"""
+
+
+def test_a_cuda_sweep_prunes_from_its_builds_before_any_worker_starts(tmp_path, cache):
+    """For a CUDA snippet on a T4 (sm_75) the sweep compiles each configuration (NVRTC, no GPU needed) and
+    records as pruned the block of 2048 threads (before compiling) and the tile whose 48 KB of static plus
+    24 KB of dynamic shared memory passes the T4's 64 KB (from the build); only the rest is left to time."""
+    src = tmp_path / "tile_copy.cu"
+    src.write_text(CUDA_TILE)
+    (tmp_path / "tile_copy.ref.py").write_text(TILED_REF)
+    space = Space.from_ref(refs.load(tmp_path / "tile_copy.ref.py"))
+    store = Store(tmp_path / "results.jsonl")
+    sweep = Sweep(src, tmp_path / "tile_copy.ref.py", space, store, explicit_ref=False, rep_s=0.01, on_record=None)
+    t4 = Slot("0", device="Tesla T4, driver 12.4", arch="sm_75", host="here")
+    todo, skipped = sweep.todo(space.configs(), {t4.device: t4})
+    left = sweep.prune_and_build(LocalPool([t4], build_threads=2), todo, {t4.device: t4})
+    assert skipped == 0 and left == {t4.device: [(None, 1024), ({"TILE": 1024, "BLOCK": 256}, 1024)]}
+    reasons = {(r.config["TILE"], r.config["BLOCK"]): r.reason for r in store.records()}
+    assert set(reasons) == {(1024, 2048), (12288, 256), (12288, 2048)}
+    assert "2048 threads per block" in reasons[(1024, 2048)]
+    assert reasons[(12288, 256)] == "tile_copy needs 73728 B of shared memory per block (sm_75 allows 65536 B)"
+    assert all(r.status == tunestore.PRUNED and r.gpu == "0" for r in store.records())
 
 
 def test_register_pressure_prunes_big_blocks():

@@ -156,8 +156,11 @@ class Sweep:
                 built[(key, arch)] = Built(pruned=reason)
             else:
                 to_build.append((c, arch))
-        for (c, arch), b in pool.builds(partial(build_config, str(self.path)), to_build):
-            built[(config_key(c), arch)] = b
+        # The first build alone: it pays the one-time set-ups (cuda.core's import, NVRTC's version, the
+        # toolchain's fingerprint) that concurrent first builds would race on; the rest in parallel.
+        for batch in (to_build[:1], to_build[1:]):
+            for (c, arch), b in pool.builds(partial(build_config, str(self.path)), batch):
+                built[(config_key(c), arch)] = b
         left: dict[str, list] = {}
         for model, points in todo.items():
             slot = models[model]

@@ -88,8 +88,8 @@ def make_pool(cuda: bool, gpus, cluster: str | None, timing: bool = True):
 
         gpus = torch.cuda.device_count() if cuda else 1
         if not gpus:
-            raise ToolchainError("no CUDA GPU found: tuning times each configuration on a GPU; run it on a GPU "
-                                 "machine, or pass cluster='tcp://...' (a Dask scheduler whose workers have GPUs)")
+            raise ToolchainError("no CUDA GPU found: each configuration (or submission) runs on a GPU; run this on "
+                                 "a GPU machine, or pass cluster='tcp://...' (a Dask scheduler whose workers have GPUs)")
     if cluster:
         return dask_pool().local(gpus, timing)
     return LocalPool(local_slots(gpus, timing))

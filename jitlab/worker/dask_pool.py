@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable, Iterator
 
-from jitlab.worker import isolate
+from jitlab.worker import isolate, jobs
 from jitlab.worker.jobs import Job, Outcome
 from jitlab.worker.pool import Slot, identify, run_guarded
 
@@ -149,16 +149,20 @@ class DaskPool:
         by_name = {s.name: s for s in self.slots}
         futures = {}
         for model, waiting in queues.items():
-            where = [s.address for s in self.slots if model is None or s.device == model]
+            where = [s for s in self.slots if model is None or s.device == model]
             for job in waiting:
-                futures[self.client.submit(run_on_worker, job, timeout, self.devices, self.timing, workers=where,
-                                           resources={"GPU": 1}, pure=False)] = job
-        pending = as_completed(futures)
-        for f in pending:
+                f = self.client.submit(run_on_worker, job, timeout, self.devices, self.timing,
+                                       workers=[s.address for s in where], resources={"GPU": 1}, pure=False)
+                futures[f] = (job, where[0])
+        for f in as_completed(futures):
             if f.cancelled():
                 continue
-            name, out = f.result()
-            yield by_name[name], futures[f], out
+            job, fallback = futures[f]
+            try:
+                name, out = f.result()
+            except Exception as e:  # noqa: BLE001 -- the Dask worker itself died (KilledWorker), not the job
+                name, out = fallback.name, Outcome(jobs.CRASH, f"its Dask worker was lost ({type(e).__name__}: {e})")
+            yield by_name.get(name, fallback), job, out
             if deadline is not None and time.monotonic() >= deadline:
                 for other in futures:
                     if not other.done():

@@ -122,7 +122,7 @@ class Sweep:
 
     def record(self, rec: Record) -> None:
         self.store.append(rec)
-        self.measured += 1
+        self.measured += rec.config is not None  # configurations' points; torch's baselines are not counted
         if self.on_record:
             self.on_record(rec)
 

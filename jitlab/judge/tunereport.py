@@ -156,7 +156,8 @@ class TuneReport:
                 im = ax.imshow(grid, cmap="viridis_r", aspect="auto")
                 for (i, j), t in ((ij, grid[ij[0]][ij[1]]) for ij in itertools.product(range(len(ys)), range(len(xs)))):
                     if not math.isnan(t):  # the time in each cell: a color scale alone hides a 2 % difference
-                        ax.text(j, i, f"{t:.3g}", ha="center", va="center", fontsize=7, color="white")
+                        ax.text(j, i, f"{t:.3g}", ha="center", va="center", fontsize=7,
+                                color="black" if im.norm(t) < 0.5 else "white")  # fast cells are light
                 ax.set_xticks(range(len(xs)), [str(x) for x in xs])
                 ax.set_yticks(range(len(ys)), [str(y) for y in ys])
                 ax.set_xlabel(names[0])

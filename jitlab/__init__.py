@@ -32,8 +32,8 @@ from jitlab.jit.flags import Options
 
 __version__ = config.VERSION
 __all__ = [
-    "load", "load_inline", "build", "clean", "run_program", "check", "bench", "ab", "roofline", "sanitize", "profile",
-    "playground", "Build", "Options", "Module",
+    "load", "load_inline", "build", "clean", "run_program", "check", "check_many", "bench", "ab", "roofline", "sanitize",
+    "profile", "tune", "tuned", "playground", "Build", "Options", "Module",
     "JitlabError", "CompileError", "SnippetError", "ToolchainError", "LaunchError", "ArgumentError", "CacheError",
 ]
 
@@ -71,6 +71,18 @@ def __getattr__(name):
         from jitlab.judge.roofline import Chart
 
         return Chart
+    if name == "tune":
+        from jitlab.worker.tune import tune
+
+        return tune
+    if name == "tuned":  # the exported table's defines for a size: jitlab.load(p, defines=jitlab.tuned(p, n))
+        from jitlab.judge.tunereport import best_defines
+
+        return best_defines
+    if name == "check_many":
+        from jitlab.worker.batch import check_many
+
+        return check_many
     if name == "ab":
         from jitlab.judge.timing import ab
 

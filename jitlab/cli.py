@@ -1,4 +1,4 @@
-"""The ``jitlab`` command: ``build``, ``exec``, ``inspect``, ``check``, ``sanitize``, ``profile``, ``export``, ``run`` (``demo``), ``clean``. A thin layer over the library's functions."""
+"""The ``jitlab`` command: ``build``, ``exec``, ``inspect``, ``check``, ``sanitize``, ``profile``, ``export``, ``tune``, ``run`` (``demo``), ``clean``. A thin layer over the library's functions."""
 
 from __future__ import annotations
 
@@ -122,7 +122,8 @@ def _snippet_options(args) -> dict:
 
 
 def _check(args) -> int:
-
+    if args.gpus or args.cluster or args.ref:
+        return _check_batch(args)
     status = 0
     for path in args.paths:
         try:
@@ -137,6 +138,30 @@ def _check(args) -> int:
             print("--- what the kernel printed ---\n" + out.output.rstrip())
         status |= not out.passed
     return status
+
+
+def _check_batch(args) -> int:
+    """``jitlab check PATHS --gpus/--cluster/--ref``: every snippet in one table, spread over the devices."""
+    from jitlab.worker import batch
+
+    opts = _snippet_options(args)
+    result = batch.check_many(args.paths, ref=args.ref, gpus=args.gpus, cluster=args.cluster, timeout=args.timeout,
+                              sizes=args.size or None, **opts)
+    print(result)
+    return 0 if result.passed == len(result.results) else 1
+
+
+def _tune(args) -> int:
+    from jitlab.judge.space import axes_from
+    from jitlab.worker.tune import tune
+
+    report = tune(args.path, defines=axes_from(args.define) or None, constraints=args.constraint or None,
+                  sizes=args.size or None, threads=args.threads, budget=args.budget, time_limit=args.time_limit,
+                  seed=args.seed, gpus=args.gpus, cluster=args.cluster, timeout=args.timeout, store=args.store,
+                  rep_s=args.rep_s, export=not args.no_export,
+                  on_record=None if args.quiet else lambda rec: print(f"  {rec}", flush=True))
+    print(report)
+    return 0 if report.best() else 1
 
 
 def _report(path, make, ok) -> int:
@@ -281,6 +306,10 @@ def parser() -> argparse.ArgumentParser:
                    help=f"seconds before a hung kernel is stopped (default {config.CHECK_TIMEOUT:g})")
     k.add_argument("--in-process", action="store_true", help="run in this process instead of a worker")
     k.add_argument("--show-output", action="store_true", help="print what the kernel printed even when it passes")
+    k.add_argument("--ref", help="one reference for every snippet (a folder of submissions); checks them as a batch")
+    k.add_argument("--gpus", type=int, help="check as a batch, one worker per GPU on N GPUs (CUDA_VISIBLE_DEVICES "
+                                            "picks which); for C++ snippets N CPU workers")
+    k.add_argument("--cluster", help="check as a batch on Dask: 'local', or a scheduler's tcp://host:port")
     k.set_defaults(func=_check)
     s = sub.add_parser("sanitize", help="check a snippet under compute-sanitizer; findings at your file:line")
     s.add_argument("path", help="a kernel file or folder with a NAME.ref.py beside it")
@@ -307,6 +336,29 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--name", help="the Python package name (default: the snippet's name)")
     e.add_argument("--force", action="store_true", help="overwrite the package's files in a non-empty --out")
     e.set_defaults(func=_export)
+    t = sub.add_parser("tune", help="sweep a snippet's #defines over sizes on every GPU (or a Dask cluster); "
+                                    "prints the best per size and GPU and writes NAME.tuned.json",
+                       epilog="The space is the ref's TUNE (defines, constraints, sizes, threads, shared, run); "
+                              "-D and --constraint replace its parts. Results are appended to the store as each "
+                              "point ends: a killed sweep resumes, a rerun skips known points.")
+    t.add_argument("path", help="a kernel file or folder with a NAME.ref.py beside it")
+    t.add_argument("-D", "--define", action="append", metavar="NAME=V1,V2", help="an axis: a define's values (repeatable)")
+    t.add_argument("--constraint", action="append", help="an expression over the defines, e.g. 'BLOCK * ITEMS <= 4096'")
+    t.add_argument("--size", type=int, action="append", help="a problem size (repeatable; default: the ref's)")
+    t.add_argument("--threads", help="threads per block of a configuration, an expression (for pruning), e.g. BLOCK")
+    t.add_argument("--budget", type=int, help="the most configurations to try (a seeded random sample above it)")
+    t.add_argument("--time-limit", type=float, help="seconds after which no new point starts; the best so far is kept")
+    t.add_argument("--seed", type=int, default=0, help="the random sample's seed (default 0)")
+    t.add_argument("--gpus", type=int, help="use N GPUs, one worker each (default: every GPU here; "
+                                            "CUDA_VISIBLE_DEVICES picks which)")
+    t.add_argument("--cluster", help="run on Dask: 'local' (one worker per GPU) or a scheduler's tcp://host:port")
+    t.add_argument("--timeout", type=float, default=config.CHECK_TIMEOUT,
+                   help=f"seconds one point may take before its worker is stopped (default {config.CHECK_TIMEOUT:g})")
+    t.add_argument("--store", help="the results file (default: <cache>/results/NAME.tune.jsonl)")
+    t.add_argument("--rep-s", type=float, default=0.2, help="timing budget per point in seconds (default 0.2)")
+    t.add_argument("--no-export", action="store_true", help="do not write NAME.tuned.json and the chart")
+    t.add_argument("--quiet", action="store_true", help="print only the result table")
+    t.set_defaults(func=_tune)
     c = sub.add_parser("clean", help="delete cached builds")
     c.add_argument("--older-than-days", type=float, default=None, help="keep builds used in the last N days")
     c.add_argument("--headers", action="store_true",

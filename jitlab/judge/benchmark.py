@@ -232,7 +232,7 @@ class BenchResult:
         return f"<pre>{html.escape(str(self))}</pre>"
 
 
-def _dtype(inp: dict) -> str | None:
+def input_dtype(inp: dict) -> str | None:
     """The first floating-point input's dtype name (``"float32"``), or None."""
     return next((str(v.dtype).removeprefix("torch.") for v in inp.values()
                  if isinstance(v, torch.Tensor) and v.is_floating_point()), None)
@@ -297,7 +297,7 @@ def bench(run, inputs, size: int, *, reference=None, bytes_moved=None, flops=Non
         result.compiled_timing = timing.time_fn(lambda: compiled(inp), device, **kw)
     result.bytes_moved = bytes_moved(inp) if bytes_moved else None
     result.flops = flops(inp) if flops else None
-    result.dtype = _dtype(inp)
+    result.dtype = input_dtype(inp)
     if device == "cuda":
         from jitlab.judge.peaks import peaks
 

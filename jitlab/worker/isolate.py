@@ -47,7 +47,7 @@ class Worker:
         self._ids = itertools.count(1)
 
     def _start(self) -> None:
-        env = proc.python_env(CUDA_LAUNCH_BLOCKING="1", **self.env)
+        env = proc.python_env(**{"CUDA_LAUNCH_BLOCKING": "1", **self.env})  # a tuner's worker times: "0"
         self.proc = subprocess.Popen([sys.executable, "-m", "jitlab.worker.jobs", "--serve"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
@@ -194,7 +194,8 @@ def worker(**env) -> Worker:
 
 
 @atexit.register
-def _stop_all() -> None:
+def stop_all() -> None:
+    """Stop every warm worker of this process (at exit, and when a Dask pool closes)."""
     for w in _workers.values():
         w.stop()
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from jitlab.errors import SnippetError
 from jitlab.jit import api
 from jitlab.judge import checker, refs
-from jitlab.worker import proc
+from jitlab.worker import proc, tunejob
 
 #: Failure categories, in the order a run can meet them.
 PASS = "pass"
@@ -69,6 +69,7 @@ class Job:
         log: A file the process's stdout and stderr go to while the job runs (device printf,
             assert messages); read by the parent even when the process dies.
         cache_dir: The parent's build cache, so a warm worker follows ``JITLAB_CACHE_DIR`` changes.
+        params: The tuner's job parameters (``"tune"``, ``"baseline"``: see :mod:`jitlab.worker.tunejob`).
         id: Set by the worker's parent and repeated in the answer, so an answer is only taken for its job.
     """
 
@@ -83,6 +84,7 @@ class Job:
     options: dict = field(default_factory=dict)
     log: str | None = None
     cache_dir: str | None = None
+    params: dict = field(default_factory=dict)
     id: int = 0
 
 
@@ -100,6 +102,7 @@ class Outcome:
         output: What the process printed (device printf, assert messages, sanitizer reports).
         seconds: Wall time of the run, process start-up excluded for a warm worker.
         build: ``"cache hit"`` or ``"built in N s"``.
+        data: What a tuner job measured (:mod:`jitlab.worker.tunejob`).
     """
 
     category: str
@@ -109,6 +112,7 @@ class Outcome:
     output: str = ""
     seconds: float = 0.0
     build: str = ""
+    data: dict = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -179,6 +183,9 @@ def run_job(job: Job) -> Outcome:
 
 
 def _run(job: Job) -> Outcome:
+    if job.action in tunejob.ACTIONS:
+        passed, reason, data = tunejob.run(job)
+        return Outcome(PASS if passed else MISMATCH, reason, data=data)
     ref_path = refs.path_for(job.path, job.ref)
     t0 = time.perf_counter()
     mod = api.load(job.path, **job.options)
@@ -342,6 +349,10 @@ def _warm_up() -> None:
 
     if torch.cuda.is_available():
         torch.zeros(1, device="cuda")
+    # The checker's first use_deterministic_algorithms imports torch._inductor (1.6 s on 2 cores): pay it
+    # before "ready", not inside the first job's timeout (a tuner's point may have only seconds).
+    torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled(),
+                                       warn_only=torch.is_deterministic_algorithms_warn_only_enabled())
 
 
 def main(argv: list[str] | None = None) -> int:

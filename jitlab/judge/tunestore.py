@@ -1,0 +1,129 @@
+"""The tuner's results: one JSON line per point, appended as each point finishes.
+
+A point is (kernel content, configuration, size, device model + driver). Each line is written with
+one ``write`` on a file opened for appending, so a process killed mid-sweep (``kill -9``) leaves at
+worst a torn last line: reading skips it, and the next append starts on a new line. Records are
+per configuration, never per list of configurations, so a changed space keeps every old result and
+a rerun skips the points it already has. The file is plain JSON lines: ``pandas.read_json(path,
+lines=True)`` reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from jitlab.judge.space import config_key
+
+#: What became of a point. Every status is final: a rerun does not try the point again.
+OK = "ok"                # checked, then timed
+WRONG = "wrong"          # checked and wrong: never timed
+PRUNED = "pruned"        # the device cannot launch it (threads, shared memory, registers): never run
+FAILED = "failed"        # did not compile, or raised
+CRASHED = "crashed"      # the worker process died on it
+TIMEOUT = "timeout"      # no answer within the point's timeout: the worker was stopped
+BASELINE = "baseline"    # torch eager and torch.compile at this size (config None)
+
+
+@dataclass
+class Record:
+    """One point of a sweep.
+
+    Attributes:
+        kernel: The snippet's content hash (:func:`jitlab.judge.space.kernel_hash`).
+        config: The ``#define`` values (None for a baseline record).
+        size: The problem size.
+        device: The device model and driver (``"NVIDIA H100 80GB HBM3, driver 580.65"``, ``"cpu"``).
+        status: One of :data:`OK`, :data:`WRONG`, :data:`PRUNED`, :data:`FAILED`, :data:`CRASHED`,
+            :data:`TIMEOUT`, :data:`BASELINE`.
+        gpu: Which device of its machine measured it (the slot's name: ``"0"``, ``"1"``, ``"cpu"``).
+        host: The machine that measured it.
+        median_ms, q25_ms, q75_ms: The timing (OK records), or torch eager's (baseline records).
+        compile_ms: ``torch.compile``'s median (baseline records, GPU only).
+        throughput: GB/s or TFLOP/s; ``unit`` says which; ``pct_roof`` its % of the measured roof.
+        reason: Why it was not timed (the checker's first reason, the compiler's, the limit it passes).
+        seconds: Wall time the point took in its worker.
+        time: When it was recorded (Unix time).
+    """
+
+    kernel: str
+    config: dict | None
+    size: object
+    device: str
+    status: str
+    gpu: str = ""
+    host: str = ""
+    median_ms: float | None = None
+    q25_ms: float | None = None
+    q75_ms: float | None = None
+    compile_ms: float | None = None
+    throughput: float | None = None
+    unit: str | None = None
+    pct_roof: float | None = None
+    reason: str = ""
+    seconds: float = 0.0
+    time: float = field(default_factory=time.time)
+
+    @property
+    def key(self) -> tuple:
+        """What identifies the point: a rerun with the same key skips it."""
+        return self.kernel, config_key(self.config), json.dumps(self.size), self.device
+
+    def __str__(self) -> str:
+        """One line: ``[0] size 4096 {"BLOCK": 256}: ok 0.0123 ms`` (or the reason it was not timed)."""
+        what = f"{self.median_ms:.4g} ms" if self.median_ms is not None else (self.reason.splitlines() or [""])[0][:90]
+        return f"[{self.gpu}] size {self.size} {config_key(self.config) if self.config else 'torch'}: {self.status} {what}"
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Record:
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+class Store:
+    """An append-only JSON-lines file of :class:`Record`\\ s, safe to share between the threads of one sweep.
+
+    Args:
+        path: The file (made with its folder on the first append).
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def records(self) -> list[Record]:
+        """Every readable record, oldest first; a torn or foreign line is skipped, never an error."""
+        out = []
+        try:
+            text = self.path.read_text(errors="replace")
+        except FileNotFoundError:
+            return out
+        for line in text.splitlines():
+            try:
+                out.append(Record.from_dict(json.loads(line)))
+            except (ValueError, TypeError):
+                continue
+        return out
+
+    def known(self, kernel: str) -> dict[tuple, Record]:
+        """The latest record of each point of one kernel, by :attr:`Record.key`."""
+        return {r.key: r for r in self.records() if r.kernel == kernel}
+
+    def append(self, record: Record) -> None:
+        """Add one record as one line: a single ``write`` on an ``O_APPEND`` descriptor, after a newline
+        if the file ends in a torn line (a killed writer's), so the new record is never glued to it."""
+        line = json.dumps(asdict(record), default=str) + "\n"
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                end = os.lseek(fd, 0, os.SEEK_END)
+                if end and os.pread(fd, 1, end - 1) != b"\n":
+                    line = "\n" + line
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)

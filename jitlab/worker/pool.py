@@ -1,0 +1,166 @@
+"""Where the tuner's and the batch checker's work runs: one warm worker process per device, fed serially.
+
+Two pools give the same three operations:
+
+- :class:`LocalPool` (the default, no extra dependency): on this machine, one
+  :class:`~jitlab.worker.isolate.Worker` per device with its own ``CUDA_VISIBLE_DEVICES``, each fed
+  by a thread of this process; builds run in a thread pool (NVRTC in process, nvcc and the host
+  compiler as child processes).
+- :class:`jitlab.worker.dask_pool.DaskPool`: the same jobs as Dask tasks, one Dask worker per GPU
+  (a ``GPU=1`` resource each), on a local Dask cluster or any ``tcp://`` scheduler.
+
+Either way a job runs inside a jitlab worker process, never in the pool's own: a configuration that
+crashes or hangs costs that worker (restarted for the next job), and its point is marked, not the sweep.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+from jitlab.worker import isolate, jobs
+from jitlab.worker.jobs import Job, Outcome
+from jitlab.worker.tunejob import device_identity
+
+
+@dataclass
+class Slot:
+    """One device that runs jobs one at a time.
+
+    Attributes:
+        name: The device as its machine numbers it (``"0"``, ``"1"``), or the Dask worker's name.
+        env: The environment of its worker process (``{"CUDA_VISIBLE_DEVICES": "0"}``).
+        device: Its model and driver, from the worker's probe (``"NVIDIA H100 80GB HBM3, driver 13.0"``).
+        arch: ``sm_XY``, or None for the CPU.
+        host: The machine it is on.
+        address: The Dask worker's address (Dask pools only).
+    """
+
+    name: str
+    env: dict = field(default_factory=dict)
+    device: str = ""
+    arch: str | None = None
+    host: str = ""
+    address: str = ""
+
+
+def local_slots(gpus, timing: bool = True) -> list[Slot]:
+    """Slots for ``gpus``: a count (``2``: this process's visible devices 0 and 1) or device numbers
+    (``"0,2"``, ``[0, 2]``), numbered as this process sees them (under ``CUDA_VISIBLE_DEVICES``).
+
+    Args:
+        timing: The workers time kernels, so launches stay asynchronous (``CUDA_LAUNCH_BLOCKING=0``;
+            a blocking launch would add its host-side latency to every timed kernel). Checks keep the
+            isolated worker's ``CUDA_LAUNCH_BLOCKING=1``, which makes a fault name its launch.
+    """
+    if isinstance(gpus, int):
+        names = [str(i) for i in range(gpus)]
+    elif isinstance(gpus, str):
+        names = [g.strip() for g in gpus.split(",") if g.strip()]
+    else:
+        names = [str(g) for g in gpus]
+    if not names:
+        raise ValueError(f"gpus={gpus!r}: name at least one device (a count, or numbers such as '0,1')")
+    blocking = {"CUDA_LAUNCH_BLOCKING": "0"} if timing else {}
+    visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    # Slot N is this process's visible device N: under CUDA_VISIBLE_DEVICES=2,3 slot 0 is device 2.
+    return [Slot(n, {"CUDA_VISIBLE_DEVICES": visible[int(n)] if visible and n.isdigit() and int(n) < len(visible)
+                     else n, **blocking}) for n in names]
+
+
+def identify(slot: Slot, cuda: bool, index: int) -> Slot:
+    """Fill a slot's device (model and driver), arch and host: what its results are keyed by."""
+    found = device_identity(cuda, index)
+    slot.device, slot.arch, slot.host = found["device"], found["arch"], found["host"]
+    return slot
+
+
+def run_guarded(worker: isolate.Worker, job: Job, timeout: float) -> Outcome:
+    """``worker.run(job)``, with a worker that cannot be started again reported as the job's crash."""
+    try:
+        return worker.run(job, timeout)
+    except RuntimeError as e:
+        return Outcome(jobs.CRASH, str(e))
+
+
+class LocalPool:
+    """One warm worker process per device of this machine; builds in up to ``build_threads`` threads.
+
+    Args:
+        slots: The devices (:func:`local_slots`).
+        build_threads: Parallel builds (default: the CPU cores this process may use).
+    """
+
+    def __init__(self, slots: list[Slot], build_threads: int | None = None):
+        self.slots = slots
+        self.build_threads = build_threads or len(os.sched_getaffinity(0))
+        self._workers = {s.name: isolate.Worker(dict(s.env)) for s in slots}
+
+    def probe(self, cuda: bool) -> list[Slot]:
+        """Each slot's device, asked in this process: no worker starts until a job needs it, so a rerun
+        with nothing left to do starts none."""
+        return [identify(s, cuda, int(s.name) if s.name.isdigit() else 0) for s in self.slots]
+
+    def builds(self, build: Callable, items: Iterable) -> Iterator[tuple[object, object]]:
+        """``(item, build(item))`` for each item, as each finishes, ``build_threads`` at a time."""
+        with ThreadPoolExecutor(self.build_threads) as ex:
+            futures = {ex.submit(build, item): item for item in items}
+            for f in as_completed(futures):
+                yield futures[f], f.result()
+
+    def run(self, queues: dict[str | None, list[Job]], timeout: float, deadline: float | None = None
+            ) -> Iterator[tuple[Slot, Job, Outcome]]:
+        """Run each device model's jobs on the slots of that model, one job at a time per slot.
+
+        Args:
+            queues: Jobs by device model (:attr:`Slot.device`); a slot takes the next job of its model's queue.
+                Jobs under the key None go to any slot (a check's answer does not depend on the model).
+            timeout: Seconds one job may take before its worker is stopped (its outcome: timeout).
+            deadline: A ``time.monotonic()`` after which no job is started (running ones finish).
+
+        Yields:
+            ``(slot, job, outcome)`` as each job finishes.
+        """
+        shared = {model: queue.SimpleQueue() for model in queues}
+        for model, waiting in queues.items():
+            for job in waiting:
+                shared[model].put(job)
+        answers: queue.SimpleQueue = queue.SimpleQueue()
+        busy = [s for s in self.slots if s.device in shared or None in shared]
+
+        def feed(slot: Slot) -> None:
+            mine = shared[slot.device if slot.device in shared else None]
+            try:
+                while deadline is None or time.monotonic() < deadline:
+                    try:
+                        job = mine.get_nowait()
+                    except queue.Empty:
+                        return
+                    answers.put((slot, job, run_guarded(self._workers[slot.name], job, timeout)))
+            except BaseException as e:  # a bug here, not a job's failure: raised in the caller's thread
+                answers.put(e)
+            finally:
+                answers.put(None)
+
+        threads = [threading.Thread(target=feed, args=(s,), daemon=True, name=f"jitlab-slot-{s.name}") for s in busy]
+        for t in threads:
+            t.start()
+        left = len(threads)
+        while left:
+            item = answers.get()
+            if item is None:
+                left -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+
+    def close(self) -> None:
+        """Stop the worker processes."""
+        for w in self._workers.values():
+            w.stop()

@@ -1,0 +1,112 @@
+"""The tuner's jobs, done inside a worker process (:mod:`jitlab.worker.jobs` dispatches to them):
+
+- ``tune``: one configuration at one size: load its build (compiled beforehand, so a cache hit), check
+  it against the reference, and only if it is right time it with :func:`jitlab.judge.timing.time_fn`;
+- ``baseline``: torch eager and ``torch.compile`` of the reference at one size, timed once per size and device.
+
+Each returns ``(passed, reason, data)``; a compile error, a CUDA fault or an exception propagates to
+the worker's categorization, and a crash or a hang is the worker's parent's to report.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+
+from jitlab.jit import api
+from jitlab.judge import checker, refs, timing
+from jitlab.judge.benchmark import BenchResult, input_dtype
+from jitlab.judge.space import Space
+
+ACTIONS = ("tune", "baseline")
+
+
+def device_identity(cuda: bool, index: int = 0) -> dict:
+    """A device as results are keyed by: ``{"device": model and driver, "arch": "sm_90" or None, "host"}``.
+
+    Args:
+        cuda: The snippet runs on a GPU: CUDA device ``index`` of this process; otherwise the CPU
+            (a C++ snippet is timed on the CPU even on a GPU machine).
+        index: Which of this process's visible CUDA devices.
+    """
+    import torch  # lazy: only a CUDA identity needs torch's device queries
+
+    host = socket.gethostname()
+    if cuda and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability(index)
+        return {"device": f"{torch.cuda.get_device_name(index)}, driver {_driver_version()}",
+                "arch": f"sm_{major}{minor}", "host": host}
+    return {"device": f"cpu: {_cpu_model()}", "arch": None, "host": host}
+
+
+def _driver_version() -> str:
+    """The CUDA driver's version as ``"13.0"`` (cuDriverGetVersion), or ``"unknown"``."""
+    try:
+        from cuda.bindings import driver
+
+        err, v = driver.cuDriverGetVersion()
+        return f"{v // 1000}.{v % 1000 // 10}" if int(err) == 0 else "unknown"
+    except Exception:  # noqa: BLE001 -- an identity must not fail a sweep
+        return "unknown"
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run(job) -> tuple[bool, str, dict]:
+    """Do a tuner job (``job.action`` in :data:`ACTIONS`) in this process."""
+    ref = refs.load(refs.path_for(job.path, job.ref))
+    space = Space.from_ref(ref, **job.params.get("space", {}))
+    version = ref.version(space.variant)
+    if job.action == "baseline":
+        return True, "", _baseline(ref, version, job)
+    mod = api.load(job.path, **job.options)
+    device = "cuda" if mod.build.plan.cuda else "cpu"
+    config = job.options.get("defines", {})
+    call = (lambda inp: space.run(mod, inp, config)) if space.run else (lambda inp: version.run(mod, inp))
+    verdict = checker.check(call, ref.reference, version.inputs, sizes=[job.size], seeds=ref.seeds, device=device,
+                            tolerance_override=version.tolerance, name=f"{mod.build.plan.stem} {config}")
+    if not verdict.passed:
+        return False, "; ".join(verdict.reasons[:2]) or "wrong", {}
+    inp = version.inputs(job.size, 0, device)
+    t = timing.time_fn(lambda: call(inp), device, rep_s=job.params.get("rep_s", 0.2))
+    return True, "", _figures(ref, inp, device, t, verdict)
+
+
+def _baseline(ref, version, job) -> dict:
+    """torch eager (and ``torch.compile`` on a GPU) of the reference at ``job.size``."""
+    import torch  # lazy: as in device_identity
+
+    device = "cuda" if torch.cuda.is_available() and not job.params.get("cpu") else "cpu"
+    inp = version.inputs(job.size, 0, device)
+    rep_s = job.params.get("rep_s", 0.2)
+    eager = timing.time_fn(lambda: ref.reference(inp), device, rep_s=rep_s)
+    data = _figures(ref, inp, device, eager, None)
+    if device == "cuda" and job.params.get("compile", True):
+        compiled = torch.compile(ref.reference)
+        data["compile_ms"] = timing.time_fn(lambda: compiled(inp), device, rep_s=rep_s).median
+    return data
+
+
+def _figures(ref, inp: dict, device: str, t: timing.Timing, verdict) -> dict:
+    """The timing's quartiles and the throughput against the measured roof (GPU) as a record's fields."""
+    peak = None
+    if device == "cuda":
+        from jitlab.judge.peaks import peaks  # lazy: measures the GPU once per cache
+
+        peak = peaks()
+    result = BenchResult("", 0, verdict or checker.Verdict("", []), timing=t, peak=peak, dtype=input_dtype(inp),
+                         bytes_moved=ref.bytes_moved(inp) if ref.bytes_moved else None,
+                         flops=ref.flops(inp) if ref.flops else None)
+    tp = result.throughput
+    return {"median_ms": t.median, "q25_ms": t.q25, "q75_ms": t.q75, "throughput": tp.value if tp else None,
+            "unit": tp.unit if tp else None, "pct_roof": tp.pct if tp else None, "pid": os.getpid()}

@@ -1,0 +1,377 @@
+"""The tuner on the CPU: its space and pruning, its results store, and sweeps of C++ snippets on two
+local worker processes and on a local Dask cluster whose two workers each hold a fake ``GPU`` resource.
+
+The sweeps are real: every configuration is compiled, loaded in a worker process, checked against the
+reference and timed; one calls ``abort()``, one never returns, one is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import jitlab
+from jitlab.errors import SnippetError
+from jitlab.judge import refs, tunestore
+from jitlab.judge.space import Limits, Space, compile_prune_reason, kernel_hash, prune
+from jitlab.judge.tunereport import best_defines
+from jitlab.judge.tunestore import Record, Store
+from jitlab.worker.pool import LocalPool, Slot
+from jitlab.worker.tune import Sweep, tune
+from jitlab.worker.tunejob import device_identity
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: y = 2x in chunks of BLOCK; MODE 1 aborts the process, MODE 2 never returns, MODE 3 is wrong by one.
+BLOCKED = """\
+#include <cstdint>
+#include <cstdlib>
+
+void blocked(float* y, const float* x, int64_t n) {
+#if MODE == 1
+    std::abort();
+#elif MODE == 2
+    volatile int spin = 1;
+    while (spin) {}
+#endif
+    for (int64_t b = 0; b < n; b += BLOCK)
+        for (int64_t i = b; i < b + BLOCK && i < n; ++i) y[i] = 2.0f * x[i] + (MODE == 3 ? 1.0f : 0.0f);
+}
+"""
+
+BLOCKED_REF = """\
+import torch
+
+SIZES = [1000]
+TUNE = {"defines": {"BLOCK": [16, 64, 256], "MODE": [0, 1, 2, 3]}, "constraints": ["MODE == 0 or BLOCK == 16"]}
+
+
+def inputs(size, seed, device):
+    return {"x": torch.rand(size, generator=torch.Generator().manual_seed(seed))}
+
+
+def reference(inp):
+    return 2 * inp["x"]
+
+
+def run(m, inp):
+    y = torch.empty_like(inp["x"])
+    m.blocked(y, inp["x"], y.numel())
+    return y
+
+
+def bytes_moved(inp):
+    return 8 * inp["x"].numel()
+"""
+
+
+@pytest.fixture
+def blocked(tmp_path, cache) -> Path:
+    """The tunable C++ snippet and its reference in a fresh folder, with a fresh build cache."""
+    (tmp_path / "blocked.ref.py").write_text(BLOCKED_REF)
+    path = tmp_path / "blocked.cpp"
+    path.write_text(BLOCKED)
+    return path
+
+
+def statuses(report) -> dict[tuple, str]:
+    return {(r.config["BLOCK"], r.config["MODE"]): r.status for r in report.records if r.config}
+
+
+# --- the space ------------------------------------------------------------------------------------
+
+def space(**kw) -> Space:
+    return Space(**{"defines": {"BLOCK": [64, 128, 256, 512, 1024, 2048], "ITEMS": [1, 2, 4, 8]}, **kw})
+
+
+def test_constraints_remove_configurations():
+    """A constraint over the defines leaves out every configuration it does not hold for."""
+    s = space(constraints=["BLOCK * ITEMS <= 4096", lambda c: c["ITEMS"] != 2])
+    configs = s.configs()
+    assert configs and all(c["BLOCK"] * c["ITEMS"] <= 4096 and c["ITEMS"] != 2 for c in configs)
+    assert len(configs) == 15  # 24 in the product: 6 with ITEMS == 2 and 3 more over 4096 left out
+
+
+def test_budget_samples_the_same_configurations_for_the_same_seed():
+    """Above the budget a seeded random sample is tried (a resumed search continues the same sample)."""
+    s = space()
+    assert len(s.choose(None)) == 24 and s.choose(100) == s.configs()
+    assert s.choose(5, seed=3) == s.choose(5, seed=3) != s.choose(5, seed=4)
+    assert len(s.choose(5)) == 5
+
+
+def test_a_launch_the_device_refuses_is_pruned_with_its_reason():
+    """Threads per block past 1024 or dynamic shared memory past the arch's limit is pruned before compiling."""
+    s = space(threads="BLOCK", shared="BLOCK * ITEMS * 32")
+    assert "2048 threads per block" in prune(s, {"BLOCK": 2048, "ITEMS": 1}, {}, "sm_90")
+    assert "dynamic shared memory" in prune(s, {"BLOCK": 1024, "ITEMS": 8}, {}, "sm_90")  # 256 KiB > 227 KiB
+    assert prune(s, {"BLOCK": 1024, "ITEMS": 4}, {}, "sm_90") is None  # 128 KiB fits an H100
+    assert "dynamic shared memory" in prune(s, {"BLOCK": 1024, "ITEMS": 4}, {}, "sm_75")  # but not a T4's 64 KiB
+
+
+def test_a_bad_constraint_names_the_fix():
+    """A constraint that is not an expression says how to write one."""
+    with pytest.raises(SnippetError, match="BLOCK \\* ITEMS <= 4096"):
+        space(constraints=["BLOCK *"])
+
+
+def test_a_ref_without_a_space_says_what_to_add(tmp_path):
+    """A reference that declares no TUNE and a call without defines= say what to add."""
+    (tmp_path / "k.ref.py").write_text(BLOCKED_REF.replace("TUNE =", "_NOT_TUNE ="))
+    with pytest.raises(SnippetError, match="add TUNE = "):
+        Space.from_ref(refs.load(tmp_path / "k.ref.py"))
+
+
+CUDA_TILE = """\
+__global__ void tile_copy(float* y, const float* x, int n) {
+    __shared__ float buf[TILE];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    buf[threadIdx.x % TILE] = i < n ? x[i] : 0.f;
+    __syncthreads();
+    if (i < n) y[i] = buf[threadIdx.x % TILE];
+}
+"""
+
+
+def test_resources_from_a_real_build_prune_what_the_arch_cannot_hold(tmp_path, cache):
+    """Static shared memory read from the build (NVRTC, no GPU) plus the declared dynamic amount is
+    checked against the arch; ptxas's own refusal is recognised as a pruning reason."""
+    src = tmp_path / "tile_copy.cu"
+    src.write_text(CUDA_TILE)
+    b = jitlab.build(src, compile_only=True, arch="sm_75", engine="nvrtc", defines={"TILE": 8192})  # 32 KiB static
+    s = Space(defines={"TILE": [8192]}, threads=256, shared=40 * 1024)
+    assert "tile_copy needs 73728 B of shared memory per block (sm_75 allows 65536 B)" == \
+        prune(s, {"TILE": 8192}, b.resources, "sm_75")
+    assert prune(s, {"TILE": 8192}, b.resources, "sm_90") is None
+    with pytest.raises(jitlab.CompileError) as e:
+        jitlab.build(src, compile_only=True, arch="sm_75", engine="nvrtc", defines={"TILE": 20000})  # 80 KB static
+    assert "too much shared data" in compile_prune_reason(e.value.log or str(e.value))
+
+
+TILED_REF = """\
+import torch
+
+SIZES = [1024]
+TUNE = {"defines": {"TILE": [1024, 12288], "BLOCK": [256, 2048]}, "threads": "BLOCK", "shared": "TILE * 2"}
+
+
+def inputs(size, seed, device):
+    return {"x": torch.rand(size, device=device)}
+
+
+def reference(inp):
+    return inp["x"].clone()
+
+
+def run(m, inp):
+    raise AssertionError("not run on the CPU")
+"""
+
+
+def test_a_cuda_sweep_prunes_from_its_builds_before_any_worker_starts(tmp_path, cache):
+    """For a CUDA snippet on a T4 (sm_75) the sweep compiles each configuration (NVRTC, no GPU needed) and
+    records as pruned the block of 2048 threads (before compiling) and the tile whose 48 KB of static plus
+    24 KB of dynamic shared memory passes the T4's 64 KB (from the build); only the rest is left to time."""
+    src = tmp_path / "tile_copy.cu"
+    src.write_text(CUDA_TILE)
+    (tmp_path / "tile_copy.ref.py").write_text(TILED_REF)
+    space = Space.from_ref(refs.load(tmp_path / "tile_copy.ref.py"))
+    store = Store(tmp_path / "results.jsonl")
+    sweep = Sweep(src, tmp_path / "tile_copy.ref.py", space, store, explicit_ref=False, rep_s=0.01, on_record=None)
+    t4 = Slot("0", device="Tesla T4, driver 12.4", arch="sm_75", host="here")
+    todo, skipped = sweep.todo(space.configs(), {t4.device: t4})
+    left = sweep.prune_and_build(LocalPool([t4], build_threads=2), todo, {t4.device: t4})
+    assert skipped == 0 and left == {t4.device: [(None, 1024), ({"TILE": 1024, "BLOCK": 256}, 1024)]}
+    reasons = {(r.config["TILE"], r.config["BLOCK"]): r.reason for r in store.records()}
+    assert set(reasons) == {(1024, 2048), (12288, 256), (12288, 2048)}
+    assert "2048 threads per block" in reasons[(1024, 2048)]
+    assert reasons[(12288, 256)] == "tile_copy needs 73728 B of shared memory per block (sm_75 allows 65536 B)"
+    assert all(r.status == tunestore.PRUNED and r.gpu == "0" for r in store.records())
+
+
+def test_register_pressure_prunes_big_blocks():
+    """Registers per thread × threads per block past the register file is pruned, naming the product."""
+    s = Space(defines={"BLOCK": [256, 1024]}, threads="BLOCK")
+    used = {"k": {"sm_90": {"registers": 128, "shared": 0}}}
+    assert prune(s, {"BLOCK": 256}, used, "sm_90") is None
+    assert "128 registers × 1024 threads = 131072" in prune(s, {"BLOCK": 1024}, used, "sm_90")
+    assert Limits.for_arch("sm_80").shared == 163 * 1024
+
+
+# --- the store ------------------------------------------------------------------------------------
+
+def rec(config, size=1, status=tunestore.OK, device="dev") -> Record:
+    return Record("k", config, size, device, status, median_ms=1.0)
+
+
+def test_a_torn_last_line_is_skipped_and_the_next_record_starts_a_new_line(tmp_path):
+    """A writer killed mid-line leaves a fragment: reading skips it, appending is not glued to it."""
+    store = Store(tmp_path / "r.jsonl")
+    store.append(rec({"B": 1}))
+    with open(store.path, "a") as f:
+        f.write('{"kernel": "k", "config": {"B": 2}, "si')
+    store.append(rec({"B": 3}))
+    assert [r.config for r in store.records()] == [{"B": 1}, {"B": 3}]
+
+
+def test_records_written_before_a_kill_9_are_all_read(tmp_path):
+    """A process appending records and killed with SIGKILL leaves every finished record readable."""
+    path = tmp_path / "r.jsonl"
+    writer = textwrap.dedent(f"""
+        from jitlab.judge.tunestore import Record, Store
+        s = Store({str(path)!r})
+        i = 0
+        while True:
+            s.append(Record("k", {{"B": i}}, 1, "dev", "ok", reason="x" * 5000))
+            i += 1
+    """)
+    p = subprocess.Popen([sys.executable, "-c", writer], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 60
+    while (not path.is_file() or path.stat().st_size < 200_000) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    records = Store(path).records()
+    assert len(records) >= 30 and [r.config["B"] for r in records] == list(range(len(records)))
+
+
+def test_the_latest_record_of_a_point_wins_and_points_are_per_config(tmp_path):
+    """Records are per (kernel, config, size, device): other configs, sizes and devices stay apart."""
+    store = Store(tmp_path / "r.jsonl")
+    for r in (rec({"B": 1}, status=tunestore.TIMEOUT), rec({"B": 1}), rec({"B": 2}), rec({"B": 1}, size=2),
+              rec({"B": 1}, device="other")):
+        store.append(r)
+    known = store.known("k")
+    assert len(known) == 4 and known[rec({"B": 1}).key].status == tunestore.OK
+    assert store.known("another kernel") == {}
+
+
+# --- sweeps ---------------------------------------------------------------------------------------
+
+def test_local_sweep_marks_crash_hang_and_wrong_points_and_a_rerun_runs_nothing(blocked, tmp_path):
+    """Two local worker processes: the right configurations are timed, the one that aborts is marked
+    crashed, the one that spins is stopped at the timeout, the wrong one is never timed; both workers
+    run points; a rerun finds every point in the store and starts no worker."""
+    store = tmp_path / "results.jsonl"
+    report = tune(blocked, gpus=2, timeout=3, rep_s=0.01, store=store)
+    assert statuses(report) == {(16, 0): "ok", (64, 0): "ok", (256, 0): "ok", (16, 1): "crashed",
+                                (16, 2): "timeout", (16, 3): "wrong"}
+    assert {r.gpu for r in report.records} == {"0", "1"}
+    best = report.best()[0]
+    assert best.record.config["MODE"] == 0 and best.record.median_ms > 0 and best.vs_torch > 0
+    assert "size 1000: BLOCK=" in report.table() and "1 crashed" in report.table()
+    assert best_defines(blocked, 1200) == best.record.config  # the exported table, nearest size
+    lines = store.read_text().count("\n")
+
+    again = tune(blocked, gpus=2, timeout=3, rep_s=0.01, store=store)
+    assert (again.measured, again.skipped) == (0, 6) and store.read_text().count("\n") == lines
+    assert again.seconds < 0.5 and again.best()[0].record == best.record
+
+
+def test_a_resumed_sweep_runs_only_the_points_its_store_lacks(blocked, tmp_path):
+    """A store left by a killed sweep (a torn last line) and a space grown by one value: only the
+    missing points run, the old results stay."""
+    store = Store(tmp_path / "results.jsonl")
+    kernel = kernel_hash(blocked, blocked.parent / "blocked.ref.py")
+    device = device_identity(cuda=False)["device"]
+    store.append(Record(kernel, {"BLOCK": 16, "MODE": 0}, 1000, device, tunestore.OK, median_ms=1e-9))
+    store.append(Record(kernel, None, 1000, device, tunestore.BASELINE, median_ms=1.0))
+    with open(store.path, "a") as f:
+        f.write('{"kernel": "' + kernel + '", "config": {"BLOCK": 64, "MO')
+    report = tune(blocked, defines={"BLOCK": [16, 64, 128], "MODE": [0]}, timeout=30, rep_s=0.01, store=store.path,
+                  export=False)
+    assert (report.measured, report.skipped) == (2, 1)
+    assert statuses(report) == {(16, 0): "ok", (64, 0): "ok", (128, 0): "ok"}
+    assert report.best()[0].record.median_ms == 1e-9  # the old record is kept and still the fastest
+
+
+def test_dask_local_cluster_with_fake_gpus_uses_both_and_survives_a_crash(blocked, tmp_path):
+    """A local Dask cluster, two workers with a GPU=1 resource each: every point is run, both workers
+    run points, and the configuration that aborts is marked crashed while the sweep goes on."""
+    pytest.importorskip("distributed")
+    report = tune(blocked, defines={"BLOCK": [16, 32, 64], "MODE": [0, 1]}, gpus=2, cluster="local", timeout=30,
+                  rep_s=0.01, store=tmp_path / "results.jsonl", export=False)
+    assert statuses(report) == {(16, 0): "ok", (32, 0): "ok", (64, 0): "ok", (16, 1): "crashed"}
+    assert {r.gpu for r in report.records} == {"0", "1"}
+    assert json.loads(json.dumps(report.best()[0].record.config))["MODE"] == 0
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+def test_jitlab_tune_prints_each_point_and_the_best_and_writes_the_table(blocked, jitlab_cli):
+    """`jitlab tune PATH -D NAME=V1,V2` sweeps those axes, prints a line per point and the best per size,
+    and writes NAME.tuned.json beside the snippet."""
+    r = jitlab_cli("tune", blocked, "-D", "BLOCK=16,64", "-D", "MODE=0", "--rep-s", "0.01", "--timeout", "30",
+                   cwd=blocked.parent)
+    assert r.returncode == 0, r.stderr
+    assert '{"BLOCK": 16, "MODE": 0}: ok' in r.stdout and "torch: baseline" in r.stdout
+    assert "size 1000: BLOCK=" in r.stdout and "× torch eager" in r.stdout
+    best = json.loads((blocked.parent / "blocked.tuned.json").read_text())["best"]
+    assert list(next(iter(best.values()))) == ["1000"]
+
+
+def test_jitlab_tune_without_values_names_the_form(blocked, jitlab_cli):
+    """A -D without values says how to write an axis."""
+    r = jitlab_cli("tune", blocked, "-D", "BLOCK", cwd=blocked.parent)
+    assert r.returncode == 1 and "NAME=V1,V2" in r.stderr
+
+
+def test_batch_check_of_submissions_gives_one_table(blocked, tmp_path, jitlab_cli):
+    """`jitlab check FOLDER --ref REF --gpus 2`: every submission checked in two workers, a crash is one
+    row among the others, and the exit status says not all passed."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    (subs / "right.cpp").write_text(BLOCKED.replace("#if MODE == 1", "#define MODE 0\n#define BLOCK 8\n#if MODE == 1"))
+    (subs / "wrong.cpp").write_text(BLOCKED.replace("#if MODE == 1", "#define MODE 3\n#define BLOCK 8\n#if MODE == 1"))
+    (subs / "aborts.cpp").write_text(BLOCKED.replace("#if MODE == 1", "#define MODE 1\n#define BLOCK 8\n#if MODE == 1"))
+    r = jitlab_cli("check", subs, "--ref", blocked.parent / "blocked.ref.py", "--gpus", "2", "--timeout", "30")
+    assert r.returncode == 1
+    rows = {line.split()[0].rsplit("/", 1)[-1]: line for line in r.stdout.splitlines() if ".cpp" in line}
+    assert "PASS" in rows["right.cpp"] and "FAIL [mismatch]" in rows["wrong.cpp"]
+    assert "FAIL [crashed]" in rows["aborts.cpp"]
+    assert "3 snippets checked" in r.stdout and "1 passed, 2 failed" in r.stdout
+
+
+def test_the_lesson_kernel_space_is_over_200_tiles_and_compiles_at_its_corners(cache):
+    """sgemm_tiles (lesson 09, the benchmark) declares a space of at least 200 tile shapes; its smallest
+    and largest tiles compile (NVRTC, no GPU) within the block limits."""
+    path = ROOT / "kernels" / "tuning" / "sgemm_tiles.cu"
+    space = Space.from_ref(refs.load(path.with_name("sgemm_tiles.ref.py")))
+    configs = space.configs()
+    assert len(configs) >= 200 and space.sizes == [512, 2048, 4096]
+    for c in (configs[0], {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8}):
+        b = jitlab.build(path, compile_only=True, arch="sm_90", engine="nvrtc", defines=c)
+        assert prune(space, c, b.resources, "sm_90") is None
+
+
+def test_editing_the_space_keeps_the_kernel_and_editing_the_reference_does_not(blocked):
+    """The results' kernel key covers the snippet and its reference, but not the reference's TUNE: a value
+    added to an axis keeps what was measured."""
+    ref = blocked.parent / "blocked.ref.py"
+    before = kernel_hash(blocked, ref)
+    ref.write_text(BLOCKED_REF.replace('"BLOCK": [16, 64, 256]', '"BLOCK": [16, 32, 64, 256]'))
+    assert kernel_hash(blocked, ref) == before
+    ref.write_text(BLOCKED_REF.replace("return 2 * inp", "return 2.0 * inp"))
+    assert kernel_hash(blocked, ref) != before
+    blocked.write_text(BLOCKED + "\n// an edit\n")
+    assert kernel_hash(blocked, ref.with_name("blocked.ref.py")) != before
+
+
+def test_a_time_limit_stops_the_sweep_and_keeps_the_best_so_far(blocked, tmp_path):
+    """Past its time limit a sweep starts no point; the report says it stopped early and keeps the best known."""
+    store = Store(tmp_path / "results.jsonl")
+    kernel = kernel_hash(blocked, blocked.parent / "blocked.ref.py")
+    device = device_identity(cuda=False)["device"]
+    store.append(Record(kernel, {"BLOCK": 64, "MODE": 0}, 1000, device, tunestore.OK, median_ms=0.5))
+    report = tune(blocked, defines={"BLOCK": [16, 64, 256], "MODE": [0]}, time_limit=1e-6, store=store.path,
+                  export=False)
+    assert report.stopped == "time limit" and report.measured == 0 and "stopped early" in report.table()
+    assert report.best()[0].record.config == {"BLOCK": 64, "MODE": 0}

@@ -95,7 +95,7 @@ class Callable:
 
     Attributes:
         fn: The parsed signature.
-        device: ``"cuda"`` for ``.cu`` snippets, ``"cpu"`` for ``.cpp`` ones.
+        device: ``"cuda"`` for ``.cu`` snippets, ``"cpu"`` for ``.cpp`` ones and the CPU emulator's builds.
     """
 
     def __init__(self, fn: Function, lib: ctypes.CDLL | None, device: str, capture_output: bool,
@@ -378,7 +378,7 @@ def _generate(owner: Callable, fn: Function, symbol, device: str, native: bool =
             pass_args.append(v)
     lines += [f"    if {v}.requires_grad and _grad_on(): _o._autograd_write({i}, {v})" for i, v in written]
     if kernel:
-        lines += _launch(fn, pass_args, env, has_tensor=any(p.pointer for p in fn.params))
+        lines += _launch(fn, pass_args, env, has_tensor=any(p.pointer for p in fn.params), device=device)
     else:
         if ret_ctype is not None:
             lines.append("    _out = _ret()")
@@ -460,7 +460,7 @@ def _scalar_check(i: int, v: str, ctype, kind: str) -> str:
     return f"    {v} = _o._scalar({i}, {v})"
 
 
-def _launch(fn: Function, pass_args: list[str], env: dict, has_tensor: bool) -> list[str]:
+def _launch(fn: Function, pass_args: list[str], env: dict, has_tensor: bool, device: str = "cuda") -> list[str]:
     """The lines of a kernel wrapper after the argument checks: configuration, stream, launch (sets ``_err``).
 
     An int grid or block is checked inline; a tuple once, then found among the checked ones (a dict
@@ -478,9 +478,12 @@ def _launch(fn: Function, pass_args: list[str], env: dict, has_tensor: bool) -> 
         f"    if _type(shared_mem) is not int or not 0 <= shared_mem <= {SHARED_MEM_MAX}:"
         " shared_mem = _o._shared_mem(shared_mem)",
     ]
-    if not has_tensor:  # no tensor argument: launch on the current device
-        lines.append("    _dev = _getdev()")
-    lines.append("    _s = _stream(_dev) if stream is None else _getattr(stream, 'cuda_stream', stream)")
+    if device == "cpu":  # the CPU emulator: no device, no stream
+        lines.append("    _s = None")
+    else:
+        if not has_tensor:  # no tensor argument: launch on the current device
+            lines.append("    _dev = _getdev()")
+        lines.append("    _s = _stream(_dev) if stream is None else _getattr(stream, 'cuda_stream', stream)")
     lines.append(f"    _last[0] = (_gx, _gy, _gz, _bx, _by, _bz, {fn.name!r})")
     lines.append(f"    _err = _sym(_gx, _gy, _gz, _bx, _by, _bz, shared_mem, _s{''.join(', ' + a for a in pass_args)})")
     return lines

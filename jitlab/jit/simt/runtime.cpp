@@ -102,7 +102,7 @@ namespace {
 enum class State : uint8_t { Ready, AtBarrier, AtWarp, Done, Faulted };
 struct Worker;
 
-/// One GPU thread. It sits at the base of its fiber's stack, so self() finds it (ThreadVars first).
+/// One GPU thread, in its fiber's slot where self() finds it (ThreadVars first).
 struct Thread {
     ThreadVars vars;
     void* sp;
@@ -120,7 +120,7 @@ struct Thread {
     int arg, width;
     uint64_t value, result;
 };
-static_assert(sizeof(Thread) < 4096, "a thread's record fits below its stack's guard page");
+static_assert(sizeof(Thread) + 64 * 64 <= kStackBytes - kRecordOffset, "a thread's record fits in its slot");
 
 struct Warp {
     unsigned exists, done, waiting;  // lane masks
@@ -149,7 +149,7 @@ struct Launch {
     }
 };
 
-/// A region of fiber stacks, each kStackBytes and aligned to it: the record, a guard page, the stack.
+/// A region of fiber slots, each kStackBytes and aligned to it: a guard page, the stack, the record.
 struct Stacks {
     char* base = nullptr;
     size_t count = 0;
@@ -178,7 +178,7 @@ Stacks take_stacks(size_t count) {
     if (s.mapping == MAP_FAILED) return Stacks{};
     s.base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(s.mapping) + kStackBytes - 1) & ~(kStackBytes - 1));
     const long page = sysconf(_SC_PAGESIZE);
-    for (size_t i = 0; i < count; ++i) mprotect(s.base + i * kStackBytes + page, (size_t)page, PROT_NONE);
+    for (size_t i = 0; i < count; ++i) mprotect(s.base + i * kStackBytes, (size_t)page, PROT_NONE);
     return s;
 }
 
@@ -199,7 +199,10 @@ struct Worker {
     unsigned threads = 0, live = 0, at_barrier = 0;
     uint3 block_index{0, 0, 0};
 
-    Thread* thread(unsigned i) { return reinterpret_cast<Thread*>(stacks.base + i * kStackBytes); }
+    Thread* thread(unsigned i) {
+        uintptr_t slot = reinterpret_cast<uintptr_t>(stacks.base) + i * kStackBytes;
+        return reinterpret_cast<Thread*>(slot + kRecordOffset + colour(slot));
+    }
     void run();
     bool run_block(uint64_t b);
     void start(Thread* t);
@@ -260,8 +263,7 @@ std::string Worker::where(const Thread* t) const {
 
 void Worker::start(Thread* t) {
     // The first switch into the fiber "returns" into fiber_main with the ABI's stack alignment.
-    char* top = reinterpret_cast<char*>(t) + kStackBytes;
-    void** sp = reinterpret_cast<void**>(top);
+    void** sp = reinterpret_cast<void**>(reinterpret_cast<char*>(t) - 2 * colour(reinterpret_cast<uintptr_t>(t)) - 64);
 #if defined(__x86_64__)
     *--sp = nullptr;  // fiber_main's return address: it never returns
     *--sp = reinterpret_cast<void*>(&fiber_main);
@@ -327,6 +329,17 @@ bool Worker::try_warp(Thread* t) {
                             op_name(t->op), t->file, t->line, t->mask, t->lane, where(t).c_str()));
         return false;
     }
+    if (t->mask & ~w.exists & ~w.done) {  // checked on the caller's own mask first: O(1) per arrival
+        unsigned missing = t->mask & ~w.exists;
+        launch->fail("WarpMaskError",
+                     format("%s at %s:%d: its mask 0x%08x names lanes %s, which this warp does not have (the "
+                            "block has %u threads, so warp %u has lanes %s only); pass a mask of the lanes that "
+                            "exist, e.g. __activemask() or __ballot_sync(0xffffffff, 1) taken before (%s)",
+                            op_name(t->op), t->file, t->line, t->mask, lanes(missing).c_str(), threads, t->warp,
+                            lanes(w.exists).c_str(), where(t).c_str()));
+        return false;
+    }
+    if (t->mask & ~w.waiting & ~w.done) return true;  // lanes it names are still on their way
     unsigned group = t->mask, seen = 0;
     while (unsigned todo = group & w.waiting & ~seen) {  // the closure of the arrived lanes' masks
         for (unsigned i = 0; i < 32; ++i) {
@@ -456,7 +469,8 @@ void Worker::deadlock() {
             Thread* o = thread(t->warp * 32 + l);
             std::string at = o->state == State::AtBarrier
                                  ? format("waits at %s at %s:%d", barrier_name(o->barrier_op), o->file, o->line)
-                                 : "is somewhere else";
+                             : o->state == State::Done ? std::string("has already returned")
+                                                       : std::string("waits at another warp collective");
             launch->fail("Deadlock",
                          format("%s at %s:%d waits for lane %u, which %s (%s): the two wait for each other for ever; "
                                 "a warp collective's mask names only lanes that reach that same call",
@@ -565,7 +579,7 @@ Thread* current_thread(const char* what) {
 
 // ---- what the header calls ------------------------------------------------------------------------
 int barrier(BarrierOp op, int predicate, const char* file, int line) {
-    Thread* t = current_thread("__syncthreads");
+    Thread* t = reinterpret_cast<Thread*>(self());
     Worker* w = t->worker;
     t->state = State::AtBarrier;
     t->barrier_op = op, t->predicate = predicate, t->file = file, t->line = line;
@@ -575,7 +589,7 @@ int barrier(BarrierOp op, int predicate, const char* file, int line) {
 }
 
 uint64_t warp(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* file, int line) {
-    Thread* t = current_thread(op_name(op));
+    Thread* t = reinterpret_cast<Thread*>(self());
     if (width <= 0 || width > 32 || (width & (width - 1))) {
         trap(format("%s: width %d is not a power of two from 1 to 32", op_name(op), width).c_str(), file, line);
     }
@@ -621,6 +635,9 @@ extern "C" {
 __attribute__((visibility("default"))) int jitlab_simt_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                                               unsigned by, unsigned bz, size_t shared_bytes,
                                                               void (*body)(void*), void* closure, const char* kernel) {
+    if ((uint64_t)gx * gy * gz == 0 || (uint64_t)bx * by * bz == 0 || (uint64_t)bx * by * bz > 1024) {
+        return cudaErrorInvalidConfiguration;  // as a GPU: an empty grid or block, or more than 1024 threads
+    }
     Launch l;
     l.grid = dim3(gx, gy, gz), l.block = dim3(bx, by, bz), l.shared_bytes = shared_bytes;
     l.body = body, l.closure = closure, l.kernel = kernel, l.reverse = reverse_order;

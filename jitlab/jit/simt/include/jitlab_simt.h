@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <type_traits>
 
 // ---- qualifiers ------------------------------------------------------------------------------
@@ -80,10 +81,17 @@ struct ThreadVars {
     uint3 thread_idx, block_idx;
     dim3 block_dim, grid_dim;
 };
-/// Fiber stacks are this size and aligned to it: masking the stack pointer finds the thread.
-constexpr uintptr_t kStackBytes = uintptr_t(1) << 18;
+/// Fiber stacks are this size and aligned to it, so masking the stack pointer finds the fiber's slot:
+/// a guard page, the stack (growing down), then the thread's record near the top. Record and stack
+/// start are staggered by the slot's index (64 cache lines), so 256 fibers do not all fall in
+/// the same cache sets.
+constexpr uintptr_t kStackShift = 18;
+constexpr uintptr_t kStackBytes = uintptr_t(1) << kStackShift;
+constexpr uintptr_t kRecordOffset = kStackBytes - 8192;
+__attribute__((always_inline)) inline uintptr_t colour(uintptr_t slot) { return ((slot >> kStackShift) & 63) * 64; }
 __attribute__((always_inline)) inline ThreadVars* self() {
-    return reinterpret_cast<ThreadVars*>(reinterpret_cast<uintptr_t>(__builtin_frame_address(0)) & ~(kStackBytes - 1));
+    uintptr_t slot = reinterpret_cast<uintptr_t>(__builtin_frame_address(0)) & ~(kStackBytes - 1);
+    return reinterpret_cast<ThreadVars*>(slot + kRecordOffset + colour(slot));
 }
 
 // ---- the runtime's entry points (runtime.cpp) --------------------------------------------------
@@ -380,6 +388,7 @@ enum cudaError_t {
     cudaSuccess = 0,
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
     cudaErrorLaunchFailure = 719,  // every emulator diagnostic: jitlab_simt_error() says which
 };
 typedef cudaError_t cudaError;
@@ -416,10 +425,12 @@ inline cudaError_t cudaGetLastError() {
 inline cudaError_t cudaPeekAtLastError() { return jitlab_simt::last_error; }
 inline const char* cudaGetErrorName(cudaError_t e) {
     return e == cudaSuccess ? "cudaSuccess" : e == cudaErrorLaunchFailure ? jitlab_simt_error_name()
+         : e == cudaErrorInvalidConfiguration ? "cudaErrorInvalidConfiguration"
          : e == cudaErrorMemoryAllocation ? "cudaErrorMemoryAllocation" : "cudaErrorInvalidValue";
 }
 inline const char* cudaGetErrorString(cudaError_t e) {
     return e == cudaSuccess ? "no error" : e == cudaErrorLaunchFailure ? jitlab_simt_error()
+         : e == cudaErrorInvalidConfiguration ? "invalid configuration argument"
          : e == cudaErrorMemoryAllocation ? "out of memory" : "invalid argument";
 }
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }

@@ -321,6 +321,21 @@ def _differs(a, b) -> str:
     return f"element {i}: {a.flatten()[i].item()!r} in thread order, {b.flatten()[i].item()!r} in reverse"
 
 
+def cannot_run(path) -> str:
+    """Why the CPU emulator cannot run the snippet at ``path`` (``""`` when it can): no compiler, a
+    torch-style snippet, or a feature it does not emulate (named, with its line)."""
+    why = available()
+    if why:
+        return why
+    try:
+        files = [parse_file(p) for p in collect_sources(path)]
+    except SnippetError as e:
+        return str(e)
+    if any(f.uses_torch for f in files):
+        return "the CPU emulator runs kernel-only snippets, and this one uses torch"
+    return next((why for why in map(refusal, files) if why), "")
+
+
 def available() -> str:
     """Why this machine cannot build for the emulator (``""`` when it can)."""
     import platform

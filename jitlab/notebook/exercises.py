@@ -240,7 +240,7 @@ def check(name: str, path=None, device: str | None = None, timeout: float = conf
     cuda = src.suffix in config.CUDA_EXTS
     device = device or ("cuda" if cuda and toolchain.gpu_available() else "cpu")
     emulated = cuda and device == "cpu"
-    why_not = emulated and (emulate.available() or _emulator_refuses(src))
+    why_not = emulated and emulate.cannot_run(src)
     if (device == "cuda" and not toolchain.gpu_available()) or why_not:
         r = compile(name, src)
         why = ("checking runs the kernel, and torch sees no CUDA GPU here (on Colab: Runtime > Change runtime "
@@ -265,19 +265,6 @@ def check(name: str, path=None, device: str | None = None, timeout: float = conf
     intro = "" if out.category == jobs.MISMATCH else (
         f"{out.category}: {message}" + (f"\nwhere: {out.where}" if out.where else ""))
     return Result(ex, src, "fail", verdict=verdict, intro=intro, module=mod, note=ran)
-
-
-def _emulator_refuses(src: Path) -> str:
-    """Why the CPU emulator cannot run this file (a feature it does not emulate), or ``""``."""
-    from jitlab.jit.parse import parse_file
-
-    try:
-        f = parse_file(src)
-    except JitlabError:
-        return ""
-    if f.uses_torch:
-        return "the CPU emulator runs kernel-only snippets, and this one uses torch"
-    return emulate.refusal(f)
 
 
 def compile(name: str, path=None, arch=(COMPILE_ARCH,)) -> Result:  # noqa: A001 - mirrors jitlab.build

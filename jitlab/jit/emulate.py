@@ -29,7 +29,7 @@ from jitlab.jit import cache, codegen, diagnostics, toolchain
 from jitlab.jit.builder import Build
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import Function, SourceFile, line_directive, parse_file, syntax_tree
-from jitlab.jit.shims import _shim_params
+from jitlab.jit.shims import shim_params
 from jitlab.jit.sources import collect_sources, local_headers, sources_by_path, user_include_dirs
 
 #: The engine name a build records (``Build.engine``), and what verdicts say the run was.
@@ -125,7 +125,7 @@ def translate(f: SourceFile) -> str:
 
 def launch_shim(fn: Function) -> str:
     """The ``extern "C"`` launcher of one kernel, with the prototype a GPU build's shim has."""
-    decls, args = _shim_params(fn)
+    decls, args = shim_params(fn)
     head = [f"unsigned jitlab_{v}" for v in ("gx", "gy", "gz", "bx", "by", "bz", "smem")] + ["void* jitlab_stream"]
     return (f'extern "C" int jitlab_launch_{fn.name}({", ".join(head + decls)}) {{\n'
             f"  auto jitlab_body = [&]() {{ {fn.qualname}({', '.join(args)}); }};\n"

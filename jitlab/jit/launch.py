@@ -355,8 +355,9 @@ def _generate(owner: Callable, fn: Function, symbol, device: str, native: bool =
     if not kernel and fn.returns.strip() != "void":
         ret_ctype = ctypes_map.RETURNS[ctypes_map.strip_qualifiers(fn.returns)]
         argtypes.append(ctypes.POINTER(ret_ctype))
-    env = {"_T": torch.Tensor, "_o": owner, "_sym": symbol, "_stream": _raw_stream_fn(),
-           "_getdev": getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device), "_byref": ctypes.byref,
+    env = {"_T": torch.Tensor, "_o": owner, "_sym": symbol, "_byref": ctypes.byref,
+           "_stream": _raw_stream_fn() if device == "cuda" else lambda dev: None,  # the CPU emulator: no stream
+           "_getdev": getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device) if device == "cuda" else int,
            "_ret": ret_ctype, "_last": last_launch, "_type": type, "_isinstance": isinstance, "_getattr": getattr,
            "_grad_on": torch.is_grad_enabled, "_bump": _bump_versions, "_JitlabError": JitlabError}
     names = py_names(fn.params)
@@ -478,12 +479,9 @@ def _launch(fn: Function, pass_args: list[str], env: dict, has_tensor: bool, dev
         f"    if _type(shared_mem) is not int or not 0 <= shared_mem <= {SHARED_MEM_MAX}:"
         " shared_mem = _o._shared_mem(shared_mem)",
     ]
-    if device == "cpu":  # the CPU emulator: no device, no stream
-        lines.append("    _s = None")
-    else:
-        if not has_tensor:  # no tensor argument: launch on the current device
-            lines.append("    _dev = _getdev()")
-        lines.append("    _s = _stream(_dev) if stream is None else _getattr(stream, 'cuda_stream', stream)")
+    if not has_tensor or device == "cpu":  # no tensor argument: launch on the current device
+        lines.append("    _dev = _getdev()")
+    lines.append("    _s = _stream(_dev) if stream is None else _getattr(stream, 'cuda_stream', stream)")
     lines.append(f"    _last[0] = (_gx, _gy, _gz, _bx, _by, _bz, {fn.name!r})")
     lines.append(f"    _err = _sym(_gx, _gy, _gz, _bx, _by, _bz, shared_mem, _s{''.join(', ' + a for a in pass_args)})")
     return lines

@@ -107,11 +107,6 @@ class Session:
         # still reads "built in N s" after Check/Bench, so their status agrees with Build's.
         self._origins: dict[str, str] = {}
 
-    @property
-    def run_device(self) -> str:
-        """Where the kernels run: ``"cuda"``, or ``"cpu"`` (a ``.cpp`` snippet, or the CPU emulator)."""
-        return "cpu" if self.emulated else self.device
-
     # ------------------------------------------------------------------ the file
 
     def read(self) -> str:
@@ -162,8 +157,7 @@ class Session:
         self._origins.setdefault(m.build.name, self._built)
         self.module = m
         status = f"{self._built}; functions: {', '.join(m.functions) or 'none'}"
-        if self.emulated:
-            status += f" ({emulate.RUN_ON}: no CUDA GPU here)"
+        status += f" ({emulate.RUN_ON}: no CUDA GPU here)" if self.emulated else ""
         return StepResult("build", True, status, log=m.build.log, seconds=time.perf_counter() - t0, value=m)
 
     def _compile_failed(self, e: CompileError, t0: float) -> StepResult:
@@ -247,18 +241,15 @@ class Session:
         ref, why = self._ready("check")
         if why:
             return why
-        if self.isolate:
-            result = self._isolated_check(t0)
-        else:
-            result = self._check_here(ref, t0)
-        if self.emulated:
-            result.status += f"; {emulate.RUN_ON}"
+        result = self._isolated_check(t0) if self.isolate else self._check_here(ref, t0)
+        result.status += f"; {emulate.RUN_ON}" if self.emulated else ""
         return result
 
     def _check_here(self, ref, t0: float) -> StepResult:
         """Check every version in this process (a fault here takes the notebook with it)."""
         with emulate.checking_races(self.emulated):
-            verdicts = [v for _, v in refs.check_each(self.module, ref, self.run_device, name=self.name)]
+            verdicts = [v for _, v in refs.check_each(self.module, ref, "cpu" if self.emulated else self.device,
+                                                      name=self.name)]
         ok = all(v.passed for v in verdicts)
         return StepResult("check", ok, f"{verdict_status(verdicts)} ({self._origin})",
                           log="\n\n".join(map(str, verdicts)), html="".join(v._repr_html_() for v in verdicts),
@@ -284,9 +275,8 @@ class Session:
         if why:
             return why
         if self.emulated:  # checked, never timed: an emulated kernel's time means nothing for a GPU
-            checked = self.check()
-            return StepResult("bench", checked.ok, f"{checked.status}; {emulate.NO_TIMING}", log=checked.log,
-                              html=checked.html, seconds=time.perf_counter() - t0, value=checked.value)
+            c = self.check()
+            return StepResult("bench", c.ok, f"{c.status}; {emulate.NO_TIMING}", log=c.log, html=c.html, value=c.value)
         rows = [self._bench_one(ref, version, size) for version, size in ref.bench_plan()]
         for r in rows:
             if r.timing:  # the same JSON history `jitlab run` keeps

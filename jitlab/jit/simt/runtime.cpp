@@ -283,10 +283,10 @@ bool Worker::resume(Thread* t) {
     current = nullptr;
     Warp& w = warps[t->warp];
     switch (t->state) {
-        case State::Done:
+        case State::Done:  // lanes waiting at a collective may name this one: check them now
             --live;
             w.done |= 1u << t->lane;
-            return true;
+            return w.waiting ? try_warp(thread(t->warp * 32 + (unsigned)__builtin_ctz(w.waiting))) : true;
         case State::AtWarp:
             return try_warp(t);
         case State::Faulted:
@@ -319,6 +319,7 @@ void Worker::open_barrier() {
 
 // A lane arrived at a warp collective: compute it if every lane its group names has arrived.
 bool Worker::try_warp(Thread* t) {
+    if (t->op == WarpOp::Activemask) return true;  // resolved when nothing else can run
     Warp& w = warps[t->warp];
     const unsigned me = 1u << t->lane;
     w.waiting |= me;

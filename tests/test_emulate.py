@@ -306,3 +306,61 @@ def test_the_gpu_and_the_emulator_agree(folder, name):
     for x, y in zip(a, b):
         if isinstance(x, torch.Tensor):
             torch.testing.assert_close(x.cpu(), y, rtol=1e-5, atol=1e-5)
+
+
+# ---- every exercise and every shipped kernel-only snippet -----------------------------------------------
+from jitlab.judge import refs  # noqa: E402  (the corpus part of this file)
+from jitlab.notebook import exercises  # noqa: E402
+
+KERNELS = Path(__file__).resolve().parent.parent / "kernels"
+#: What the emulator does not run, and why (the exercises and kernels left out of the runs below).
+NOT_EMULATED = {
+    "wmma_tile": "tensor cores (WMMA)",
+    "vadd_checks": "torch-style: host code taking torch::Tensor",
+    "hgemm": "tensor cores (WMMA) and inline PTX (ldmatrix)",
+    "scan": "inline PTX (st.relaxed.gpu / ld.relaxed.gpu in the decoupled look-back)",
+    "square_matrix": "torch-style", "custom_operation": "torch-style",
+}
+#: Starting code whose bug is a lost update (`x += v` by many threads, no atomic): the emulator runs each
+#: read-modify-write whole, in either thread order, so the sum comes out right and the check passes.
+LOST_UPDATES = {"sum_race", "histogram_race"}
+#: The largest size each kernel is checked at here (1e6 threads at most; matmuls by their side).
+MAX_SIZE = {"sgemm": 136, "layernorm": 1 << 14, "softmax": 1 << 14}
+
+
+@pytest.mark.parametrize("name", [n for n in exercises.all_exercises() if n not in NOT_EMULATED])
+def test_every_exercise_passes_solved_and_fails_as_started(name, use_shared_cache):
+    """Each exercise's solution passes on the CPU emulator and its starting code fails (but lost updates)."""
+    ex = exercises.get(name)
+    solved = exercises.check(name, ex.solution, device="cpu")
+    assert solved.status == "pass", str(solved)
+    if name not in LOST_UPDATES:
+        start = exercises.check(name, device="cpu")
+        assert start.status == "fail", str(start)
+
+
+def _shipped():
+    out = []
+    for k in refs.find_kernels(KERNELS):
+        if k.path.suffix == ".cu" and k.name not in NOT_EMULATED:
+            out.append(pytest.param(k, id=k.name))
+    return out
+
+
+@pytest.mark.parametrize("kernel", _shipped())
+def test_every_shipped_kernel_agrees_with_its_reference(kernel, use_shared_cache):
+    """Each kernel-only snippet in kernels/ and all its versions agree with torch on the emulator, each launch
+    run in two thread orders (a race fails it)."""
+    mod = jitlab.load(kernel.path, device="cpu")
+    ref = refs.load(kernel.ref)
+    with emulate.checking_races():
+        verdicts = [v for _, v in refs.check_each(mod, ref, "cpu", name=kernel.name,
+                                                  max_size=MAX_SIZE.get(kernel.name, 1 << 17))]
+    assert verdicts and all(v.passed for v in verdicts), "\n".join(map(str, verdicts))
+
+
+def test_the_left_out_kernels_are_the_ones_the_emulator_refuses():
+    """Every shipped .cu left out above is refused by the emulator or torch-style (so the list cannot go stale)."""
+    for k in refs.find_kernels(KERNELS):
+        if k.path.suffix == ".cu" and k.name in NOT_EMULATED:
+            assert emulate.cannot_run(k.path), k.name

@@ -247,7 +247,7 @@ class Session:
 
     def _check_here(self, ref, t0: float) -> StepResult:
         """Check every version in this process (a fault here takes the notebook with it)."""
-        with emulate.checking_races(self.emulated):
+        with emulate.checking(self.emulated):
             verdicts = [v for _, v in refs.check_each(self.module, ref, "cpu" if self.emulated else self.device,
                                                       name=self.name)]
         ok = all(v.passed for v in verdicts)

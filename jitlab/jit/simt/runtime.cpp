@@ -19,8 +19,11 @@
 // stops the launch: every worker finishes its current block's bookkeeping and takes no new block.
 #include "jitlab_simt.h"
 
+#include <dlfcn.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -576,6 +579,49 @@ Thread* current_thread(const char* what) {
     return w->current;
 }
 
+// A bad address in a kernel (a tensor's guard page, an overflowed fiber stack, a wild pointer): the
+// thread stops and the launch fails with the address and the code offset; Python names the tensor
+// and the line (emulate.py). The handler runs on the fiber's stack and switches away for good, so it
+// is installed with SA_NODEFER (a later fault is not blocked). Outside a fiber it hands over.
+struct sigaction previous_segv, previous_bus;
+
+void on_fault(int sig, siginfo_t* info, void* context) {
+    Worker* w = this_worker;
+    if (!w || !w->current) {
+        sigaction(sig, sig == SIGSEGV ? &previous_segv : &previous_bus, nullptr);
+        return;  // the fault happens again, under the handler that was there before
+    }
+    Thread* t = w->current;
+    const ucontext_t* uc = static_cast<const ucontext_t*>(context);
+#if defined(__x86_64__)
+    uintptr_t pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+#else
+    uintptr_t pc = (uintptr_t)uc->uc_mcontext.pc;
+#endif
+    Dl_info where_code{};
+    dladdr(reinterpret_cast<void*>(pc), &where_code);
+    w->launch->fail("BadAddress", format("address=%p code=%s+0x%lx (%s)", info->si_addr,
+                                         where_code.dli_fname ? where_code.dli_fname : "?",
+                                         (unsigned long)(pc - (uintptr_t)where_code.dli_fbase), w->where(t).c_str()));
+    t->state = State::Faulted;
+    jitlab_simt_switch(&t->sp, w->scheduler_sp);
+}
+
+struct FaultHandler {  // installed for the length of one launch
+    FaultHandler() {
+        struct sigaction a{};
+        a.sa_sigaction = on_fault;
+        a.sa_flags = SA_SIGINFO | SA_NODEFER;
+        sigemptyset(&a.sa_mask);
+        sigaction(SIGSEGV, &a, &previous_segv);
+        sigaction(SIGBUS, &a, &previous_bus);
+    }
+    ~FaultHandler() {
+        sigaction(SIGSEGV, &previous_segv, nullptr);
+        sigaction(SIGBUS, &previous_bus, nullptr);
+    }
+};
+
 }  // namespace
 
 // ---- what the header calls ------------------------------------------------------------------------
@@ -645,6 +691,7 @@ __attribute__((visibility("default"))) int jitlab_simt_launch(unsigned gx, unsig
     l.blocks = (uint64_t)gx * gy * gz;
     unsigned n = configured_workers > 0 ? (unsigned)configured_workers : default_workers();
     n = (unsigned)std::min<uint64_t>(n, l.blocks);
+    FaultHandler handler;
     std::vector<Worker> workers(n);
     std::vector<std::thread> os;
     for (unsigned i = 0; i < n; ++i) workers[i].launch = &l;

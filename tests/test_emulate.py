@@ -16,7 +16,7 @@ import torch
 
 import jitlab
 from jitlab.errors import LaunchError, SnippetError
-from jitlab.jit import emulate
+from jitlab.jit import emulate, emulate_run
 
 FIXTURES = Path(__file__).parent / "fixtures" / "emulate"
 
@@ -234,14 +234,14 @@ def test_a_missing_barrier_is_found_by_the_second_thread_order(bad):
     x = torch.rand(4 * 64)
     out = torch.zeros(4)
     bad.missing_barrier(out, x, grid=4, block=64)  # unchecked: runs, silently wrong
-    with emulate.checking(), pytest.raises(LaunchError, match="a race .*`out` comes out different"):
+    with emulate_run.checking(), pytest.raises(LaunchError, match="a race .*`out` comes out different"):
         bad.missing_barrier(out, x, grid=4, block=64)
 
 
 def test_an_access_past_a_tensors_end_names_the_tensor_index_and_line(bad, folder):
     """Within checking(), each tensor ends at an unmapped page: a write past it names `y[1000]` and the line."""
     x, y = torch.ones(1000), torch.zeros(1000)
-    with emulate.checking(), pytest.raises(LaunchError, match=rf"out-of-bounds access at {_at(folder, 59)} "
+    with emulate_run.checking(), pytest.raises(LaunchError, match=rf"out-of-bounds access at {_at(folder, 59)} "
                                                              rf"\(thread \(232, 0, 0\) of block \(3, 0, 0\)\): "
                                                              rf"`x\[1000\]`, but `x` has 1000 elements"):
         bad.no_bounds_check(y, x, 1000, grid=4, block=256)
@@ -251,7 +251,7 @@ def test_a_correct_kernel_passes_the_race_check(k):
     """The race check leaves a correct kernel's result as one run makes it."""
     x = torch.arange(256, dtype=torch.float32)
     y = torch.empty_like(x)
-    with emulate.checking():
+    with emulate_run.checking():
         k.reverse_block(y, x, grid=4, block=64)
     assert torch.equal(y, x.view(4, 64).flip(1).flatten())
 
@@ -362,7 +362,7 @@ def test_every_shipped_kernel_agrees_with_its_reference(kernel, use_shared_cache
     run in two thread orders (a race fails it)."""
     mod = jitlab.load(kernel.path, device="cpu")
     ref = refs.load(kernel.ref)
-    with emulate.checking():
+    with emulate_run.checking():
         verdicts = [v for _, v in refs.check_each(mod, ref, "cpu", name=kernel.name,
                                                   max_size=MAX_SIZE.get(kernel.name, 1 << 17))]
     assert verdicts and all(v.passed for v in verdicts), "\n".join(map(str, verdicts))

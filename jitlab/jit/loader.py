@@ -16,7 +16,7 @@ import warnings
 from jitlab import output
 from jitlab.errors import ArgumentError, JitlabError, ToolchainError
 from jitlab.jit import builder as build_mod
-from jitlab.jit import cache, emulate, locks, macros, oplib
+from jitlab.jit import cache, emulate, emulate_run, locks, macros, oplib
 from jitlab.jit.flags import Options
 from jitlab.jit.launch import Callable
 
@@ -201,7 +201,7 @@ def _bind_kernel_only(mod: Module, b: build_mod.Build) -> None:
         call = Callable(fn, lib, "cuda" if in_cuda and not emulated else "cpu", prints,
                         "jitlab_last_exception" if in_cuda else "jitlab_cpp_last_exception")
         if emulated and fn.kind == "global":
-            call._call = emulate.wrap_kernel(call._call, fn, lib)
+            call._call = emulate_run.wrap_kernel(call._call, fn, lib)
         _attach(mod, call)
 
 

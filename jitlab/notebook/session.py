@@ -17,7 +17,7 @@ from pathlib import Path
 
 from jitlab import config, snippets
 from jitlab.errors import CompileError, JitlabError, SnippetError
-from jitlab.jit import api, emulate, toolchain
+from jitlab.jit import api, emulate, emulate_run, toolchain
 from jitlab.jit.sources import locate
 from jitlab.judge import benchmark, checker, refs, results, roofline, timing
 from jitlab.notebook.report import (
@@ -247,7 +247,7 @@ class Session:
 
     def _check_here(self, ref, t0: float) -> StepResult:
         """Check every version in this process (a fault here takes the notebook with it)."""
-        with emulate.checking(self.emulated):
+        with emulate_run.checking(self.emulated):
             verdicts = [v for _, v in refs.check_each(self.module, ref, "cpu" if self.emulated else self.device,
                                                       name=self.name)]
         ok = all(v.passed for v in verdicts)

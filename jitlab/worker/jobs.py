@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import api, emulate
+from jitlab.jit import api, emulate, emulate_run
 from jitlab.judge import checker, refs
 from jitlab.worker import proc
 
@@ -207,7 +207,7 @@ def _run(job: Job) -> Outcome:
 def _check(job: Job, mod, ref, device: str, chosen: list, build: str, emulated: bool) -> Outcome:
     """Check each chosen version against the reference; the CPU emulator runs each launch in two thread orders."""
     verdicts = []
-    with emulate.checking(emulated):
+    with emulate_run.checking(emulated):
         for _, v in refs.check_each(mod, ref, device, name=Path(job.path).stem, versions=chosen, sizes=job.sizes,
                                     max_size=job.max_size):
             verdicts.append(v)

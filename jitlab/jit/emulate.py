@@ -47,6 +47,9 @@ RUNTIME = SIMT / "runtime.cpp"
 #: handler with the user's line.
 CXXFLAGS = ["-O2", "-g1", "-std=c++17", "-fPIC", "-fno-strict-aliasing", "-w",
             "-fsanitize=bounds", "-fno-sanitize-recover=bounds"]
+#: The snippet's unit also gets -fsanitize=thread: its loads, stores and atomics call the runtime's hooks
+#: (not libtsan), which find lost updates in the checked mode and cost a branch otherwise.
+SNIPPET_FLAGS = ["-fsanitize=thread"]
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,9 @@ def refusal(f: SourceFile) -> str:
 def translate(f: SourceFile) -> str:
     """The file's text as the host compiler takes it, every line where it was.
 
-    ``extern __shared__ T name[];`` becomes a pointer to the block's dynamic shared memory, and a
-    launch ``k<<<g, b, s, st>>>(args)`` a call of the runtime's launcher (both on the same line).
+    ``extern __shared__ T name[];`` becomes a pointer to the block's dynamic shared memory, a launch
+    ``k<<<g, b, s, st>>>(args)`` a call of the runtime's launcher, and ``__noinline__`` GCC's attribute
+    (a macro would break libstdc++, which spells the attribute so), each on the same line.
     """
     src = f.text.encode()
     edits: list[tuple[int, int, bytes]] = []
@@ -119,7 +123,7 @@ def translate(f: SourceFile) -> str:
         out += [src[pos:start], new]
         pos = end
     out.append(src[pos:])
-    text = b"".join(out).decode()
+    text = re.sub(r"\b__noinline__\b", "__attribute__((noinline))", b"".join(out).decode())
     return _EXTERN_SHARED.sub(
         lambda m: f"{m['type'].strip()}* const {m['name']} = "
                   f"reinterpret_cast<{m['type'].strip()}*>(::jitlab_simt::dynamic_shared());", text)
@@ -214,6 +218,7 @@ def build(paths, opts: Options | None = None) -> Build:
     user_dirs = user_include_dirs(opts)
     defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
     parts = {"format": config.FORMAT_VERSION, "engine": ENGINE, "text": text, "runtime": _digest_of_runtime(),
+             "compiler_flags": [*CXXFLAGS, *SNIPPET_FLAGS],
              "headers": local_headers(files, plan.include_dirs, user_dirs), "defines": defines, "cflags": opts.cflags,
              "debug": opts.debug, "toolchain": toolchain.fingerprint(False)}
     runtime = runtime_object()
@@ -225,7 +230,7 @@ def build(paths, opts: Options | None = None) -> Build:
         unit.write_text(text)
         includes = ["-I", str(INCLUDE), *(f"-I{d}" for d in plan.include_dirs), *(f"-I{d}" for d in user_dirs)]
         debug = ["-g", "-O0"] if opts.debug else []
-        _compile([cxx, *CXXFLAGS, *debug, *includes, "-include", "jitlab_simt.h", *defines, *opts.cflags,
+        _compile([cxx, *CXXFLAGS, *SNIPPET_FLAGS, *debug, *includes, "-include", "jitlab_simt.h", *defines, *opts.cflags,
                   "-c", str(unit), "-o", str(obj)], f"{', '.join(f.path.name for f in files)} (c++, {ENGINE})",
                  sources_by_path(plan))
         _compile([cxx, "-shared", str(obj), str(runtime), "-o", str(lib), "-pthread", *toolchain.runtime_ldflags()],

@@ -70,7 +70,13 @@ def wrap_kernel(call, fn: Function, lib):
                     bound.arguments[names[i]] = guards[i].tensor
             outs = {i: g for i, g in guards.items() if not fn.params[i].const}
             start = {i: g.tensor.clone() for i, g in outs.items()}
-            result = _launch(call, fn, names, bound.args, bound.kwargs, guards)
+            for g in outs.values():  # the first run also looks for lost updates on the outputs
+                lib.jitlab_simt_watch(ctypes.c_void_p(g.start), g.tensor.numel() * g.tensor.element_size(),
+                                      g.tensor.element_size())
+            try:
+                result = _launch(call, fn, names, bound.args, bound.kwargs, guards)
+            finally:
+                lib.jitlab_simt_unwatch()
             first = {i: g.tensor.clone() for i, g in outs.items()}
             if outs:
                 _second_order(call, fn, names, bound, guards, outs, start, first, lib)
@@ -111,15 +117,41 @@ def _launch(call, fn: Function, names: list[str], args, kwargs, guards: dict):
     try:
         return call(*args, **kwargs)
     except LaunchError as e:
+        by_name = {fn.params[i].name: g for i, g in guards.items()}
         m = _BAD_ADDRESS.search(str(e))
-        if m is None:
-            raise
-        raise LaunchError(bad_address(fn, int(m["address"], 16), m["code"], int(m["offset"], 16), m["who"],
-                                      {fn.params[i].name: g for i, g in guards.items()})) from None
+        if m is not None:
+            raise LaunchError(bad_address(fn, int(m["address"], 16), m["code"], int(m["offset"], 16), m["who"],
+                                          by_name)) from None
+        m = _RACE.search(str(e))
+        if m is not None:
+            raise LaunchError(lost_update(fn, int(m["address"], 16), m["code"], int(m["offset"], 16), m["kind"],
+                                          m["other"], m["who"], by_name)) from None
+        raise
 
 
 _BAD_ADDRESS = re.compile(r"BadAddress: address=(?P<address>0x[0-9a-f]+|\(nil\)) code=(?P<code>.*)\+0x(?P<offset>[0-9a-f]+) "
                           r"\((?P<who>[^)]*\)[^)]*\))\)")
+
+
+_RACE = re.compile(r"Race: address=(?P<address>0x[0-9a-f]+) code=(?P<code>.*)\+0x(?P<offset>[0-9a-f]+) "
+                   r"kind=(?P<kind>[a-z-]+) other=(?P<other>thread \([^)]*\) of block \([^)]*\)) "
+                   r"\((?P<who>[^)]*\)[^)]*\))\)")
+_RACE_KINDS = {"write-after-write": ("writes", "wrote"), "read-after-write": ("reads", "wrote"),
+               "write-after-read": ("writes", "read")}
+
+
+def lost_update(fn: Function, address: int, code: str, offset: int, kind: str, other: str, who: str,
+                guards: dict) -> str:
+    """A race the runtime's access hooks found, for a person: the element, both threads, the line."""
+    line = source_line(code, offset)
+    does, did = _RACE_KINDS.get(kind, ("touches", "touched"))
+    element = f"{address:#x}"
+    for name, g in guards.items():
+        if g.start <= address < g.start + g.tensor.numel() * g.tensor.element_size():
+            element = f"`{name}[{(address - g.start) // g.tensor.element_size()}]`"
+    return (f"{fn.name}: a race{f' at {line}' if line else ''}: {who} {does} {element}, which {other} {did}, and "
+            f"nothing orders the two (another block, or no __syncthreads() between them): on a GPU one update can "
+            f"overwrite the other; use an atomic (atomicAdd) or give each thread its own element")
 
 
 def bad_address(fn: Function, address: int, code: str, offset: int, who: str, guards: dict) -> str:

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <memory>
 #include <cstdarg>
 #include <mutex>
 #include <string>
@@ -112,6 +113,7 @@ struct Thread {
     Worker* worker;
     State state;
     unsigned linear, lane, warp;
+    unsigned barriers, warp_syncs;  // barriers and warp collectives passed: what orders two accesses
     const char* file;  // where it waits
     int line;
     // a barrier
@@ -500,6 +502,7 @@ bool Worker::run_block(uint64_t b) {
         t->linear = i, t->lane = i % 32, t->warp = i / 32;
         t->state = State::Ready;
         t->mask = 0;
+        t->barriers = t->warp_syncs = 0;
         start(t);
     }
     warps.assign((threads + 31) / 32, Warp{0, 0, 0});
@@ -632,6 +635,7 @@ int barrier(BarrierOp op, int predicate, const char* file, int line) {
     t->barrier_op = op, t->predicate = predicate, t->file = file, t->line = line;
     ++w->at_barrier;
     jitlab_simt_switch(&t->sp, w->scheduler_sp);
+    ++t->barriers;
     return t->barrier_result;
 }
 
@@ -644,6 +648,7 @@ uint64_t warp(WarpOp op, unsigned mask, uint64_t value, int arg, int width, cons
     t->op = op, t->mask = op == WarpOp::Activemask ? ~0u : mask, t->value = value, t->arg = arg, t->width = width;
     t->file = file, t->line = line;
     jitlab_simt_switch(&t->sp, t->worker->scheduler_sp);
+    ++t->warp_syncs;
     return t->result;
 }
 
@@ -733,4 +738,164 @@ __attribute__((visibility("hidden"))) void __assert_fail(const char* expr, const
     }
     trap(format("assertion `%s` failed", expr).c_str(), file, (int)line);
 }
+}
+
+// ---- the race detector: GCC's -fsanitize=thread hooks, answered here (no libtsan) --------------------
+//
+// Emulated snippets are compiled with -fsanitize=thread, so every plain load and store calls
+// __tsan_readN/__tsan_writeN and every atomic a __tsan_atomic* function. Normally the hooks return
+// at once (one load and a branch). While Python watches the outputs of a checked launch
+// (jitlab_simt_watch), each plain access to them is compared with the last write and the last read of
+// that element: two accesses by different threads, one a write, race when nothing orders them: they
+// are in different blocks, or in one block with no __syncthreads() (nor, in one warp, a warp
+// collective) between them. That is the lost update a serial run cannot show (`out[0] += v` from every
+// block): the first one fails the launch with the address and the code offset, and Python names the
+// element and the line. Atomics are synchronised by definition and never recorded.
+namespace jitlab_simt {
+namespace {
+
+struct Watched {
+    uintptr_t start = 0, end = 0;
+    size_t item = 1;
+    std::unique_ptr<std::atomic<uint64_t>[]> writer, reader;  // packed access keys (0: none yet)
+};
+Watched watched[16];
+int watching = 0;  // read by every hook: while 0, nothing is recorded
+
+// block + 1 (32 bits) | thread (10) | barriers passed (16) | warp collectives passed (6)
+uint64_t key_of(const Worker* w, const Thread* t) {
+    uint64_t block = ((uint64_t)w->block_index.z * w->launch->grid.y + w->block_index.y) * w->launch->grid.x +
+                     w->block_index.x;
+    return ((block + 1) << 32) | ((uint64_t)t->linear << 22) | ((uint64_t)(t->barriers & 0xffffu) << 6) |
+           (t->warp_syncs & 63u);
+}
+
+bool ordered(uint64_t a, uint64_t b) {  // may the two accesses' threads not race?
+    if (!a || (a >> 32) != (b >> 32)) return !a;  // another block: nothing orders them
+    const unsigned ta = (a >> 22) & 1023u, tb = (b >> 22) & 1023u;
+    if (ta == tb || ((a >> 6) & 0xffffu) != ((b >> 6) & 0xffffu)) return true;  // one thread, or a barrier between
+    return ta / 32 == tb / 32 && (a & 63u) != (b & 63u);                        // one warp, a collective between
+}
+
+std::string who(const Launch* l, uint64_t key) {
+    const uint64_t b = (key >> 32) - 1;
+    const unsigned t = (key >> 22) & 1023u;
+    return format("thread (%u, %u, %u) of block (%u, %u, %u)", t % l->block.x, t / l->block.x % l->block.y,
+                  t / l->block.x / l->block.y, (unsigned)(b % l->grid.x), (unsigned)(b / l->grid.x % l->grid.y),
+                  (unsigned)(b / l->grid.x / l->grid.y));
+}
+
+[[noreturn]] void race(Worker* w, Thread* t, uintptr_t address, const char* kind, uint64_t other, void* pc) {
+    Dl_info code{};
+    dladdr(pc, &code);
+    w->launch->fail("Race", format("address=%p code=%s+0x%lx kind=%s other=%s (%s)", (void*)address,
+                                   code.dli_fname ? code.dli_fname : "?",
+                                   (unsigned long)((uintptr_t)pc - (uintptr_t)code.dli_fbase), kind,
+                                   who(w->launch, other).c_str(), w->where(t).c_str()));
+    t->state = State::Faulted;
+    jitlab_simt_switch(&t->sp, w->scheduler_sp);
+    __builtin_unreachable();
+}
+
+__attribute__((noinline)) void access(uintptr_t address, size_t bytes, bool write, void* pc) {
+    Worker* w = this_worker;
+    if (!w || !w->current) return;
+    for (int r = 0; r < watching; ++r) {
+        Watched& m = watched[r];
+        if (address + bytes <= m.start || address >= m.end) continue;
+        Thread* t = w->current;
+        const uint64_t me = key_of(w, t);
+        const uintptr_t lo = std::max(address, m.start), hi = std::min(address + bytes, m.end);
+        for (size_t i = (lo - m.start) / m.item; i <= (hi - 1 - m.start) / m.item; ++i) {
+            const uint64_t wrote = m.writer[i].load(std::memory_order_relaxed);
+            if (!ordered(wrote, me)) race(w, t, m.start + i * m.item, write ? "write-after-write" : "read-after-write",
+                                          wrote, pc);
+            if (write) {
+                const uint64_t read = m.reader[i].load(std::memory_order_relaxed);
+                if (!ordered(read, me)) race(w, t, m.start + i * m.item, "write-after-read", read, pc);
+                m.writer[i].store(me, std::memory_order_relaxed);
+            } else {
+                m.reader[i].store(me, std::memory_order_relaxed);
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace jitlab_simt
+
+extern "C" {
+/// Watch the plain accesses to [start, start + bytes) (items of `item` bytes) in the next launches.
+__attribute__((visibility("default"))) int jitlab_simt_watch(void* start, size_t bytes, size_t item) {
+    if (watching >= 16 || !bytes || !item) return 0;
+    Watched& m = watched[watching];
+    m.start = (uintptr_t)start, m.end = m.start + bytes, m.item = item;
+    const size_t n = (bytes + item - 1) / item;
+    m.writer.reset(new std::atomic<uint64_t>[n]());
+    m.reader.reset(new std::atomic<uint64_t>[n]());
+    ++watching;
+    return 1;
+}
+__attribute__((visibility("default"))) void jitlab_simt_unwatch() {
+    for (int r = 0; r < watching; ++r) watched[r] = Watched{};
+    watching = 0;
+}
+
+#define JITLAB_HIDDEN __attribute__((visibility("hidden")))
+#define JITLAB_ACCESS(N)                                                                                     \
+    JITLAB_HIDDEN void __tsan_read##N(void* p) {                                                             \
+        if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, N, false, __builtin_return_address(0)); \
+    }                                                                                                        \
+    JITLAB_HIDDEN void __tsan_write##N(void* p) {                                                            \
+        if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, N, true, __builtin_return_address(0));  \
+    }                                                                                                        \
+    JITLAB_HIDDEN void __tsan_unaligned_read##N(void* p) {                                                   \
+        if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, N, false, __builtin_return_address(0)); \
+    }                                                                                                        \
+    JITLAB_HIDDEN void __tsan_unaligned_write##N(void* p) {                                                  \
+        if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, N, true, __builtin_return_address(0));  \
+    }                                                                                                        \
+    JITLAB_HIDDEN void __tsan_volatile_read##N(void* p) { __tsan_read##N(p); }                               \
+    JITLAB_HIDDEN void __tsan_volatile_write##N(void* p) { __tsan_write##N(p); }
+JITLAB_ACCESS(1) JITLAB_ACCESS(2) JITLAB_ACCESS(4) JITLAB_ACCESS(8) JITLAB_ACCESS(16)
+JITLAB_HIDDEN void __tsan_read_range(void* p, unsigned long n) {
+    if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, n, false, __builtin_return_address(0));
+}
+JITLAB_HIDDEN void __tsan_write_range(void* p, unsigned long n) {
+    if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, n, true, __builtin_return_address(0));
+}
+JITLAB_HIDDEN void __tsan_init() {}
+JITLAB_HIDDEN void __tsan_func_entry(void*) {}
+JITLAB_HIDDEN void __tsan_func_exit() {}
+JITLAB_HIDDEN void __tsan_vptr_update(void**, void*) {}
+JITLAB_HIDDEN void __tsan_vptr_read(void**) {}
+JITLAB_HIDDEN void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+JITLAB_HIDDEN void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+
+// Atomics are done for real (sequentially consistent whatever the order asked) and never recorded.
+#define JITLAB_ATOMICS(BITS, T)                                                                               \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_load(const volatile T* a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
+    JITLAB_HIDDEN void __tsan_atomic##BITS##_store(volatile T* a, T v, int) { __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_exchange(volatile T* a, T v, int) {                                 \
+        return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                                   \
+    }                                                                                                         \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_add(volatile T* a, T v, int) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_sub(volatile T* a, T v, int) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_and(volatile T* a, T v, int) { return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); } \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_or(volatile T* a, T v, int) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); } \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_xor(volatile T* a, T v, int) { return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); } \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_nand(volatile T* a, T v, int) {                               \
+        return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST);                                                   \
+    }                                                                                                         \
+    JITLAB_HIDDEN int __tsan_atomic##BITS##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) {     \
+        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);              \
+    }                                                                                                         \
+    JITLAB_HIDDEN int __tsan_atomic##BITS##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) {       \
+        return __atomic_compare_exchange_n(a, c, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);               \
+    }                                                                                                         \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_compare_exchange_val(volatile T* a, T c, T v, int, int) {           \
+        __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                    \
+        return c;                                                                                             \
+    }
+JITLAB_ATOMICS(8, char) JITLAB_ATOMICS(16, short) JITLAB_ATOMICS(32, int) JITLAB_ATOMICS(64, long)
 }

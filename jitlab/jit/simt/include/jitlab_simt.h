@@ -29,7 +29,8 @@
 #define __constant__
 #define __managed__
 #define __forceinline__ inline __attribute__((always_inline))
-#define __noinline__ __attribute__((noinline))
+// `__noinline__` is not a macro here: libstdc++ spells `__attribute__((__noinline__))`; jitlab rewrites
+// the user's `__noinline__` before compiling (emulate.translate).
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 #define __grid_constant__

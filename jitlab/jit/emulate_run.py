@@ -3,7 +3,8 @@
 Every emulated kernel's typed call goes through :func:`wrap_kernel`. A bad address the runtime caught
 (SIGSEGV in a GPU thread's fiber) is raised as a :class:`jitlab.LaunchError` naming the line. Within
 :func:`checking` a launch runs twice, its threads in two orders (a race fails it), on copies of its
-tensors whose last byte abuts an unmapped page (an access past the end names the tensor and index).
+tensors whose last byte abuts an unmapped page (an access past the end names the tensor and index);
+the first run also has the runtime watch the outputs for lost updates (``runtime.cpp``'s race detector).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ def checking(on: bool = True):
     without a barrier between: the launch raises :class:`jitlab.LaunchError` naming the output and
     the first element that differs (floats compared with a tolerance: atomics add in another order).
     Each tensor runs from a copy whose last byte abuts an unmapped page, so an access past its end
-    raises naming the tensor, the index and the line. The outputs are the first run's.
+    raises naming the tensor, the index and the line; in the first run each plain access to an output
+    is compared with the element's last write and read, so a lost update (``out[0] += v`` from two
+    blocks) raises naming the element, both threads and the line. The outputs are the first run's.
     """
     before = _checking[0]
     _checking[0] = on

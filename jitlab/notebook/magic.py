@@ -226,7 +226,7 @@ def check_on_the_emulator(args, path: Path, cell: str, namespace: dict):
     print(f"{args.name}: {state} for the CPU emulator (no CUDA GPU here); functions: {', '.join(m.functions)}; "
           f"{how_to_call(args.name, m)} with CPU tensors")
     try:
-        print(isolate.check_snippet(path, device="cpu", defines=defines))
+        print(isolate.check_snippet(path.resolve(), device="cpu", defines=defines))  # the worker has its own cwd
     except JitlabError as e:
         print(f"jitlab: cannot check {args.name}: {e}")
     if args.bench:

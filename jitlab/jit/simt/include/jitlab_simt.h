@@ -131,7 +131,15 @@ inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __nanosleep(unsigned) {}
-inline long long clock64() { return (long long)__builtin_ia32_rdtsc(); }
+inline long long clock64() {  // the CPU's cycle (x86_64) or virtual timer (aarch64) counter
+#if defined(__x86_64__)
+    return (long long)__builtin_ia32_rdtsc();
+#else
+    long long v;
+    asm volatile("mrs %0, cntvct_el0" : "=r"(v));
+    return v;
+#endif
+}
 
 // ---- warp collectives --------------------------------------------------------------------------
 namespace jitlab_simt {

@@ -89,16 +89,20 @@ def _load_torch_style(path, more, name, sources, opts: Options, kw: dict):
 
 
 def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None,
-          ldflags=None, compile_only: bool = False, debug: bool = False, engine: str = "auto") -> Build:
-    """Build a snippet without loading it; ``compile_only=True`` needs no GPU (nvcc, or NVRTC).
+          ldflags=None, compile_only: bool = False, debug: bool = False, engine: str = "auto",
+          device: str = "cuda") -> Build:
+    """Build a snippet without loading it; ``compile_only=True`` needs no GPU (nvcc, or NVRTC), nor
+    does ``device="cpu"`` (the CPU emulator's build of a kernel-only ``.cu``).
 
     Returns:
         The :class:`Build`: ``.cached``, ``.seconds``, ``.folder``, ``.resources`` (per kernel, per arch).
     """
+    from jitlab.jit import emulate  # lazy, as loader is: it imports torch
     from jitlab.jit.builder import build as _build
 
     paths = [path, *more] if more else path
-    return _build(paths, options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug, engine))
+    opts = options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug, engine, device)
+    return emulate.build(paths, opts) if opts.device == "cpu" else _build(paths, opts)
 
 
 def clean(older_than_days: float | None = None, headers: bool = False):

@@ -97,7 +97,7 @@ def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None,
     Returns:
         The :class:`Build`: ``.cached``, ``.seconds``, ``.folder``, ``.resources`` (per kernel, per arch).
     """
-    from jitlab.jit import emulate  # lazy, as loader is: it imports torch
+    from jitlab.jit import emulate  # lazy, like the builder below
     from jitlab.jit.builder import build as _build
 
     paths = [path, *more] if more else path

@@ -30,7 +30,7 @@ from jitlab.jit import cache, codegen, diagnostics, toolchain
 from jitlab.jit.builder import Build
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import Function, SourceFile, line_directive, parse_file, syntax_tree
-from jitlab.jit.shims import call_shim, shim_params
+from jitlab.jit.shims import call_shim, runtime_helpers, shim_params
 from jitlab.jit.sources import collect_sources, local_headers, sources_by_path, user_include_dirs
 
 #: The engine name a build records (``Build.engine``), and what verdicts say the run was.
@@ -142,21 +142,10 @@ def launch_shim(fn: Function) -> str:
 
 def unit_text(files: list[SourceFile], exported: list[Function]) -> str:
     """The one translation unit of an emulated build: the user's files at their lines, then the shims."""
-    parts = [with_line for f in files for with_line in (line_directive(f.path) + translate(f) + "\n",)]
+    parts = [line_directive(f.path) + translate(f) + "\n" for f in files]
     shims = [launch_shim(fn) if fn.kind == "global" else call_shim(fn, cuda=True) for fn in exported]
-    return "".join(parts) + line_directive(f"{codegen.GENERATED}.cpp") + SHIM_HELPERS + "\n".join(shims)
-
-
-SHIM_HELPERS = """\
-static thread_local char jitlab_exception_what[1024];
-static void jitlab_remember(const char* what) {
-  int i = 0; for (; what && what[i] && i < 1023; ++i) jitlab_exception_what[i] = what[i];
-  jitlab_exception_what[i] = 0;
-}
-extern "C" const char* jitlab_last_exception() { return jitlab_exception_what; }
-extern "C" const char* jitlab_error_name(int e) { return cudaGetErrorName((cudaError_t)e); }
-extern "C" const char* jitlab_error_string(int e) { return cudaGetErrorString((cudaError_t)e); }
-"""
+    # The GPU unit's error helpers: the header's cudaGetErrorName/String answer for the emulator.
+    return "".join(parts) + line_directive(f"{codegen.GENERATED}.cpp") + runtime_helpers(cuda=True) + "\n".join(shims)
 
 
 def _digest_of_runtime() -> str:
@@ -172,8 +161,8 @@ def runtime_object() -> Path:
 
     def make(target: str, folder: Path) -> dict:
         obj = folder / "runtime.o"
-        _compile([cxx, *CXXFLAGS, "-fvisibility=hidden", "-I", str(INCLUDE), "-c", str(RUNTIME), "-o", str(obj)], "jitlab's CPU emulator runtime",
-                 {})
+        _compile([cxx, *CXXFLAGS, "-fvisibility=hidden", "-I", str(INCLUDE), "-c", str(RUNTIME), "-o", str(obj)],
+                 "jitlab's CPU emulator runtime", {})
         return {"artifact": obj.name, "size": obj.stat().st_size, "sha256": cache.file_sha256(obj), "read": []}
 
     entry = cache.find_or_make(name, make)

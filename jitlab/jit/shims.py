@@ -23,10 +23,10 @@ def shim_unit(fns: list[Function], cuda: bool) -> str:
         cuda: A CUDA unit (kernels launch, host calls report CUDA errors) or a C++ one.
     """
     shims = [launch_shim(fn) if fn.kind == "global" else call_shim(fn, cuda=cuda) for fn in fns]
-    return _runtime_helpers(cuda=cuda, prefix="jitlab_" if cuda else "jitlab_cpp_") + "\n".join(shims)
+    return runtime_helpers(cuda=cuda, prefix="jitlab_" if cuda else "jitlab_cpp_") + "\n".join(shims)
 
 
-def _runtime_helpers(cuda: bool, prefix: str = "jitlab_") -> str:
+def runtime_helpers(cuda: bool, prefix: str = "jitlab_") -> str:
     """Error reporting shared by the shims: CUDA error strings and the last C++ exception."""
     lines = [
         "static thread_local char jitlab_exception_what[1024];",

@@ -17,6 +17,8 @@ import torch
 import jitlab
 from jitlab.errors import LaunchError, SnippetError
 from jitlab.jit import emulate, emulate_run
+from jitlab.judge import refs
+from jitlab.notebook import exercises
 
 FIXTURES = Path(__file__).parent / "fixtures" / "emulate"
 
@@ -326,9 +328,6 @@ def test_the_gpu_and_the_emulator_agree(folder, name):
 
 
 # ---- every exercise and every shipped kernel-only snippet -----------------------------------------------
-from jitlab.judge import refs  # noqa: E402  (the corpus part of this file)
-from jitlab.notebook import exercises  # noqa: E402
-
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 #: What the emulator does not run, and why (the exercises and kernels left out of the runs below).
 NOT_EMULATED = {

@@ -16,7 +16,6 @@ grid-wide cooperative sync, CUB/Thrust device code, textures.
 
 from __future__ import annotations
 
-import os
 import platform
 import re
 import subprocess
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jitlab import config
-from jitlab.errors import SnippetError, ToolchainError
+from jitlab.errors import SnippetError
 from jitlab.jit import cache, codegen, diagnostics, toolchain
 from jitlab.jit.builder import Build
 from jitlab.jit.flags import Options
@@ -257,15 +256,3 @@ def available() -> str:
     if toolchain.cxx_path() is None:
         return "no C++ compiler found: install g++ (`apt-get install g++`) or set CXX"
     return ""
-
-
-def require() -> None:
-    """Raises ToolchainError naming the fix when the emulator cannot build here."""
-    why = available()
-    if why:
-        raise ToolchainError(why)
-
-
-def worker_count() -> int:
-    """The OS threads a launch uses: the CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

@@ -15,8 +15,12 @@
 //       A mask naming a lane that has returned, or that the block does not have, fails the launch
 //       at the line; so does a deadlock (lanes waiting for one that waits at a barrier).
 //
-// A fault (assert, __trap, an out-of-bounds index on a shared array, caught by -fsanitize=bounds)
-// stops the launch: every worker finishes its current block's bookkeeping and takes no new block.
+// A fault (assert, __trap, an out-of-bounds index on a shared array caught by -fsanitize=bounds, a
+// bad address caught as SIGSEGV, a race the access hooks found) stops the launch: the faulting fiber
+// is switched out for good, and every worker leaves its current block and takes no new one.
+//
+// Sections: the context switch; the scheduler (Worker); barriers and warp collectives; faults; the C
+// entry points; the race detector (GCC's -fsanitize=thread hooks, answered here).
 #include "jitlab_simt.h"
 
 #include <dlfcn.h>

@@ -287,6 +287,12 @@ def test_a_compile_error_is_at_the_users_line(write, cache):
         jitlab.load(p, device="cpu")
 
 
+def test_a_cpp_snippet_with_device_cpu_is_its_usual_cpu_build(cache):
+    """device="cpu" on a C++ snippet (no CUDA) builds it as always: the emulator is for .cu files."""
+    m = jitlab.load(KERNELS / "add2_cpu.cpp", device="cpu")
+    assert m.build.engine == "c++"
+
+
 def test_an_edit_rebuilds_and_the_same_text_is_a_cache_hit(write, cache):
     """Builds are content-keyed in jitlab's cache: same text a hit, an edit a new build."""
     p = write("v.cu", "__global__ void v(float* y) { y[threadIdx.x] = 1.0f; }\n")

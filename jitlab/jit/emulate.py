@@ -25,7 +25,7 @@ from pathlib import Path
 
 from jitlab import config
 from jitlab.errors import SnippetError
-from jitlab.jit import cache, codegen, diagnostics, toolchain
+from jitlab.jit import builder, cache, codegen, diagnostics, toolchain
 from jitlab.jit.builder import Build
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import Function, SourceFile, line_directive, parse_file, syntax_tree
@@ -178,7 +178,7 @@ def build(paths, opts: Options | None = None) -> Build:
     """Build a kernel-only snippet for the CPU emulator, or find it in the cache.
 
     Args:
-        paths: A ``.cu`` file, a folder of them, or a list.
+        paths: A ``.cu`` file, a folder of them, or a list (a snippet without CUDA gets its usual C++ build).
         opts: Build options (``defines`` and ``cflags`` apply; ``arch`` and ``cuda_cflags`` mean nothing here).
 
     Returns:
@@ -192,6 +192,8 @@ def build(paths, opts: Options | None = None) -> Build:
     t0 = time.perf_counter()
     sources = collect_sources(paths)
     files = [parse_file(p) for p in sources]
+    if not any(f.language == "cuda" for f in files):  # C++ runs on the CPU as it is: its own build
+        return builder.build(paths, opts)
     stem = codegen.stem_of([Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)])
     plan = codegen.plan(files, stem, "kernel" if opts.mode == "auto" and not any(f.uses_torch for f in files)
                         else opts.mode)

@@ -143,9 +143,16 @@ def test_every_atomic_on_global_and_shared_memory(k):
 
 def test_printf_reaches_stdout(k, capfd):
     """Device printf is printed in the launch, as a GPU's after it."""
-    k.hello(2, grid=1, block=32)
+    k.hello(torch.zeros(32, dtype=torch.int32), 2, grid=1, block=32)
     out = capfd.readouterr().out
     assert "hello from thread 0 of block 0" in out and "hello from thread 1 of block 0" in out
+
+
+def test_printf_is_silent_in_the_checks_second_run(k, capfd):
+    """Under checking() a launch with an output runs twice, and its printf output is printed once."""
+    with emulate_run.checking():
+        k.hello(torch.zeros(32, dtype=torch.int32), 1, grid=1, block=32)
+    assert capfd.readouterr().out.count("hello from thread 0 of block 0") == 1
 
 
 def test_math_functions_and_qualifiers(k):

@@ -47,8 +47,9 @@ RUNTIME = SIMT / "runtime.cpp"
 CXXFLAGS = ["-O2", "-g1", "-std=c++17", "-fPIC", "-fno-strict-aliasing", "-w",
             "-fsanitize=bounds", "-fno-sanitize-recover=bounds"]
 #: The snippet's unit also gets -fsanitize=thread: its loads, stores and atomics call the runtime's hooks
-#: (not libtsan), which find lost updates in the checked mode and cost a branch otherwise.
-SNIPPET_FLAGS = ["-fsanitize=thread"]
+#: (not libtsan), which find lost updates in the checked mode and cost a branch otherwise; and
+#: -fno-builtin-printf, so every printf reaches the runtime's (silent in the check's second run).
+SNIPPET_FLAGS = ["-fsanitize=thread", "-fno-builtin-printf"]
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,7 @@ def build(paths, opts: Options | None = None) -> Build:
     user_dirs = user_include_dirs(opts)
     defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
     parts = {"format": config.FORMAT_VERSION, "engine": ENGINE, "text": text, "runtime": _digest_of_runtime(),
-             "compiler_flags": [*CXXFLAGS, *SNIPPET_FLAGS],
+             "compiler_flags": [*CXXFLAGS, *SNIPPET_FLAGS, "-Wl,-Bsymbolic-functions"],
              "headers": local_headers(files, plan.include_dirs, user_dirs), "defines": defines, "cflags": opts.cflags,
              "debug": opts.debug, "toolchain": toolchain.fingerprint(False)}
     runtime = runtime_object()
@@ -223,7 +224,10 @@ def build(paths, opts: Options | None = None) -> Build:
         _compile([cxx, *CXXFLAGS, *SNIPPET_FLAGS, *debug, *includes, "-include", "jitlab_simt.h", *defines, *opts.cflags,
                   "-c", str(unit), "-o", str(obj)], f"{', '.join(f.path.name for f in files)} (c++, {ENGINE})",
                  sources_by_path(plan))
-        _compile([cxx, "-shared", str(obj), str(runtime), "-o", str(lib), "-pthread", *toolchain.runtime_ldflags()],
+        # -Bsymbolic-functions: the snippet's calls of printf, __assert_fail … bind to the runtime's own,
+        # never to the C library's that Python loaded first.
+        _compile([cxx, "-shared", str(obj), str(runtime), "-o", str(lib), "-pthread", "-Wl,-Bsymbolic-functions",
+                  *toolchain.runtime_ldflags()],
                  f"{stem} (link, {ENGINE})", {})
         (folder / "build.log").write_text("")
         return {"artifact": lib.name, "size": lib.stat().st_size, "sha256": cache.file_sha256(lib),

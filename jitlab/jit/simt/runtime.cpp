@@ -670,15 +670,6 @@ void* dynamic_shared() {
     __builtin_unreachable();
 }
 
-int device_printf(const char* fmt, ...) {
-    if (quiet) return 0;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vprintf(fmt, ap);
-    va_end(ap);
-    return n;
-}
-
 }  // namespace jitlab_simt
 
 using namespace jitlab_simt;
@@ -712,6 +703,16 @@ __attribute__((visibility("default"))) int jitlab_simt_launch(unsigned gx, unsig
     failure_name = l.error_name;
     failure = l.error;
     return cudaErrorLaunchFailure;
+}
+
+/// printf for the snippet's own library (hidden: Python's and torch's printf stay the C library's).
+__attribute__((visibility("hidden"))) int printf(const char* fmt, ...) {
+    if (quiet) return 0;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vprintf(fmt, ap);
+    va_end(ap);
+    return n;
 }
 
 __attribute__((visibility("default"))) void jitlab_simt_configure(int workers, int reverse, int silent) {

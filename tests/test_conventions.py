@@ -116,8 +116,8 @@ def _string_code(node: ast.expr) -> ast.Module | None:
 
 def gpu_uses(node: ast.AST) -> list[str]:
     """'line: what' for each plain use of a CUDA device in `node`, outside GPU-only branches."""
-    loaded = {t.id for n in ast.walk(node) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
-              and ast.unparse(n.value.func) == "jitlab.load" for t in n.targets if isinstance(t, ast.Name)}
+    loaded = {t.id for n in ast.walk(node) if isinstance(n, ast.Assign) and _loads_for_a_gpu(n.value)
+              for t in n.targets if isinstance(t, ast.Name)}
     uses: list[str] = []
 
     def visit(n: ast.AST) -> None:
@@ -167,10 +167,15 @@ def _use(n: ast.AST, loaded: set[str]) -> list[str]:
         return [f"{func}()"]
     if any(k.arg == "grid" for k in n.keywords) and isinstance(n.func, ast.Attribute):
         owner = n.func.value
-        if (isinstance(owner, ast.Name) and owner.id in loaded) or \
-                (isinstance(owner, ast.Call) and ast.unparse(owner.func) == "jitlab.load"):
+        if (isinstance(owner, ast.Name) and owner.id in loaded) or _loads_for_a_gpu(owner):
             return [f"a kernel launch ({func}(..., grid=...))"]
     return []
+
+
+def _loads_for_a_gpu(n: ast.AST) -> bool:
+    """A ``jitlab.load(...)`` call whose kernels launch on a GPU (not ``device="cpu"``, the CPU emulator)."""
+    return isinstance(n, ast.Call) and ast.unparse(n.func) == "jitlab.load" and not any(
+        k.arg == "device" and isinstance(k.value, ast.Constant) and k.value.value == "cpu" for k in n.keywords)
 
 
 def unmarked_gpu_tests(source: str, name: str = "<source>", shared_fixtures: dict | None = None) -> list[str]:
@@ -270,3 +275,10 @@ def test_gpu_rule_accepts_marks_guards_and_cpu_only_code():
     """gpu marks (function, class, pytestmark, alias), GPU-only guards and CPU-only code pass the rule."""
     assert unmarked_gpu_tests(_fixture("gpu_marked.py"), "gpu_marked.py") == []
     assert unmarked_gpu_tests(_fixture("gpu_module.py"), "gpu_module.py") == []
+
+
+def test_a_launch_on_the_cpu_emulator_needs_no_gpu():
+    """``jitlab.load(p, device="cpu").k(..., grid=...)`` runs on the CPU emulator: no GPU; without device= it needs one."""
+    src = 'def test_x():\n    """x."""\n    jitlab.load(p, device="cpu").k(y, grid=1, block=1)\n'
+    assert unmarked_gpu_tests(src) == []
+    assert unmarked_gpu_tests(src.replace(', device="cpu"', "")) != []

@@ -196,11 +196,11 @@ def test_help_option_prints_the_help_only(ip, tmp_path, capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
 def test_cuda_cell_without_a_gpu_suggests_the_magics_compile_only(ip, tmp_path, capsys):
-    """Without a GPU, `%%cuda NAME --check` saves the cell and says in one line what it does on a GPU,
+    """Without a GPU, `%%cuda NAME --bench` saves the cell and says in one line what it does on a GPU,
     suggesting the same cell with `--compile-only`, not jitlab.build(...)."""
-    ip.run_cell_magic("cuda", "twice --check -D F=2", "__global__ void twice(float* y) { y[0] *= F; }")
+    ip.run_cell_magic("cuda", "twice --bench -D F=2", "__global__ void twice(float* y) { y[0] *= F; }")
     out = capsys.readouterr().out
-    assert out.startswith("needs a CUDA GPU") and out.count("\n") == 1 and "--check runs it" in out
+    assert out.startswith("needs a CUDA GPU") and out.count("\n") == 1 and "--bench runs it" in out
     assert "`%%cuda twice -D F=2 --compile-only`" in out and "jitlab.build" not in out
     assert (tmp_path / "kernels" / "twice.cu").is_file() and "twice" not in ip.user_ns
 

@@ -102,11 +102,30 @@ def test_other_errors_keep_their_traceback(shell):
 
 @no_gpu
 def test_a_cuda_cell_without_a_gpu_is_one_line_and_its_name_is_remembered(shell, tmp_path):
-    """`%%cuda NAME` saves the cell and says in one line what it does on a GPU and how to compile it
+    """`%%cuda NAME --bench` saves the cell and says in one line what it does on a GPU and how to compile it
     here; calling NAME later is one line naming the %%cuda cell."""
-    _, out = shell("%%cuda twice --check\n__global__ void twice(float* y) { y[0] *= 2; }")
+    _, out = shell("%%cuda twice --bench\n__global__ void twice(float* y) { y[0] *= 2; }")
     assert out.count("\n") == 1 and out.startswith(nogpu.PREFIX)
-    assert "%%cuda twice builds it and binds twice and --check runs it" in out
+    assert "%%cuda twice builds it and binds twice and --bench runs it" in out
     assert "`%%cuda twice --compile-only` compiles it" in out and (tmp_path / "kernels" / "twice.cu").is_file()
     result, out = shell("twice(grid=1, block=1)")
-    assert "`twice` comes from cell [1] (`%%cuda twice --check`)" in out and result.success
+    assert "`twice` comes from cell [1] (`%%cuda twice --bench`)" in out and result.success
+
+
+@no_gpu
+def test_a_cuda_check_cell_without_a_gpu_runs_on_the_cpu_emulator(shell, tmp_path):
+    """`%%cuda NAME --check` without a GPU builds the kernel for the CPU emulator, binds NAME (CPU tensors) and
+    checks it against kernels/NAME.ref.py there, saying so and giving no time."""
+    (tmp_path / "kernels").mkdir(exist_ok=True)
+    (tmp_path / "kernels" / "thrice.ref.py").write_text(
+        "import torch\nSIZES = [1, 300]\n"
+        "def inputs(size, seed, device):\n    return {'y': torch.arange(size, dtype=torch.float32, device=device)}\n"
+        "def reference(inp):\n    return inp['y'] * 3\n"
+        "def run(k, inp):\n    y = inp['y'].clone()\n    k.thrice(y, y.numel(), grid=(y.numel() + 127) // 128, block=128)\n"
+        "    return y\n")
+    _, out = shell("%%cuda thrice --check\n__global__ void thrice(float* y, int n) {\n"
+                   "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] *= 3;\n}")
+    assert "for the CPU emulator" in out and "PASS" in out and "run on the CPU emulator" in out and "no timing" in out
+    assert nogpu.PREFIX not in out
+    result, out = shell("import torch\ny = torch.ones(4)\nthrice(y, 4, grid=1, block=4)\nprint(y.tolist())")
+    assert "[3.0, 3.0, 3.0, 3.0]" in out and result.success

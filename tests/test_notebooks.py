@@ -33,6 +33,7 @@ LESSONS = ["00_setup_and_hello", "01_vector_add", "02_2d_indexing", "03_reductio
 WITH_EXERCISES = [name for name in LESSONS if name != "05_inspect_and_debug"]
 ALL = list(exercises.all_exercises().values())
 TORCH_STYLE = {"vadd_checks"}  # compiles torch headers: tens of seconds on 2 cores
+NOT_EMULATED = {"wmma_tile", *TORCH_STYLE}  # tensor cores; torch-style: the CPU emulator runs neither
 # What only a GPU can run; such cells must carry the `gpu` tag.
 NEEDS_GPU = re.compile(r'jitlab\.load\((?![^)]*\.cpp)|device="cuda"|torch\.cuda\.|\.cuda\(\)|^%%cuda (?!.*--(exercise|compile-only))', re.M)
 
@@ -186,10 +187,20 @@ def test_exercise_compiles_for_the_t4(path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
 def test_check_without_a_gpu_says_so_and_compiles():
-    """Without a GPU, check() says it needs one, compiles for sm_75 instead, and does not raise."""
-    r = exercises.check("vadd_bounds")
+    """Without a GPU, check() of what the CPU emulator cannot run (tensor cores) says it needs one,
+    names why, compiles for sm_75 instead, and does not raise."""
+    r = exercises.check("wmma_tile")
     assert r.status == "needs a GPU" and not r
-    assert "no CUDA GPU" in str(r) and "it compiles" in str(r) and "sm_75" in str(r)
+    assert "no CUDA GPU" in str(r) and "tensor cores" in str(r) and "it compiles" in str(r) and "sm_75" in str(r)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
+def test_check_without_a_gpu_runs_on_the_cpu_emulator():
+    """Without a GPU, check() runs a kernel-only exercise on the CPU emulator: the starting code fails,
+    the solution passes, and both say where they ran and why there is no timing."""
+    start, solved = exercises.check("vadd_bounds"), exercises.check("vadd_bounds", exercises.get("vadd_bounds").solution)
+    assert start.status == "fail" and solved.status == "pass"
+    assert all("run on the CPU emulator" in str(r) and "no timing" in str(r) for r in (start, solved))
 
 
 def test_compile_error_shows_the_compiler_message(tmp_path):
@@ -223,7 +234,7 @@ def test_exercise_cell_saves_and_checks(ip, tmp_path, capsys):
     target = tmp_path / "kernels" / "exercises" / "vadd_index.cu"
     start = target.read_text()
     ip.run_cell_magic("cuda", "vadd_index --exercise", start.rstrip("\n"))
-    assert "NEEDS A GPU" in capsys.readouterr().out
+    assert "FAIL" in (out := capsys.readouterr().out) and "run on the CPU emulator" in out
     assert target.read_text() == start and not (target.parent / ".history").exists()
     fixed = start.replace("blockIdx.x * gridDim.x", "blockIdx.x * blockDim.x")
     ip.run_cell_magic("cuda", "vadd_index --exercise", fixed)
@@ -319,9 +330,9 @@ def test_notebook_runs_top_to_bottom_without_a_gpu(path, tmp_path, monkeypatch):
             assert nogpu.PREFIX not in text, (c.source, text)
     assert len(run.needed_gpu) == sum(map(notebooks.is_gpu_cell, cells))
     outputs = "".join(map(notebooks.cell_text, cells))
-    for ex in ALL:
+    for ex in ALL:  # the CPU emulator runs every exercise but those on tensor cores and the torch-style ones
         if ex.lesson == path.stem:
-            assert f"NEEDS A GPU · {ex.name}" in outputs
+            assert f"{'NEEDS A GPU' if ex.name in NOT_EMULATED else ''} · {ex.name}: {ex.title}" in outputs
 
 
 # ---- on a GPU -------------------------------------------------------------------------------------

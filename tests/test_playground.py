@@ -477,13 +477,33 @@ def test_a_path_from_notebooks_finds_the_projects_kernels(tmp_path, monkeypatch,
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
 def test_build_without_a_gpu_shows_each_kernels_resources(tmp_path, cache):
-    """Build on a .cu without a GPU compiles for config.DEFAULT_ARCHS and shows registers and shared
-    memory per kernel and arch, open, above the folded log."""
+    """Build on a .cu the CPU emulator cannot run (inline PTX), without a GPU, compiles for
+    config.DEFAULT_ARCHS and shows registers and shared memory per kernel and arch, open, above the folded log."""
     from jitlab import config
 
     (tmp_path / "k.cu").write_text("__global__ void k(float* y) { __shared__ float s[32]; s[threadIdx.x] = y[0]; "
-                                   "y[threadIdx.x] = s[31 - threadIdx.x]; }\n")
+                                   "asm volatile(\"\"); y[threadIdx.x] = s[31 - threadIdx.x]; }\n")  # no emulator
     r = Session(tmp_path / "k.cu").build()
     assert r.ok and "compile-only" in r.status
     assert all(re.search(rf"k \[{arch}\]: \d+ registers, 128 B shared", r.html) for arch in config.DEFAULT_ARCHS), r.html
     assert r.html.index('class="jitlab-resources"') < r.html.index("<details>")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
+def test_without_a_gpu_the_panel_runs_a_kernel_on_the_cpu_emulator(tmp_path, cache):
+    """Build, Check and Bench on a kernel-only .cu without a GPU use the CPU emulator and say so; Bench
+    checks but never times (the status says why), and A/B compares nothing."""
+    (tmp_path / "neg.cu").write_text("__global__ void neg(float* y, int n) {\n"
+                                     "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = -y[i];\n}\n")
+    (tmp_path / "neg.ref.py").write_text(
+        "import torch\nSIZES = [1, 1000]\n"
+        "def inputs(size, seed, device):\n    return {'y': torch.randn(size, device=device)}\n"
+        "def reference(inp):\n    return -inp['y']\n"
+        "def run(k, inp):\n    y = inp['y'].clone()\n    k.neg(y, y.numel(), grid=(y.numel() + 255) // 256, block=256)\n"
+        "    return y\n")
+    s = Session(tmp_path / "neg.cu", isolate=False)
+    built, checked, bench = s.build(), s.check(), s.bench()
+    assert built.ok and "run on the CPU emulator" in built.status
+    assert checked.ok and "PASS" in checked.status and "run on the CPU emulator" in checked.status
+    assert bench.ok and "no timing" in bench.status and bench.png is None
+    assert not s.compare(tmp_path / "neg.cu").ok

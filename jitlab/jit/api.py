@@ -6,22 +6,33 @@ import them from here, never from the package root.
 
 from __future__ import annotations
 
+from jitlab.errors import SnippetError
 from jitlab.jit.builder import Build
 from jitlab.jit.flags import Options, normalize_defines
 from jitlab.jit.torch_compat import load_inline  # noqa: F401  (jitlab.load_inline: torch's, on this pipeline)
 
 
-def options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug=False, engine="auto") -> Options:
+DEVICES = ("cuda", "cpu")
+
+
+def options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug=False, engine="auto",
+            device="cuda") -> Options:
     if isinstance(arch, (str, int, float)):  # "sm_75,sm_90", or arch=90
         arch = [a for a in str(arch).split(",") if a.strip()]
     arch = [str(a) for a in arch or ()]  # toolchain.normalize_arch reads 90, "9.0", "sm_90"
+    device = "cuda" if device is None else str(device)
+    if device not in DEVICES:
+        raise SnippetError(f"device={device!r}: use 'cuda' (a GPU) or 'cpu' (the CPU emulator, kernel-only .cu "
+                           f"snippets; .cpp snippets run on the CPU either way)")
     return Options(mode=mode, arch=arch or None, defines=normalize_defines(defines),
                    cflags=list(cflags or ()), cuda_cflags=list(cuda_cflags or ()),
-                   ldflags=list(ldflags or ()), compile_only=compile_only, debug=debug, engine=engine)
+                   ldflags=list(ldflags or ()), compile_only=compile_only, debug=debug, engine=engine,
+                   device=device)
 
 
 def load(path=None, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None, ldflags=None,
-         debug: bool = False, engine: str = "auto", name=None, sources=None, **torch_keywords):
+         debug: bool = False, engine: str = "auto", device: str = "cuda", name=None, sources=None,
+         **torch_keywords):
     """Build a snippet (or find it in the cache) and return its functions.
 
     Args:
@@ -37,6 +48,8 @@ def load(path=None, *more, mode: str = "auto", arch=None, defines=None, cflags=N
             with ``jitlab.check(path, isolate=True)``, whose worker also sets ``CUDA_LAUNCH_BLOCKING``.
         engine: ``"auto"`` (NVRTC, in process, for a kernel-only ``.cu`` it compiles; nvcc otherwise,
             with the reason in the build output), ``"nvrtc"`` or ``"nvcc"``.
+        device: ``"cuda"``, or ``"cpu"``: a kernel-only ``.cu`` built for jitlab's CPU emulator and called
+            the same way with CPU tensors (no GPU needed; see :mod:`jitlab.jit.emulate`).
         name, sources, **torch_keywords: ``torch.utils.cpp_extension.load``'s arguments, so its calls run
             unchanged: ``load(name="ext", sources=["ext.cpp", "ext.cu"], extra_cflags=[...],
             extra_cuda_cflags=[...], extra_ldflags=[...], extra_include_paths=[...], verbose=True,
@@ -55,7 +68,7 @@ def load(path=None, *more, mode: str = "auto", arch=None, defines=None, cflags=N
     """
     from jitlab.jit.loader import load_or_rebuild  # loader imports builder: load it when first used
 
-    opts = options(mode, arch, defines, cflags, cuda_cflags, ldflags, False, debug, engine)
+    opts = options(mode, arch, defines, cflags, cuda_cflags, ldflags, False, debug, engine, device)
     if name is None and sources is None and not torch_keywords and path is not None and len(more) != 1:
         return load_or_rebuild([path, *more] if more else path, opts)
     return _load_torch_style(path, more, name, sources, opts, torch_keywords)
@@ -76,16 +89,20 @@ def _load_torch_style(path, more, name, sources, opts: Options, kw: dict):
 
 
 def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None,
-          ldflags=None, compile_only: bool = False, debug: bool = False, engine: str = "auto") -> Build:
-    """Build a snippet without loading it; ``compile_only=True`` needs no GPU (nvcc, or NVRTC).
+          ldflags=None, compile_only: bool = False, debug: bool = False, engine: str = "auto",
+          device: str = "cuda") -> Build:
+    """Build a snippet without loading it; ``compile_only=True`` needs no GPU (nvcc, or NVRTC), nor
+    does ``device="cpu"`` (the CPU emulator's build of a kernel-only ``.cu``).
 
     Returns:
         The :class:`Build`: ``.cached``, ``.seconds``, ``.folder``, ``.resources`` (per kernel, per arch).
     """
+    from jitlab.jit import emulate  # lazy, like the builder below
     from jitlab.jit.builder import build as _build
 
     paths = [path, *more] if more else path
-    return _build(paths, options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug, engine))
+    opts = options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug, engine, device)
+    return emulate.build(paths, opts) if opts.device == "cpu" else _build(paths, opts)
 
 
 def clean(older_than_days: float | None = None, headers: bool = False):

@@ -32,6 +32,8 @@ class Options:
         debug: A debug build: device code with ``-G`` (no optimization, full debug info), host code
             with ``-g -O0``, and ``assert`` on even if a flag defines ``NDEBUG``.
         engine: ``"auto"``, ``"nvrtc"`` or ``"nvcc"`` (see :func:`jitlab.jit.builder.choose_engine`).
+        device: ``"cuda"``, or ``"cpu"`` for a kernel-only ``.cu`` run by the CPU emulator
+            (:mod:`jitlab.jit.emulate`).
 
     A relative path in an include flag of ``cflags``/``cuda_cflags`` (``-Iinclude``, ``-isystem vendor``,
     ``-include pre.h``) is made absolute against the working directory when the options are made (the
@@ -47,6 +49,7 @@ class Options:
     compile_only: bool = False
     debug: bool = False
     engine: str = "auto"
+    device: str = "cuda"
 
     def __post_init__(self):
         self.cflags, self.cuda_cflags = absolute_paths(self.cflags), absolute_paths(self.cuda_cflags)

@@ -95,7 +95,7 @@ class Callable:
 
     Attributes:
         fn: The parsed signature.
-        device: ``"cuda"`` for ``.cu`` snippets, ``"cpu"`` for ``.cpp`` ones.
+        device: ``"cuda"`` for ``.cu`` snippets, ``"cpu"`` for ``.cpp`` ones and the CPU emulator's builds.
     """
 
     def __init__(self, fn: Function, lib: ctypes.CDLL | None, device: str, capture_output: bool,
@@ -355,8 +355,9 @@ def _generate(owner: Callable, fn: Function, symbol, device: str, native: bool =
     if not kernel and fn.returns.strip() != "void":
         ret_ctype = ctypes_map.RETURNS[ctypes_map.strip_qualifiers(fn.returns)]
         argtypes.append(ctypes.POINTER(ret_ctype))
-    env = {"_T": torch.Tensor, "_o": owner, "_sym": symbol, "_stream": _raw_stream_fn(),
-           "_getdev": getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device), "_byref": ctypes.byref,
+    env = {"_T": torch.Tensor, "_o": owner, "_sym": symbol, "_byref": ctypes.byref,
+           "_stream": _raw_stream_fn() if device == "cuda" else lambda dev: None,  # the CPU emulator: no stream
+           "_getdev": getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device) if device == "cuda" else int,
            "_ret": ret_ctype, "_last": last_launch, "_type": type, "_isinstance": isinstance, "_getattr": getattr,
            "_grad_on": torch.is_grad_enabled, "_bump": _bump_versions, "_JitlabError": JitlabError}
     names = py_names(fn.params)
@@ -378,7 +379,7 @@ def _generate(owner: Callable, fn: Function, symbol, device: str, native: bool =
             pass_args.append(v)
     lines += [f"    if {v}.requires_grad and _grad_on(): _o._autograd_write({i}, {v})" for i, v in written]
     if kernel:
-        lines += _launch(fn, pass_args, env, has_tensor=any(p.pointer for p in fn.params))
+        lines += _launch(fn, pass_args, env, has_tensor=any(p.pointer for p in fn.params), device=device)
     else:
         if ret_ctype is not None:
             lines.append("    _out = _ret()")
@@ -460,7 +461,7 @@ def _scalar_check(i: int, v: str, ctype, kind: str) -> str:
     return f"    {v} = _o._scalar({i}, {v})"
 
 
-def _launch(fn: Function, pass_args: list[str], env: dict, has_tensor: bool) -> list[str]:
+def _launch(fn: Function, pass_args: list[str], env: dict, has_tensor: bool, device: str = "cuda") -> list[str]:
     """The lines of a kernel wrapper after the argument checks: configuration, stream, launch (sets ``_err``).
 
     An int grid or block is checked inline; a tuple once, then found among the checked ones (a dict
@@ -478,7 +479,7 @@ def _launch(fn: Function, pass_args: list[str], env: dict, has_tensor: bool) -> 
         f"    if _type(shared_mem) is not int or not 0 <= shared_mem <= {SHARED_MEM_MAX}:"
         " shared_mem = _o._shared_mem(shared_mem)",
     ]
-    if not has_tensor:  # no tensor argument: launch on the current device
+    if not has_tensor or device == "cpu":  # no tensor argument: launch on the current device
         lines.append("    _dev = _getdev()")
     lines.append("    _s = _stream(_dev) if stream is None else _getattr(stream, 'cuda_stream', stream)")
     lines.append(f"    _last[0] = (_gx, _gy, _gz, _bx, _by, _bz, {fn.name!r})")

@@ -16,7 +16,7 @@ import warnings
 from jitlab import output
 from jitlab.errors import ArgumentError, JitlabError, ToolchainError
 from jitlab.jit import builder as build_mod
-from jitlab.jit import cache, locks, macros, oplib
+from jitlab.jit import cache, emulate, emulate_run, locks, macros, oplib
 from jitlab.jit.flags import Options
 from jitlab.jit.launch import Callable
 
@@ -194,11 +194,15 @@ def _bind_kernel_only(mod: Module, b: build_mod.Build) -> None:
         for sym in ("jitlab_error_name", "jitlab_error_string"):
             getattr(lib, sym).restype = ctypes.c_char_p
             getattr(lib, sym).argtypes = [ctypes.c_int]
+    emulated = b.engine == emulate.ENGINE
     for fn in b.plan.exported:
         in_cuda = fn.path.endswith(".cu")
         prints = fn.name in b.plan.printing
-        _attach(mod, Callable(fn, lib, "cuda" if in_cuda else "cpu", prints,
-                              "jitlab_last_exception" if in_cuda else "jitlab_cpp_last_exception"))
+        call = Callable(fn, lib, "cuda" if in_cuda and not emulated else "cpu", prints,
+                        "jitlab_last_exception" if in_cuda else "jitlab_cpp_last_exception")
+        if emulated and fn.kind == "global":
+            call._call = emulate_run.wrap_kernel(call._call, fn, lib)
+        _attach(mod, call)
 
 
 def _bind_nvrtc(mod: Module, b: build_mod.Build) -> None:
@@ -271,7 +275,7 @@ def load_or_rebuild(paths, opts: Options) -> Module:
     Raises:
         ToolchainError: A binary built just now cannot be loaded (with the dynamic loader's reason).
     """
-    b = build_mod.build(paths, opts)
+    b = _build(paths, opts)
     try:
         return load(b)
     except _UNLOADABLE as e:
@@ -280,11 +284,16 @@ def load_or_rebuild(paths, opts: Options) -> Module:
         warnings.warn(f"jitlab: cached build {b.name} could not be loaded ({e}); rebuilding", stacklevel=3)
     with locks.build_lock(b.name):  # never under another process that is rebuilding it too
         cache.reset_dir(b.folder)
-    b = build_mod.build(paths, opts)
+    b = _build(paths, opts)
     try:
         return load(b)
     except _UNLOADABLE as e:
         raise _unloadable(b, e) from e
+
+
+def _build(paths, opts: Options) -> build_mod.Build:
+    """A GPU build (NVRTC or nvcc), or the CPU emulator's for ``device="cpu"``."""
+    return emulate.build(paths, opts) if opts.device == "cpu" else build_mod.build(paths, opts)
 
 
 def _unloadable(b: build_mod.Build, e: Exception) -> ToolchainError:

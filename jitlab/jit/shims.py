@@ -23,10 +23,10 @@ def shim_unit(fns: list[Function], cuda: bool) -> str:
         cuda: A CUDA unit (kernels launch, host calls report CUDA errors) or a C++ one.
     """
     shims = [launch_shim(fn) if fn.kind == "global" else call_shim(fn, cuda=cuda) for fn in fns]
-    return _runtime_helpers(cuda=cuda, prefix="jitlab_" if cuda else "jitlab_cpp_") + "\n".join(shims)
+    return runtime_helpers(cuda=cuda, prefix="jitlab_" if cuda else "jitlab_cpp_") + "\n".join(shims)
 
 
-def _runtime_helpers(cuda: bool, prefix: str = "jitlab_") -> str:
+def runtime_helpers(cuda: bool, prefix: str = "jitlab_") -> str:
     """Error reporting shared by the shims: CUDA error strings and the last C++ exception."""
     lines = [
         "static thread_local char jitlab_exception_what[1024];",
@@ -44,7 +44,7 @@ def _runtime_helpers(cuda: bool, prefix: str = "jitlab_") -> str:
     return "\n".join(lines) + "\n"
 
 
-def _shim_params(fn: Function) -> tuple[list[str], list[str]]:
+def shim_params(fn: Function) -> tuple[list[str], list[str]]:
     """Shim parameter declarations and the argument expressions that pass them on.
 
     Every name a shim declares starts with ``jitlab_``: a kernel or function named ``a``, ``e`` or
@@ -67,14 +67,14 @@ def _shim_params(fn: Function) -> tuple[list[str], list[str]]:
 
 def launch_prototype(fn: Function) -> str:
     """The ``extern "C"`` signature (no semicolon) of a kernel's launch shim: what another unit declares to call it."""
-    decls, _ = _shim_params(fn)
+    decls, _ = shim_params(fn)
     head = [f"unsigned jitlab_{v}" for v in ("gx", "gy", "gz", "bx", "by", "bz", "smem")] + ["void* jitlab_stream"]
     return f'extern "C" int jitlab_launch_{fn.name}({", ".join(head + decls)})'
 
 
 def call_prototype(fn: Function) -> str:
     """The ``extern "C"`` signature (no semicolon) of a host function's call shim; a result comes back through ``jitlab_ret``."""
-    decls, _ = _shim_params(fn)
+    decls, _ = shim_params(fn)
     returns = fn.returns.strip()
     if returns != "void":
         decls = [f"{returns}* jitlab_ret"] + decls
@@ -83,7 +83,7 @@ def call_prototype(fn: Function) -> str:
 
 def launch_shim(fn: Function) -> str:
     """``extern "C"`` launcher for one kernel: grid, block, shared memory, stream, then its arguments."""
-    _, args = _shim_params(fn)
+    _, args = shim_params(fn)
     return (
         f"{launch_prototype(fn)} {{\n"
         # Past 48 KB of dynamic shared memory a kernel must opt in (CUDA's rule); a size past the
@@ -113,7 +113,7 @@ def call_shim(fn: Function, cuda: bool) -> str:
 
     Returns 0 on success, -1 for a C++ exception (message kept for Python), or a CUDA error code.
     """
-    _, args = _shim_params(fn)
+    _, args = shim_params(fn)
     call = f"{fn.qualname}({', '.join(args)})"
     body = f"*jitlab_ret = {call};" if fn.returns.strip() != "void" else f"{call};"
     after = "return (int)cudaGetLastError();" if cuda else "return 0;"

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from jitlab import config
 from jitlab.errors import CompileError, JitlabError, SnippetError
-from jitlab.jit import api, toolchain
+from jitlab.jit import api, emulate, toolchain
 from jitlab.judge import refs
 from jitlab.worker import isolate, jobs
 
@@ -216,12 +216,15 @@ def check(name: str, path=None, device: str | None = None, timeout: float = conf
     """Build the learner's version of an exercise and check it against the reference.
 
     Never raises for a wrong kernel, a compile error or a missing GPU: the result says what
-    happened. Without a GPU a CUDA exercise is compile-checked for sm_75 instead (and says so).
+    happened. Without a GPU a CUDA exercise runs on the CPU emulator (the result says "run on the CPU
+    emulator"); one using what the emulator does not run (tensor cores) is compile-checked for sm_75
+    instead, and says so.
 
     Args:
         name: The exercise, e.g. ``"vadd_bounds"``.
         path: The file to check; default ``kernels/exercises/NAME.cu``.
-        device: ``"cuda"`` or ``"cpu"``; default: ``"cuda"`` for a ``.cu`` file.
+        device: ``"cuda"`` or ``"cpu"`` (a ``.cu`` file on the CPU emulator); default: ``"cuda"`` for a
+            ``.cu`` file where there is a GPU, ``"cpu"`` otherwise.
         timeout: Seconds before a kernel that never finishes is stopped (the check runs in a
             worker process, see :func:`jitlab.worker.isolate.check_snippet`).
 
@@ -234,29 +237,34 @@ def check(name: str, path=None, device: str | None = None, timeout: float = conf
 
     ex = get(name)
     src = _candidate(ex, path)
-    device = device or ("cuda" if src.suffix in config.CUDA_EXTS else "cpu")
-    if device == "cuda" and not toolchain.gpu_available():
+    cuda = src.suffix in config.CUDA_EXTS
+    device = device or ("cuda" if cuda and toolchain.gpu_available() else "cpu")
+    emulated = cuda and device == "cpu"
+    why_not = emulated and emulate.cannot_run(src)
+    if (device == "cuda" and not toolchain.gpu_available()) or why_not:
         r = compile(name, src)
         why = ("checking runs the kernel, and torch sees no CUDA GPU here (on Colab: Runtime > Change runtime "
-               "type > T4 GPU).")
+               "type > T4 GPU)" + (f"; {why_not}." if why_not else "."))
         if r.status == "compiled":
             return Result(ex, src, "needs a GPU", intro=f"{why}\nCompiled for {COMPILE_ARCH} instead: {r.note}")
         return Result(ex, src, r.status, error=r.error, intro=f"{why}\nCompiled for {COMPILE_ARCH} instead:")
     try:
-        mod = api.load(src)
+        mod = api.load(src, device="cpu" if emulated else "cuda")
     except CompileError as e:
         return Result(ex, src, "compile error", error=e)
     except JitlabError as e:
         return Result(ex, src, "error", error=e)
     # The check runs in a worker process: an illegal address, a device assert or an endless loop in
     # a learner's kernel ends the worker, never the notebook (the build above is a cache hit there).
-    out = isolate.check(src, ref=ex.ref, timeout=timeout)
+    out = isolate.check(src, ref=ex.ref, timeout=timeout, **({"device": "cpu"} if emulated else {}))
     verdict = next((v for v in out.verdicts if not v.passed), out.verdicts[0] if out.verdicts else None)
+    ran = f"{emulate.RUN_ON} ({emulate.NO_TIMING})" if emulated else ""
     if out.passed:
-        return Result(ex, src, "pass", verdict=verdict, module=mod)
+        return Result(ex, src, "pass", verdict=verdict, module=mod, note=ran)
+    message = out.message.strip().removeprefix(f"{emulate.RUN_ON}: ")
     intro = "" if out.category == jobs.MISMATCH else (
-        f"{out.category}: {out.message.strip()}" + (f"\nwhere: {out.where}" if out.where else ""))
-    return Result(ex, src, "fail", verdict=verdict, intro=intro, module=mod)
+        f"{out.category}: {message}" + (f"\nwhere: {out.where}" if out.where else ""))
+    return Result(ex, src, "fail", verdict=verdict, intro=intro, module=mod, note=ran)
 
 
 def compile(name: str, path=None, arch=(COMPILE_ARCH,)) -> Result:  # noqa: A001 - mirrors jitlab.build

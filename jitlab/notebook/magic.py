@@ -30,7 +30,7 @@ from pathlib import Path
 
 from jitlab import config, snippets
 from jitlab.errors import CompileError, JitlabError
-from jitlab.jit import api, diagnostics, program, resources, toolchain
+from jitlab.jit import api, diagnostics, emulate, program, resources, toolchain
 from jitlab.jit.flags import defines_from
 from jitlab.jit.sources import locate
 from jitlab.notebook import nogpu
@@ -177,6 +177,8 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
     if program.is_program(path):
         return run_program_cell(args, path, cell, namespace, ext)
     if ext == ".cu" and not args.compile_only and not toolchain.gpu_available():  # never loadable here
+        if args.check and not emulate.cannot_run(path):
+            return check_on_the_emulator(args, path, cell, namespace)
         nogpu.skipped([args.name], no_gpu_message(args, line))
         return None
     defines, flags = cell_options(args, ext)
@@ -207,6 +209,28 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
             return m
         rows = runner.run_kernel(kernels[0], "cuda" if ext == ".cu" else "cpu", time_it=args.bench)
         runner.print_table(rows)
+    return m
+
+
+def check_on_the_emulator(args, path: Path, cell: str, namespace: dict):
+    """``%%cuda NAME --check`` without a GPU: built for the CPU emulator, bound, and checked there (never
+    timed: ``--bench`` says why). Returns the module, ``None`` on an error shown."""
+    from jitlab.worker import isolate
+
+    defines, _ = cell_options(args, ".cu")
+    m = shown(lambda: api.load(path, defines=defines, device="cpu"), path, cell)
+    if m is None:
+        return None
+    namespace[args.name] = m
+    state = "cache hit" if m.build.cached else f"built in {m.build.seconds:.2f} s"
+    print(f"{args.name}: {state} for the CPU emulator (no CUDA GPU here); functions: {', '.join(m.functions)}; "
+          f"{how_to_call(args.name, m)} with CPU tensors")
+    try:
+        print(isolate.check_snippet(path.resolve(), device="cpu", defines=defines))  # the worker has its own cwd
+    except JitlabError as e:
+        print(f"jitlab: cannot check {args.name}: {e}")
+    if args.bench:
+        print(f"(--bench: {emulate.NO_TIMING})")
     return m
 
 

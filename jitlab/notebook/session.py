@@ -17,7 +17,7 @@ from pathlib import Path
 
 from jitlab import config, snippets
 from jitlab.errors import CompileError, JitlabError, SnippetError
-from jitlab.jit import api, toolchain
+from jitlab.jit import api, emulate, emulate_run, toolchain
 from jitlab.jit.sources import locate
 from jitlab.judge import benchmark, checker, refs, results, roofline, timing
 from jitlab.notebook.report import (
@@ -101,6 +101,7 @@ class Session:
         self.isolate, self.timeout = isolate, timeout
         self.text = self.read()  # what the panel last loaded or saved: its own saves are not "changes"
         self.module = None
+        self.emulated = False  # a .cu snippet run on the CPU emulator (no GPU here): set by build()
         self._built, self._built_text = "", None  # "built in N s" / "cache hit", and the text it was for
         # How each build this session used came about: a later cache hit of a build it made itself
         # still reads "built in N s" after Check/Bench, so their status agrees with Build's.
@@ -141,10 +142,11 @@ class Session:
         """Build the snippet (or find it in the cache) and keep the module for the other steps."""
 
         t0 = time.perf_counter()
-        if self.device == "cuda" and not toolchain.gpu_available():
+        self.emulated = self.device == "cuda" and not toolchain.gpu_available() and not emulate.cannot_run(self.path)
+        if self.device == "cuda" and not toolchain.gpu_available() and not self.emulated:
             return self._compile_only(t0)
         try:
-            m = api.load(self.path)
+            m = api.load(self.path, device="cpu" if self.emulated else "cuda")
         except CompileError as e:
             self.module = None
             return self._compile_failed(e, t0)
@@ -155,6 +157,7 @@ class Session:
         self._origins.setdefault(m.build.name, self._built)
         self.module = m
         status = f"{self._built}; functions: {', '.join(m.functions) or 'none'}"
+        status += f" ({emulate.RUN_ON}: no CUDA GPU here)" if self.emulated else ""
         return StepResult("build", True, status, log=m.build.log, seconds=time.perf_counter() - t0, value=m)
 
     def _compile_failed(self, e: CompileError, t0: float) -> StepResult:
@@ -238,9 +241,15 @@ class Session:
         ref, why = self._ready("check")
         if why:
             return why
-        if self.isolate:
-            return self._isolated_check(t0)
-        verdicts = [v for _, v in refs.check_each(self.module, ref, self.device, name=self.name)]
+        result = self._isolated_check(t0) if self.isolate else self._check_here(ref, t0)
+        result.status += f"; {emulate.RUN_ON}" if self.emulated else ""
+        return result
+
+    def _check_here(self, ref, t0: float) -> StepResult:
+        """Check every version in this process (a fault here takes the notebook with it)."""
+        with emulate_run.checking(self.emulated):
+            verdicts = [v for _, v in refs.check_each(self.module, ref, "cpu" if self.emulated else self.device,
+                                                      name=self.name)]
         ok = all(v.passed for v in verdicts)
         return StepResult("check", ok, f"{verdict_status(verdicts)} ({self._origin})",
                           log="\n\n".join(map(str, verdicts)), html="".join(v._repr_html_() for v in verdicts),
@@ -250,7 +259,7 @@ class Session:
         from jitlab.worker import jobs
         from jitlab.worker.isolate import check_snippet
 
-        out = check_snippet(self.path, timeout=self.timeout)
+        out = check_snippet(self.path, timeout=self.timeout, **({"device": "cpu"} if self.emulated else {}))
         if out.category in (jobs.PASS, jobs.MISMATCH) and out.verdicts:
             status = verdict_status(out.verdicts)
         else:
@@ -265,6 +274,9 @@ class Session:
         ref, why = self._ready("bench")
         if why:
             return why
+        if self.emulated:  # checked, never timed: an emulated kernel's time means nothing for a GPU
+            c = self.check()
+            return StepResult("bench", c.ok, f"{c.status}; {emulate.NO_TIMING}", log=c.log, html=c.html, value=c.value)
         rows = [self._bench_one(ref, version, size) for version, size in ref.bench_plan()]
         for r in rows:
             if r.timing:  # the same JSON history `jitlab run` keeps
@@ -299,6 +311,8 @@ class Session:
         ref, why = self._ready("compare")
         if why:
             return why
+        if self.emulated:
+            return StepResult("compare", False, f"not compared: {emulate.NO_TIMING}", seconds=time.perf_counter() - t0)
         try:
             old_mod = self._load_version(old)
         except JitlabError as e:

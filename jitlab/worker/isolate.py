@@ -213,7 +213,8 @@ def check_snippet(path, *, isolate: bool = True, timeout: float = config.CHECK_T
         sizes: Sizes to check instead of the ref's ``SIZES``.
         ref: The reference file, if not ``NAME.ref.py`` beside the snippet.
         debug: A debug build (``-G``, asserts on); see :func:`jitlab.load`.
-        **options: Build options for :func:`jitlab.load` (``arch``, ``defines`` …).
+        **options: Build options for :func:`jitlab.load` (``arch``, ``defines`` …); ``device="cpu"`` runs
+            a kernel-only ``.cu`` on the CPU emulator, each launch in two thread orders (a race fails it).
 
     Returns:
         An :class:`~jitlab.worker.jobs.Outcome`: ``bool(outcome)`` is whether it passed; ``.category``
@@ -221,13 +222,14 @@ def check_snippet(path, *, isolate: bool = True, timeout: float = config.CHECK_T
         device assert, mismatch, timeout, crashed).
 
     Raises:
-        ToolchainError: A CUDA snippet and no GPU ("no CUDA GPU found …"): nothing could run.
+        ToolchainError: A CUDA snippet and no GPU ("no CUDA GPU found …", with ``device="cpu"`` as the fix):
+            nothing could run.
     """
     if debug:
         options["debug"] = True
     path = locate(path)
     refs.path_for(path, ref)  # no reference: say which file is missing now, not from a worker
-    if not toolchain.gpu_available() and has_cuda(path):
+    if not toolchain.gpu_available() and has_cuda(path) and options.get("device") != "cpu":
         raise needs_a_gpu(path, options)
     from jitlab.config import cache_dir
 
@@ -248,11 +250,12 @@ def needs_a_gpu(path, options: dict) -> ToolchainError:
     b = api.build(path, **{**options, "compile_only": True, "arch": options.get("arch") or config.DEFAULT_ARCHS[0]})
     return ToolchainError(f"no CUDA GPU found: checking {path} runs its kernels, and torch sees no CUDA GPU here "
                           f"(on Colab: Runtime > Change runtime type > T4 GPU); it compiles for {', '.join(b.archs)} "
-                          f"({b.registers or 'no kernels'})")
+                          f"({b.registers or 'no kernels'}); jitlab.check({str(path)!r}, device='cpu') runs a "
+                          f"kernel-only snippet on the CPU emulator")
 
 
 #: Options of :func:`jitlab.judge.checker.check` that only mean something for two callables.
-CALLABLE_ONLY = ("seeds", "device", "tolerance_override", "tf32", "name", "block")
+CALLABLE_ONLY = ("seeds", "tolerance_override", "tf32", "name", "block")
 
 
 def check(target, reference=None, inputs=None, **options):

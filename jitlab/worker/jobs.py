@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import api
+from jitlab.jit import api, emulate, emulate_run
 from jitlab.judge import checker, refs
 from jitlab.worker import proc, tunejob
 
@@ -191,7 +191,8 @@ def _run(job: Job) -> Outcome:
     mod = api.load(job.path, **job.options)
     build = "cache hit" if mod.build.cached else f"built in {time.perf_counter() - t0:.2f} s"
     ref = refs.load(ref_path)
-    device = "cuda" if mod.build.plan.cuda else "cpu"
+    emulated = mod.build.engine == emulate.ENGINE
+    device = "cuda" if mod.build.plan.cuda and not emulated else "cpu"
     try:
         chosen = ref.versions if job.action == "check" and job.variant is None else [ref.version(job.variant or "original")]
     except SnippetError as e:
@@ -204,14 +205,23 @@ def _run(job: Job) -> Outcome:
             version.run(mod, inp)
         checker.synchronize(device)
         return Outcome(PASS, f"ran {version.name} {job.repeat}x at size {size}", build=build)
+    out = _check(job, mod, ref, device, chosen, build, emulated)
+    if emulated:  # the verdict says where it ran, and why it has no timing
+        out.message = f"{emulate.RUN_ON}: {out.message}" if out.message else f"{emulate.RUN_ON} ({emulate.NO_TIMING})"
+    return out
+
+
+def _check(job: Job, mod, ref, device: str, chosen: list, build: str, emulated: bool) -> Outcome:
+    """Check each chosen version against the reference; the CPU emulator runs each launch in two thread orders."""
     verdicts = []
-    for _, v in refs.check_each(mod, ref, device, name=Path(job.path).stem, versions=chosen, sizes=job.sizes,
-                                max_size=job.max_size):
-        verdicts.append(v)
-        fault = fault_category(" ".join(v.reasons))
-        if fault:  # the context is gone: later versions would fail for the same reason
-            return Outcome(fault, _fault_message(fault, " ".join(v.reasons)), _fault_where(fault, job),
-                           verdicts, build=build)
+    with emulate_run.checking(emulated):
+        for _, v in refs.check_each(mod, ref, device, name=Path(job.path).stem, versions=chosen, sizes=job.sizes,
+                                    max_size=job.max_size):
+            verdicts.append(v)
+            fault = fault_category(" ".join(v.reasons))
+            if fault and not emulated:  # the context is gone: later versions would fail for the same reason
+                return Outcome(fault, _fault_message(fault, " ".join(v.reasons)), _fault_where(fault, job),
+                               verdicts, build=build)
     checker.synchronize(device)
     failed = [v for v in verdicts if not v.passed]
     raised = _raised(failed)

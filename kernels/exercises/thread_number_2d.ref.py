@@ -12,7 +12,7 @@ BLOCK = (8, 4)
 
 
 def inputs(size, seed, device):
-    return {"grid": (size + 1, size)}
+    return {"grid": (size + 1, size), "device": device}
 
 
 def reference(inp):
@@ -26,6 +26,6 @@ def reference(inp):
 
 def run(k, inp):
     (gx, gy), (bx, by) = inp["grid"], BLOCK
-    number = torch.empty(gy * by, gx * bx, dtype=torch.int32, device="cuda")  # the max int where unwritten
+    number = torch.empty(gy * by, gx * bx, dtype=torch.int32, device=inp["device"])  # the max int where unwritten
     k.thread_number_2d(number, gx * bx, grid=(gx, gy), block=(bx, by))
     return number

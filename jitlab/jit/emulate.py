@@ -1,0 +1,264 @@
+"""The CPU emulator: kernel-only ``.cu`` snippets built by the host C++ compiler and run exactly, no GPU.
+
+``jitlab.load(path, device="cpu")`` builds the snippet against jitlab's SIMT header
+(``simt/include/jitlab_simt.h``: CUDA's qualifiers, built-in variables, barriers, warp collectives,
+atomics, math, ``__half``/``__nv_bfloat16``) and links the scheduler (``simt/runtime.cpp``, compiled
+once per toolchain into the cache). The kernels are called exactly as on a GPU, with CPU tensors:
+``k.saxpy(y, x, 2.0, n, grid=..., block=...)``. What a GPU never tells, the emulator reports at the
+user's line as a :class:`jitlab.LaunchError`: a ``__syncthreads()`` some threads never reach, a warp
+mask naming lanes that returned, an index past a ``__shared__`` array, a failed ``assert``, a bad
+address; and, within :func:`jitlab.jit.emulate_run.checking` (what ``jitlab.check`` runs), a result
+that depends on the order the threads run (a missing barrier) and an access past a tensor's end.
+
+What it refuses (before compiling, naming the feature): inline PTX, tensor cores (WMMA, wgmma, TMA),
+grid-wide cooperative sync, CUB/Thrust device code, textures.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from jitlab import config
+from jitlab.errors import SnippetError
+from jitlab.jit import builder, cache, codegen, diagnostics, toolchain
+from jitlab.jit.builder import Build
+from jitlab.jit.flags import Options
+from jitlab.jit.parse import Function, SourceFile, line_directive, parse_file, syntax_tree
+from jitlab.jit.shims import call_shim, runtime_helpers, shim_params
+from jitlab.jit.sources import collect_sources, local_headers, sources_by_path, user_include_dirs
+
+#: The engine name a build records (``Build.engine``), and what verdicts say the run was.
+ENGINE = "cpu emulator"
+RUN_ON = "run on the CPU emulator"
+#: Why an emulated run has no timing figures (the verdicts and the playground say it).
+NO_TIMING = ("no timing: the CPU emulator runs each GPU thread in turn on this CPU, so its time says "
+             "nothing about a GPU's")
+SIMT = Path(__file__).parent / "simt"
+INCLUDE = SIMT / "include"
+RUNTIME = SIMT / "runtime.cpp"
+#: Host compiler flags of every emulated build: optimised, line tables (-g1: a bad address's line), and
+#: -fsanitize=bounds so an index past a fixed-size (``__shared__`` or local) array calls the runtime's
+#: handler with the user's line.
+CXXFLAGS = ["-O2", "-g1", "-std=c++17", "-fPIC", "-fno-strict-aliasing", "-w",
+            "-fsanitize=bounds", "-fno-sanitize-recover=bounds"]
+#: The snippet's unit also gets -fsanitize=thread: its loads, stores and atomics call the runtime's hooks
+#: (not libtsan), which find lost updates in the checked mode and cost a branch otherwise; and
+#: -fno-builtin-printf, so every printf reaches the runtime's (silent in the check's second run).
+SNIPPET_FLAGS = ["-fsanitize=thread", "-fno-builtin-printf"]
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A CUDA feature the emulator does not run, found in a snippet before compiling it.
+
+    Attributes:
+        pattern: What finds it in the source (comments removed).
+        feature: What the user is told it is.
+    """
+
+    pattern: re.Pattern
+    feature: str
+
+
+REFUSED = (
+    Refused(re.compile(r"\basm\s*(?:volatile\s*)?\(|\b__asm__\b"), "inline PTX (asm(...))"),
+    Refused(re.compile(r"\bwmma::|nvcuda::|#\s*include\s*<mma\.h>"), "tensor cores (WMMA, mma.h)"),
+    Refused(re.compile(r"\bwgmma\b|CUtensorMap|cp\.async\.bulk|\bcuda::barrier\b|\bcuda::memcpy_async\b"),
+            "Hopper tensor cores and TMA (wgmma, cp.async.bulk, CUtensorMap)"),
+    Refused(re.compile(r"\bthis_grid\s*\(|\bgrid_group\b|cudaLaunchCooperativeKernel"),
+            "grid-wide cooperative sync (cooperative_groups::this_grid)"),
+    Refused(re.compile(r"\bcub::|#\s*include\s*<cub/|\bthrust::|#\s*include\s*<thrust/"), "CUB/Thrust device code"),
+    Refused(re.compile(r"\btex[123]D\w*\s*[<(]|\btexture\s*<|cudaTextureObject_t|\bsurf[123]D\w*\s*[<(]"),
+            "textures and surfaces"),
+    Refused(re.compile(r"#\s*include\s*<cooperative_groups"), "cooperative groups"),
+)
+
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_EXTERN_SHARED = re.compile(
+    r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s*)?(?P<type>[A-Za-z_][\w:\s]*?)\s*"
+    r"(?:__align__\s*\(\s*\d+\s*\)\s*)?(?P<name>\w+)\s*\[\s*\]\s*;")
+
+
+def refusal(f: SourceFile) -> str:
+    """Why the emulator cannot run file ``f`` (``""`` when it can): the feature and its line."""
+    text = _COMMENTS.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), f.text)
+    for r in REFUSED:
+        m = r.pattern.search(text)
+        if m:
+            line = text.count("\n", 0, m.start()) + 1
+            return (f"{f.path}:{line}: the CPU emulator does not run {r.feature}; run this snippet on a GPU "
+                    f"(on Colab: Runtime > Change runtime type > T4 GPU)")
+    return ""
+
+
+def translate(f: SourceFile) -> str:
+    """The file's text as the host compiler takes it, every line where it was.
+
+    ``extern __shared__ T name[];`` becomes a pointer to the block's dynamic shared memory, a launch
+    ``k<<<g, b, s, st>>>(args)`` a call of the runtime's launcher, and ``__noinline__`` GCC's attribute
+    (a macro would break libstdc++, which spells the attribute so), each on the same line.
+    """
+    src = f.text.encode()
+    edits: list[tuple[int, int, bytes]] = []
+    stack = [syntax_tree(src).root_node]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.named_children)
+        if node.type != "call_expression":
+            continue
+        config_ = next((c for c in node.children if c.type == "kernel_call_syntax"), None)
+        callee = node.child_by_field_name("function")
+        if config_ is None or callee is None:
+            continue
+        open_, close = config_.children[0], config_.children[-1]
+        edits += [(callee.start_byte, callee.start_byte, b"::jitlab_simt::launcher("),
+                  (open_.start_byte, open_.end_byte, b", "), (close.start_byte, close.end_byte, b")")]
+    out, pos = [], 0
+    for start, end, new in sorted(edits):
+        out += [src[pos:start], new]
+        pos = end
+    out.append(src[pos:])
+    text = re.sub(r"\b__noinline__\b", "__attribute__((noinline))", b"".join(out).decode())
+    return _EXTERN_SHARED.sub(
+        lambda m: f"{m['type'].strip()}* const {m['name']} = "
+                  f"reinterpret_cast<{m['type'].strip()}*>(::jitlab_simt::dynamic_shared());", text)
+
+
+def launch_shim(fn: Function) -> str:
+    """The ``extern "C"`` launcher of one kernel, with the prototype a GPU build's shim has."""
+    decls, args = shim_params(fn)
+    head = [f"unsigned jitlab_{v}" for v in ("gx", "gy", "gz", "bx", "by", "bz", "smem")] + ["void* jitlab_stream"]
+    return (f'extern "C" int jitlab_launch_{fn.name}({", ".join(head + decls)}) {{\n'
+            f"  auto jitlab_body = [&]() {{ {fn.qualname}({', '.join(args)}); }};\n"
+            f"  return jitlab_simt_launch(jitlab_gx, jitlab_gy, jitlab_gz, jitlab_bx, jitlab_by, jitlab_bz, jitlab_smem,\n"
+            f"      [](void* c) {{ (*static_cast<decltype(jitlab_body)*>(c))(); }}, &jitlab_body, \"{fn.name}\");\n"
+            f"}}\n")
+
+
+def unit_text(files: list[SourceFile], exported: list[Function]) -> str:
+    """The one translation unit of an emulated build: the user's files at their lines, then the shims."""
+    parts = [line_directive(f.path) + translate(f) + "\n" for f in files]
+    shims = [launch_shim(fn) if fn.kind == "global" else call_shim(fn, cuda=True) for fn in exported]
+    # The GPU unit's error helpers: the header's cudaGetErrorName/String answer for the emulator.
+    return "".join(parts) + line_directive(f"{codegen.GENERATED}.cpp") + runtime_helpers(cuda=True) + "\n".join(shims)
+
+
+def _digest_of_runtime() -> str:
+    return cache.build_key({"files": {p.name: p.read_text() for p in [RUNTIME, *sorted(INCLUDE.iterdir())]}})
+
+
+def runtime_object() -> Path:
+    """The scheduler compiled once per toolchain and runtime text (a cache entry like any build)."""
+    cxx = toolchain.require_tool(toolchain.cxx_path(), "a C++ compiler")
+    name = cache.module_name("jitlab_simt_runtime", cache.build_key(
+        {"format": config.FORMAT_VERSION, "runtime": _digest_of_runtime(), "cxx": toolchain.fingerprint(False)["cxx"],
+         "flags": CXXFLAGS}))
+
+    def make(target: str, folder: Path) -> dict:
+        obj = folder / "runtime.o"
+        _compile([cxx, *CXXFLAGS, "-fvisibility=hidden", "-I", str(INCLUDE), "-c", str(RUNTIME), "-o", str(obj)],
+                 "jitlab's CPU emulator runtime", {})
+        return {"artifact": obj.name, "size": obj.stat().st_size, "sha256": cache.file_sha256(obj), "read": []}
+
+    entry = cache.find_or_make(name, make)
+    return entry.folder / entry.manifest["artifact"]
+
+
+def _compile(cmd: list[str], what: str, sources: dict[str, str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise diagnostics.compile_error(what, proc.stdout + proc.stderr, sources)
+
+
+def build(paths, opts: Options | None = None) -> Build:
+    """Build a kernel-only snippet for the CPU emulator, or find it in the cache.
+
+    Args:
+        paths: A ``.cu`` file, a folder of them, or a list (a snippet without CUDA gets its usual C++ build).
+        opts: Build options (``defines`` and ``cflags`` apply; ``arch`` and ``cuda_cflags`` mean nothing here).
+
+    Returns:
+        The build; ``build.engine`` is ``"cpu emulator"``.
+
+    Raises:
+        SnippetError: A torch-style snippet, or a feature the emulator does not run (named, with its line).
+        CompileError: The host compiler rejected the code, at the user's file and line.
+    """
+    opts = opts or Options()
+    t0 = time.perf_counter()
+    sources = collect_sources(paths)
+    files = [parse_file(p) for p in sources]
+    if not any(f.language == "cuda" for f in files):  # C++ runs on the CPU as it is: its own build
+        return builder.build(paths, opts)
+    stem = codegen.stem_of([Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)])
+    plan = codegen.plan(files, stem, "kernel" if opts.mode == "auto" and not any(f.uses_torch for f in files)
+                        else opts.mode)
+    if plan.kind != "kernel":
+        raise SnippetError(f"{', '.join(str(f.path) for f in files)}: the CPU emulator runs kernel-only snippets "
+                           f"(no torch in the file); load this torch-style snippet on a GPU")
+    for f in files:
+        why = refusal(f)
+        if why:
+            raise SnippetError(why)
+    text = unit_text(files, plan.exported)
+    user_dirs = user_include_dirs(opts)
+    defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
+    parts = {"format": config.FORMAT_VERSION, "engine": ENGINE, "text": text, "runtime": _digest_of_runtime(),
+             "compiler_flags": [*CXXFLAGS, *SNIPPET_FLAGS, "-Wl,-Bsymbolic-functions"],
+             "headers": local_headers(files, plan.include_dirs, user_dirs), "defines": defines, "cflags": opts.cflags,
+             "debug": opts.debug, "toolchain": toolchain.fingerprint(False)}
+    runtime = runtime_object()
+    cxx = toolchain.cxx_path()
+    name = cache.module_name(plan.stem, cache.build_key(parts))
+
+    def make(target: str, folder: Path) -> dict:
+        unit, obj, lib = folder / "emulated.cpp", folder / "emulated.o", folder / f"{target}.so"
+        unit.write_text(text)
+        includes = ["-I", str(INCLUDE), *(f"-I{d}" for d in plan.include_dirs), *(f"-I{d}" for d in user_dirs)]
+        debug = ["-g", "-O0"] if opts.debug else []
+        _compile([cxx, *CXXFLAGS, *SNIPPET_FLAGS, *debug, *includes, "-include", "jitlab_simt.h", *defines, *opts.cflags,
+                  "-c", str(unit), "-o", str(obj)], f"{', '.join(f.path.name for f in files)} (c++, {ENGINE})",
+                 sources_by_path(plan))
+        # -Bsymbolic-functions: the snippet's calls of printf, __assert_fail … bind to the runtime's own,
+        # never to the C library's that Python loaded first.
+        _compile([cxx, "-shared", str(obj), str(runtime), "-o", str(lib), "-pthread", "-Wl,-Bsymbolic-functions",
+                  *toolchain.runtime_ldflags()],
+                 f"{stem} (link, {ENGINE})", {})
+        (folder / "build.log").write_text("")
+        return {"artifact": lib.name, "size": lib.stat().st_size, "sha256": cache.file_sha256(lib),
+                "engine": ENGINE, "read": [], "kind": "kernel", "archs": [],
+                "sources": [str(f.path) for f in files]}
+
+    entry = cache.find_or_make(name, make, known=parts["headers"], keep=plan.include_dirs,
+                               skip=[str(f.path) for f in files], warn=True)
+    manifest = {**entry.manifest, "engine": ENGINE}
+    return Build(entry.name, entry.folder, plan, manifest, entry.cached, time.perf_counter() - t0, [])
+
+
+def cannot_run(path) -> str:
+    """Why the CPU emulator cannot run the snippet at ``path`` (``""`` when it can): no compiler, a
+    torch-style snippet, or a feature it does not emulate (named, with its line)."""
+    why = available()
+    if why:
+        return why
+    try:
+        files = [parse_file(p) for p in collect_sources(path)]
+    except SnippetError as e:
+        return str(e)
+    if any(f.uses_torch for f in files):
+        return "the CPU emulator runs kernel-only snippets, and this one uses torch"
+    return next((why for why in map(refusal, files) if why), "")
+
+
+def available() -> str:
+    """Why this machine cannot build for the emulator (``""`` when it can)."""
+    if platform.machine() not in ("x86_64", "AMD64", "aarch64", "arm64"):
+        return f"the CPU emulator switches fibers on x86_64 and aarch64 only, not {platform.machine()}"
+    if toolchain.cxx_path() is None:
+        return "no C++ compiler found: install g++ (`apt-get install g++`) or set CXX"
+    return ""

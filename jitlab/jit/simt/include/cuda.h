@@ -1,0 +1,3 @@
+// cuda.h for the CPU emulator: jitlab_simt.h (forced in first) has what it declares.
+#pragma once
+#include "jitlab_simt.h"

@@ -1,0 +1,906 @@
+// runtime.cpp: the CPU emulator's scheduler. Blocks over OS threads, a block's threads as fibers.
+//
+// A launch hands out blocks to `workers` OS threads (the caller is one). A worker runs one block
+// at a time: each GPU thread is a fiber with its own stack, started in thread order (or in reverse,
+// for the race check's second run) and run until it reaches a barrier, a warp collective or its
+// end; then the next one runs. Only those points switch, so a block of 256 threads with 9
+// barriers costs about 256 x 10 x 2 context switches of ~10 ns (saved callee registers and a stack
+// pointer: no system call, unlike ucontext's swapcontext).
+//
+//   __syncthreads: the fiber records where it waits and yields. When every live thread of the block
+//       waits, the barrier opens. When some thread has returned instead, the launch fails naming the
+//       line (a GPU would hang or silently misbehave).
+//   warp collectives: a lane deposits its value and yields. When every lane its mask names has
+//       arrived (the closure of their masks), the collective is computed for all of them at once.
+//       A mask naming a lane that has returned, or that the block does not have, fails the launch
+//       at the line; so does a deadlock (lanes waiting for one that waits at a barrier).
+//
+// A fault (assert, __trap, an out-of-bounds index on a shared array caught by -fsanitize=bounds, a
+// bad address caught as SIGSEGV, a race the access hooks found) stops the launch: the faulting fiber
+// is switched out for good, and every worker leaves its current block and takes no new one.
+//
+// Sections: the context switch; the scheduler (Worker); barriers and warp collectives; faults; the C
+// entry points; the race detector (GCC's -fsanitize=thread hooks, answered here).
+#include "jitlab_simt.h"
+
+#include <dlfcn.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <cstdarg>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+// ---- context switch: callee-saved registers on the old stack, then the other stack's -------------
+extern "C" void jitlab_simt_switch(void** save_sp, void* load_sp);
+#if defined(__x86_64__)
+asm(R"(
+.text
+.globl jitlab_simt_switch
+.hidden jitlab_simt_switch
+.type jitlab_simt_switch,@function
+jitlab_simt_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+.size jitlab_simt_switch,.-jitlab_simt_switch
+)");
+constexpr size_t kSavedWords = 6;  // r15 r14 r13 r12 rbx rbp, then the return address
+#elif defined(__aarch64__)
+asm(R"(
+.text
+.globl jitlab_simt_switch
+.hidden jitlab_simt_switch
+.type jitlab_simt_switch,%function
+jitlab_simt_switch:
+    sub sp, sp, #160
+    stp x19, x20, [sp, #0]
+    stp x21, x22, [sp, #16]
+    stp x23, x24, [sp, #32]
+    stp x25, x26, [sp, #48]
+    stp x27, x28, [sp, #64]
+    stp x29, x30, [sp, #80]
+    stp d8, d9, [sp, #96]
+    stp d10, d11, [sp, #112]
+    stp d12, d13, [sp, #128]
+    stp d14, d15, [sp, #144]
+    mov x2, sp
+    str x2, [x0]
+    mov sp, x1
+    ldp x19, x20, [sp, #0]
+    ldp x21, x22, [sp, #16]
+    ldp x23, x24, [sp, #32]
+    ldp x25, x26, [sp, #48]
+    ldp x27, x28, [sp, #64]
+    ldp x29, x30, [sp, #80]
+    ldp d8, d9, [sp, #96]
+    ldp d10, d11, [sp, #112]
+    ldp d12, d13, [sp, #128]
+    ldp d14, d15, [sp, #144]
+    add sp, sp, #160
+    ret
+.size jitlab_simt_switch,.-jitlab_simt_switch
+)");
+#else
+#error "jitlab's CPU emulator switches fibers on x86_64 and aarch64 only"
+#endif
+
+namespace jitlab_simt {
+namespace {
+
+enum class State : uint8_t { Ready, AtBarrier, AtWarp, Done, Faulted };
+struct Worker;
+
+/// One GPU thread, in its fiber's slot where self() finds it (ThreadVars first).
+struct Thread {
+    ThreadVars vars;
+    void* sp;
+    Worker* worker;
+    State state;
+    unsigned linear, lane, warp;
+    unsigned barriers, warp_syncs;  // barriers and warp collectives passed: what orders two accesses
+    const char* file;  // where it waits
+    int line;
+    // a barrier
+    BarrierOp barrier_op;
+    int predicate, barrier_result;
+    // a warp collective
+    WarpOp op;
+    unsigned mask;
+    int arg, width;
+    uint64_t value, result;
+};
+static_assert(sizeof(Thread) + 64 * 64 <= kStackBytes - kRecordOffset, "a thread's record fits in its slot");
+
+struct Warp {
+    unsigned exists, done, waiting;  // lane masks
+};
+
+/// One kernel launch, shared by its workers.
+struct Launch {
+    dim3 grid, block;
+    size_t shared_bytes;
+    void (*body)(void*);
+    void* closure;
+    const char* kernel;
+    uint64_t blocks;
+    bool reverse;
+    std::atomic<uint64_t> next{0};
+    std::atomic<bool> failed{false};
+    std::mutex lock;
+    std::string error, error_name;
+
+    void fail(const char* name, const std::string& what) {
+        std::lock_guard<std::mutex> g(lock);
+        if (!failed.exchange(true)) {
+            error_name = name;
+            error = what;
+        }
+    }
+};
+
+/// A region of fiber slots, each kStackBytes and aligned to it: a guard page, the stack, the record.
+struct Stacks {
+    char* base = nullptr;
+    size_t count = 0;
+    void* mapping = nullptr;
+    size_t mapped = 0;
+};
+
+std::mutex pool_lock;
+std::vector<Stacks> pool;  // stacks outlive a launch: mapping 1024 of them costs a millisecond
+
+Stacks take_stacks(size_t count) {
+    {
+        std::lock_guard<std::mutex> g(pool_lock);
+        for (size_t i = 0; i < pool.size(); ++i) {
+            if (pool[i].count >= count) {
+                Stacks s = pool[i];
+                pool.erase(pool.begin() + (long)i);
+                return s;
+            }
+        }
+    }
+    Stacks s;
+    s.count = count;
+    s.mapped = (count + 1) * kStackBytes;
+    s.mapping = mmap(nullptr, s.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (s.mapping == MAP_FAILED) return Stacks{};
+    s.base = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(s.mapping) + kStackBytes - 1) & ~(kStackBytes - 1));
+    const long page = sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < count; ++i) mprotect(s.base + i * kStackBytes, (size_t)page, PROT_NONE);
+    return s;
+}
+
+void give_back(Stacks s) {
+    if (!s.base) return;
+    std::lock_guard<std::mutex> g(pool_lock);
+    pool.push_back(s);
+}
+
+/// One OS thread running blocks.
+struct Worker {
+    Launch* launch;
+    Stacks stacks;
+    std::vector<Warp> warps;
+    std::vector<unsigned char> shared;  // this block's dynamic shared memory
+    void* scheduler_sp = nullptr;
+    Thread* current = nullptr;
+    unsigned threads = 0, live = 0, at_barrier = 0;
+    uint3 block_index{0, 0, 0};
+
+    Thread* thread(unsigned i) {
+        uintptr_t slot = reinterpret_cast<uintptr_t>(stacks.base) + i * kStackBytes;
+        return reinterpret_cast<Thread*>(slot + kRecordOffset + colour(slot));
+    }
+    void run();
+    bool run_block(uint64_t b);
+    void start(Thread* t);
+    bool resume(Thread* t);
+    void open_barrier();
+    bool try_warp(Thread* t);
+    bool resolve_activemask();
+    void deadlock();
+    std::string where(const Thread* t) const;
+};
+
+thread_local Worker* this_worker = nullptr;
+
+[[noreturn]] void fiber_main() {
+    Thread* t = reinterpret_cast<Thread*>(self());
+    Launch* l = t->worker->launch;
+    l->body(l->closure);
+    t->state = State::Done;
+    jitlab_simt_switch(&t->sp, t->worker->scheduler_sp);
+    __builtin_unreachable();
+}
+
+std::string format(const char* fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+std::string lanes(unsigned m) {
+    std::string s;
+    for (unsigned i = 0; i < 32; ++i) {
+        if (m >> i & 1u) s += (s.empty() ? "" : ", ") + std::to_string(i);
+    }
+    return s;
+}
+
+const char* op_name(WarpOp op) {
+    static const char* names[] = {"__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
+                                  "__shfl_xor_sync", "__ballot_sync", "__any_sync", "__all_sync", "__activemask",
+                                  "__reduce_add_sync", "__reduce_min_sync", "__reduce_max_sync",
+                                  "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync"};
+    return names[(int)op];
+}
+
+const char* barrier_name(BarrierOp op) {
+    static const char* names[] = {"__syncthreads()", "__syncthreads_count()", "__syncthreads_and()",
+                                  "__syncthreads_or()"};
+    return names[(int)op];
+}
+
+std::string Worker::where(const Thread* t) const {
+    return format("thread (%u, %u, %u) of block (%u, %u, %u)", t->vars.thread_idx.x, t->vars.thread_idx.y,
+                  t->vars.thread_idx.z, block_index.x, block_index.y, block_index.z);
+}
+
+void Worker::start(Thread* t) {
+    // The first switch into the fiber "returns" into fiber_main with the ABI's stack alignment.
+    void** sp = reinterpret_cast<void**>(reinterpret_cast<char*>(t) - 2 * colour(reinterpret_cast<uintptr_t>(t)) - 64);
+#if defined(__x86_64__)
+    *--sp = nullptr;  // fiber_main's return address: it never returns
+    *--sp = reinterpret_cast<void*>(&fiber_main);
+    for (size_t i = 0; i < kSavedWords; ++i) *--sp = nullptr;
+#else
+    sp -= 20;  // 160 bytes: x19..x30 and d8..d15, x30 (the return address) at [sp, #88]
+    for (int i = 0; i < 20; ++i) sp[i] = nullptr;
+    sp[11] = reinterpret_cast<void*>(&fiber_main);
+#endif
+    t->sp = sp;
+}
+
+bool Worker::resume(Thread* t) {
+    current = t;
+    t->state = State::Ready;
+    jitlab_simt_switch(&scheduler_sp, t->sp);
+    current = nullptr;
+    Warp& w = warps[t->warp];
+    switch (t->state) {
+        case State::Done:  // lanes waiting at a collective may name this one: check them now
+            --live;
+            w.done |= 1u << t->lane;
+            return w.waiting ? try_warp(thread(t->warp * 32 + (unsigned)__builtin_ctz(w.waiting))) : true;
+        case State::AtWarp:
+            return try_warp(t);
+        case State::Faulted:
+            return false;
+        default:
+            return true;
+    }
+}
+
+void Worker::open_barrier() {
+    int count = 0, all = 1, any = 0;
+    for (unsigned i = 0; i < threads; ++i) {
+        Thread* t = thread(i);
+        if (t->state != State::AtBarrier) continue;
+        count += t->predicate;
+        all &= t->predicate;
+        any |= t->predicate;
+    }
+    for (unsigned i = 0; i < threads; ++i) {
+        Thread* t = thread(i);
+        if (t->state != State::AtBarrier) continue;
+        t->barrier_result = t->barrier_op == BarrierOp::Count ? count
+                            : t->barrier_op == BarrierOp::And ? all
+                            : t->barrier_op == BarrierOp::Or  ? any
+                                                              : 0;
+        t->state = State::Ready;
+    }
+    at_barrier = 0;
+}
+
+// A lane arrived at a warp collective: compute it if every lane its group names has arrived.
+bool Worker::try_warp(Thread* t) {
+    if (t->op == WarpOp::Activemask) return true;  // resolved when nothing else can run
+    Warp& w = warps[t->warp];
+    const unsigned me = 1u << t->lane;
+    w.waiting |= me;
+    if (!(t->mask & me)) {
+        launch->fail("WarpMaskError",
+                     format("%s at %s:%d: its mask 0x%08x does not include the calling lane %u (%s); a lane "
+                            "passes a mask that names itself, e.g. 0xffffffff or __activemask()",
+                            op_name(t->op), t->file, t->line, t->mask, t->lane, where(t).c_str()));
+        return false;
+    }
+    if (t->mask & ~w.exists & ~w.done) {  // checked on the caller's own mask first: O(1) per arrival
+        unsigned missing = t->mask & ~w.exists;
+        launch->fail("WarpMaskError",
+                     format("%s at %s:%d: its mask 0x%08x names lanes %s, which this warp does not have (the "
+                            "block has %u threads, so warp %u has lanes %s only); pass a mask of the lanes that "
+                            "exist, e.g. __activemask() or __ballot_sync(0xffffffff, 1) taken before (%s)",
+                            op_name(t->op), t->file, t->line, t->mask, lanes(missing).c_str(), threads, t->warp,
+                            lanes(w.exists).c_str(), where(t).c_str()));
+        return false;
+    }
+    if (t->mask & ~w.waiting & ~w.done) return true;  // lanes it names are still on their way
+    unsigned group = t->mask, seen = 0;
+    while (unsigned todo = group & w.waiting & ~seen) {  // the closure of the arrived lanes' masks
+        for (unsigned i = 0; i < 32; ++i) {
+            if (todo >> i & 1u) group |= thread(t->warp * 32 + i)->mask;
+        }
+        seen |= todo;
+    }
+    if (unsigned missing = group & ~w.exists) {
+        launch->fail("WarpMaskError",
+                     format("%s at %s:%d: its mask 0x%08x names lanes %s, which this warp does not have (the "
+                            "block has %u threads, so warp %u has lanes %s only); pass a mask of the lanes that "
+                            "exist, e.g. __activemask() or __ballot_sync(0xffffffff, 1) taken before (%s)",
+                            op_name(t->op), t->file, t->line, t->mask, lanes(missing).c_str(), threads, t->warp,
+                            lanes(w.exists).c_str(), where(t).c_str()));
+        return false;
+    }
+    if (unsigned gone = group & w.done) {
+        launch->fail("WarpMaskError",
+                     format("%s at %s:%d: its mask 0x%08x names lanes %s, which have already returned (%s); a "
+                            "lane that left the kernel early (`if (i >= n) return;`) cannot take part: keep every "
+                            "lane the mask names alive until the collective, or build the mask with "
+                            "__ballot_sync(0xffffffff, i < n) before any lane returns",
+                            op_name(t->op), t->file, t->line, t->mask, lanes(gone).c_str(), where(t).c_str()));
+        return false;
+    }
+    if (group & ~w.waiting) return true;  // not all here yet
+    Thread* lane[32];
+    for (unsigned i = 0; i < 32; ++i) lane[i] = (group >> i & 1u) ? thread(t->warp * 32 + i) : nullptr;
+    for (unsigned i = 0; i < 32; ++i) {
+        if (lane[i] && lane[i]->op != t->op) {
+            launch->fail("WarpDivergence",
+                         format("lanes of warp %u meet at different warp collectives: %s at %s:%d (lane %u) and "
+                                "%s at %s:%d (lane %u); lanes that a mask names must all call the same one",
+                                t->warp, op_name(t->op), t->file, t->line, t->lane, op_name(lane[i]->op),
+                                lane[i]->file, lane[i]->line, i));
+            return false;
+        }
+    }
+    uint64_t ballot = 0, sum = 0, band = ~0ull, bor = 0, bxor = 0;
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (unsigned i = 0; i < 32; ++i) {
+        if (!lane[i]) continue;
+        uint64_t v = lane[i]->value;
+        ballot |= (uint64_t)(v != 0) << i;
+        sum += v, band &= v, bor |= v, bxor ^= v;
+        lo = std::min(lo, (int64_t)v), hi = std::max(hi, (int64_t)v);
+    }
+    for (unsigned i = 0; i < 32; ++i) {
+        Thread* x = lane[i];
+        if (!x) continue;
+        const unsigned width = (unsigned)x->width;
+        const unsigned seg = i & ~(width - 1u);
+        unsigned src = i;
+        switch (x->op) {
+            case WarpOp::Idx: src = seg + ((unsigned)x->arg & (width - 1u)); break;
+            case WarpOp::Up: src = i >= seg + (unsigned)x->arg ? i - (unsigned)x->arg : i; break;
+            case WarpOp::Down: src = i + (unsigned)x->arg < seg + width ? i + (unsigned)x->arg : i; break;
+            case WarpOp::Xor: src = (i ^ (unsigned)x->arg) < seg + width ? i ^ (unsigned)x->arg : i; break;
+            default: break;
+        }
+        switch (x->op) {
+            case WarpOp::Idx: case WarpOp::Up: case WarpOp::Down: case WarpOp::Xor:
+                if (src >= 32 || !lane[src]) {
+                    launch->fail("WarpMaskError",
+                                 format("%s at %s:%d: lane %u reads lane %u, which is not in the mask 0x%08x (%s); "
+                                        "a shuffle reads only lanes that take part",
+                                        op_name(x->op), x->file, x->line, i, src, x->mask, where(x).c_str()));
+                    return false;
+                }
+                x->result = lane[src]->value;
+                break;
+            case WarpOp::Ballot: x->result = ballot; break;
+            case WarpOp::Any: x->result = ballot != 0; break;
+            case WarpOp::All: x->result = (ballot & group) == group; break;
+            case WarpOp::Add: x->result = (uint32_t)sum; break;
+            case WarpOp::Min: x->result = (uint64_t)lo; break;
+            case WarpOp::Max: x->result = (uint64_t)hi; break;
+            case WarpOp::And: x->result = (uint32_t)band; break;
+            case WarpOp::Or: x->result = (uint32_t)bor; break;
+            case WarpOp::Xor_: x->result = (uint32_t)bxor; break;
+            default: x->result = 0; break;
+        }
+        x->state = State::Ready;
+    }
+    w.waiting &= ~group;
+    return true;
+}
+
+// Every live lane is waiting: lanes at __activemask() learn which lanes reached the same call.
+bool Worker::resolve_activemask() {
+    bool any = false;
+    for (unsigned i = 0; i < threads; ++i) {
+        Thread* t = thread(i);
+        if (t->state != State::AtWarp || t->op != WarpOp::Activemask) continue;
+        unsigned group = 0;
+        for (unsigned j = t->warp * 32; j < std::min(threads, t->warp * 32 + 32); ++j) {
+            Thread* o = thread(j);
+            if (o->state == State::AtWarp && o->op == WarpOp::Activemask && o->line == t->line && o->file == t->file)
+                group |= 1u << o->lane;
+        }
+        t->result = group;
+        any = true;
+    }
+    for (unsigned i = 0; i < threads; ++i) {
+        Thread* t = thread(i);
+        if (t->state == State::AtWarp && t->op == WarpOp::Activemask) {
+            t->state = State::Ready;
+            warps[t->warp].waiting &= ~(1u << t->lane);
+        }
+    }
+    return any;
+}
+
+// Nothing can run: say who waits for whom.
+void Worker::deadlock() {
+    const Thread* barrier = nullptr;
+    for (unsigned i = 0; i < threads && !barrier; ++i) {
+        if (thread(i)->state == State::AtBarrier) barrier = thread(i);
+    }
+    for (unsigned i = 0; i < threads; ++i) {
+        Thread* t = thread(i);
+        if (t->state != State::AtWarp) continue;
+        const Warp& w = warps[t->warp];
+        unsigned missing = t->mask & ~w.waiting;
+        for (unsigned l = 0; l < 32; ++l) {
+            if (!(missing >> l & 1u)) continue;
+            Thread* o = thread(t->warp * 32 + l);
+            std::string at = o->state == State::AtBarrier
+                                 ? format("waits at %s at %s:%d", barrier_name(o->barrier_op), o->file, o->line)
+                             : o->state == State::Done ? std::string("has already returned")
+                                                       : std::string("waits at another warp collective");
+            launch->fail("Deadlock",
+                         format("%s at %s:%d waits for lane %u, which %s (%s): the two wait for each other for ever; "
+                                "a warp collective's mask names only lanes that reach that same call",
+                                op_name(t->op), t->file, t->line, l, at.c_str(), where(t).c_str()));
+            return;
+        }
+    }
+    launch->fail("Deadlock", format("the threads of block (%u, %u, %u) wait for each other (%s)", block_index.x,
+                                    block_index.y, block_index.z,
+                                    barrier ? format("one at %s:%d", barrier->file, barrier->line).c_str() : "?"));
+}
+
+bool Worker::run_block(uint64_t b) {
+    const dim3 g = launch->grid, k = launch->block;
+    block_index = {(unsigned)(b % g.x), (unsigned)(b / g.x % g.y), (unsigned)(b / g.x / g.y)};
+    threads = k.x * k.y * k.z;
+    live = threads;
+    at_barrier = 0;
+    for (unsigned i = 0; i < threads; ++i) {
+        Thread* t = thread(i);
+        t->vars = {{i % k.x, i / k.x % k.y, i / k.x / k.y}, block_index, k, g};
+        t->worker = this;
+        t->linear = i, t->lane = i % 32, t->warp = i / 32;
+        t->state = State::Ready;
+        t->mask = 0;
+        t->barriers = t->warp_syncs = 0;
+        start(t);
+    }
+    warps.assign((threads + 31) / 32, Warp{0, 0, 0});
+    for (unsigned i = 0; i < threads; ++i) warps[i / 32].exists |= 1u << (i % 32);
+    const bool reverse = launch->reverse;
+    for (;;) {
+        bool ran = false;
+        for (unsigned n = 0; n < threads; ++n) {
+            Thread* t = thread(reverse ? threads - 1 - n : n);
+            if (t->state != State::Ready) continue;
+            ran = true;
+            if (!resume(t) || launch->failed.load(std::memory_order_relaxed)) return false;
+        }
+        if (live == 0) return true;
+        if (ran) continue;
+        if (at_barrier == live) {
+            if (live < threads) {
+                const Thread *waiting = nullptr, *gone = nullptr;
+                for (unsigned i = 0; i < threads; ++i) {
+                    Thread* t = thread(i);
+                    if (!waiting && t->state == State::AtBarrier) waiting = t;
+                    if (!gone && t->state == State::Done) gone = t;
+                }
+                launch->fail("BarrierDivergence",
+                             format("%s at %s:%d is reached by %u of the %u threads of block (%u, %u, %u): %s had "
+                                    "already returned, so on a GPU the others would wait for it (a hang, or "
+                                    "undefined behaviour); every thread of a block must reach each __syncthreads(): "
+                                    "guard the work with `if (i < n)` instead of returning early",
+                                    barrier_name(waiting->barrier_op), waiting->file, waiting->line, live, threads,
+                                    block_index.x, block_index.y, block_index.z, where(gone).c_str()));
+                return false;
+            }
+            open_barrier();
+            continue;
+        }
+        if (resolve_activemask()) continue;
+        deadlock();
+        return false;
+    }
+}
+
+void Worker::run() {
+    this_worker = this;
+    stacks = take_stacks(launch->block.x * launch->block.y * launch->block.z);
+    if (!stacks.base) {
+        launch->fail("OutOfMemory", "could not map the fiber stacks of a block");
+        return;
+    }
+    shared.assign(launch->shared_bytes + 16, 0);
+    for (;;) {
+        if (launch->failed.load(std::memory_order_relaxed)) break;
+        uint64_t b = launch->next.fetch_add(1, std::memory_order_relaxed);
+        if (b >= launch->blocks) break;
+        if (!run_block(launch->reverse ? launch->blocks - 1 - b : b)) break;
+    }
+    give_back(stacks);
+    this_worker = nullptr;
+}
+
+int configured_workers = 0;
+bool reverse_order = false;
+bool quiet = false;
+std::string failure, failure_name;  // the last failed launch: what and its name
+
+unsigned default_workers() {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return (unsigned)std::max(1, CPU_COUNT(&set));
+    return std::max(1u, std::thread::hardware_concurrency());
+}
+
+Thread* current_thread(const char* what) {
+    Worker* w = this_worker;
+    if (!w || !w->current) {
+        fprintf(stderr, "jitlab: %s called outside a kernel launch\n", what);
+        abort();
+    }
+    return w->current;
+}
+
+// A bad address in a kernel (a tensor's guard page, an overflowed fiber stack, a wild pointer): the
+// thread stops and the launch fails with the address and the code offset; Python names the tensor
+// and the line (emulate.py). The handler runs on the fiber's stack and switches away for good, so it
+// is installed with SA_NODEFER (a later fault is not blocked). Outside a fiber it hands over.
+struct sigaction previous_segv, previous_bus;
+
+void on_fault(int sig, siginfo_t* info, void* context) {
+    Worker* w = this_worker;
+    if (!w || !w->current) {
+        sigaction(sig, sig == SIGSEGV ? &previous_segv : &previous_bus, nullptr);
+        return;  // the fault happens again, under the handler that was there before
+    }
+    Thread* t = w->current;
+    const ucontext_t* uc = static_cast<const ucontext_t*>(context);
+#if defined(__x86_64__)
+    uintptr_t pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+#else
+    uintptr_t pc = (uintptr_t)uc->uc_mcontext.pc;
+#endif
+    Dl_info where_code{};
+    dladdr(reinterpret_cast<void*>(pc), &where_code);
+    w->launch->fail("BadAddress", format("address=%p code=%s+0x%lx (%s)", info->si_addr,
+                                         where_code.dli_fname ? where_code.dli_fname : "?",
+                                         (unsigned long)(pc - (uintptr_t)where_code.dli_fbase), w->where(t).c_str()));
+    t->state = State::Faulted;
+    jitlab_simt_switch(&t->sp, w->scheduler_sp);
+}
+
+struct FaultHandler {  // installed for the length of one launch
+    FaultHandler() {
+        struct sigaction a{};
+        a.sa_sigaction = on_fault;
+        a.sa_flags = SA_SIGINFO | SA_NODEFER;
+        sigemptyset(&a.sa_mask);
+        sigaction(SIGSEGV, &a, &previous_segv);
+        sigaction(SIGBUS, &a, &previous_bus);
+    }
+    ~FaultHandler() {
+        sigaction(SIGSEGV, &previous_segv, nullptr);
+        sigaction(SIGBUS, &previous_bus, nullptr);
+    }
+};
+
+}  // namespace
+
+// ---- what the header calls ------------------------------------------------------------------------
+int barrier(BarrierOp op, int predicate, const char* file, int line) {
+    Thread* t = reinterpret_cast<Thread*>(self());
+    Worker* w = t->worker;
+    t->state = State::AtBarrier;
+    t->barrier_op = op, t->predicate = predicate, t->file = file, t->line = line;
+    ++w->at_barrier;
+    jitlab_simt_switch(&t->sp, w->scheduler_sp);
+    ++t->barriers;
+    return t->barrier_result;
+}
+
+uint64_t warp(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* file, int line) {
+    Thread* t = reinterpret_cast<Thread*>(self());
+    if (width <= 0 || width > 32 || (width & (width - 1))) {
+        trap(format("%s: width %d is not a power of two from 1 to 32", op_name(op), width).c_str(), file, line);
+    }
+    t->state = State::AtWarp;
+    t->op = op, t->mask = op == WarpOp::Activemask ? ~0u : mask, t->value = value, t->arg = arg, t->width = width;
+    t->file = file, t->line = line;
+    jitlab_simt_switch(&t->sp, t->worker->scheduler_sp);
+    ++t->warp_syncs;
+    return t->result;
+}
+
+void* dynamic_shared() {
+    Worker* w = this_worker;
+    return w ? reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(w->shared.data()) + 15) & ~uintptr_t(15)) : nullptr;
+}
+
+[[noreturn]] void trap(const char* what, const char* file, int line) {
+    Thread* t = current_thread(what);
+    Worker* w = t->worker;
+    w->launch->fail("KernelFault", format("%s at %s:%d (%s)", what, file, line, w->where(t).c_str()));
+    t->state = State::Faulted;
+    jitlab_simt_switch(&t->sp, w->scheduler_sp);
+    __builtin_unreachable();
+}
+
+}  // namespace jitlab_simt
+
+using namespace jitlab_simt;
+
+// ---- the C entry points: the generated launch shims and Python ------------------------------------
+extern "C" {
+
+/// Launch `body(closure)` on every thread of `grid` x `block`: cudaSuccess, or cudaErrorLaunchFailure with
+/// jitlab_simt_error() saying why.
+__attribute__((visibility("default"))) int jitlab_simt_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                                              unsigned by, unsigned bz, size_t shared_bytes,
+                                                              void (*body)(void*), void* closure, const char* kernel) {
+    if ((uint64_t)gx * gy * gz == 0 || (uint64_t)bx * by * bz == 0 || (uint64_t)bx * by * bz > 1024) {
+        return cudaErrorInvalidConfiguration;  // as a GPU: an empty grid or block, or more than 1024 threads
+    }
+    Launch l;
+    l.grid = dim3(gx, gy, gz), l.block = dim3(bx, by, bz), l.shared_bytes = shared_bytes;
+    l.body = body, l.closure = closure, l.kernel = kernel, l.reverse = reverse_order;
+    l.blocks = (uint64_t)gx * gy * gz;
+    unsigned n = configured_workers > 0 ? (unsigned)configured_workers : default_workers();
+    n = (unsigned)std::min<uint64_t>(n, l.blocks);
+    FaultHandler handler;
+    std::vector<Worker> workers(n);
+    std::vector<std::thread> os;
+    for (unsigned i = 0; i < n; ++i) workers[i].launch = &l;
+    for (unsigned i = 1; i < n; ++i) os.emplace_back([&workers, i] { workers[i].run(); });
+    workers[0].run();
+    for (auto& t : os) t.join();
+    fflush(stdout);
+    if (!l.failed) return 0;
+    failure_name = l.error_name;
+    failure = l.error;
+    return cudaErrorLaunchFailure;
+}
+
+/// printf for the snippet's own library (hidden: Python's and torch's printf stay the C library's).
+__attribute__((visibility("hidden"))) int printf(const char* fmt, ...) {
+    if (quiet) return 0;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vprintf(fmt, ap);
+    va_end(ap);
+    return n;
+}
+
+__attribute__((visibility("default"))) void jitlab_simt_configure(int workers, int reverse, int silent) {
+    configured_workers = workers, reverse_order = reverse != 0, quiet = silent != 0;
+}
+__attribute__((visibility("default"))) const char* jitlab_simt_error() { return failure.c_str(); }
+__attribute__((visibility("default"))) const char* jitlab_simt_error_name() { return failure_name.c_str(); }
+
+// -fsanitize=bounds calls this (the abort variant: we never return) for an index past a fixed-size
+// array: a __shared__ array or a local one. Its data starts with the user's file, line and column.
+struct JitlabUbsanLocation { const char* file; uint32_t line, column; };
+__attribute__((visibility("hidden"))) void __ubsan_handle_out_of_bounds_abort(void* data, void* index) {
+    const auto* at = static_cast<const JitlabUbsanLocation*>(data);
+    const char* type_name = reinterpret_cast<const char*>(*reinterpret_cast<void* const*>(at + 1)) + 4;
+    trap(format("index %lld is out of bounds for `%s`", (long long)(intptr_t)index, type_name).c_str(), at->file,
+         (int)at->line);
+}
+__attribute__((visibility("hidden"))) void __ubsan_handle_out_of_bounds(void* data, void* index) {
+    __ubsan_handle_out_of_bounds_abort(data, index);
+}
+
+// assert() in a kernel: glibc's assert calls this. A GPU stops the kernel; so do we.
+__attribute__((visibility("hidden"))) void __assert_fail(const char* expr, const char* file, unsigned line,
+                                                         const char*) noexcept {
+    if (!this_worker || !this_worker->current) {
+        fprintf(stderr, "%s:%u: assertion `%s' failed\n", file, line, expr);
+        abort();
+    }
+    trap(format("assertion `%s` failed", expr).c_str(), file, (int)line);
+}
+}
+
+// ---- the race detector: GCC's -fsanitize=thread hooks, answered here (no libtsan) --------------------
+//
+// Emulated snippets are compiled with -fsanitize=thread, so every plain load and store calls
+// __tsan_readN/__tsan_writeN and every atomic a __tsan_atomic* function. Normally the hooks return
+// at once (one load and a branch). While Python watches the outputs of a checked launch
+// (jitlab_simt_watch), each plain access to them is compared with the last write and the last read of
+// that element: two accesses by different threads, one a write, race when nothing orders them: they
+// are in different blocks, or in one block with no __syncthreads() (nor, in one warp, a warp
+// collective) between them. That is the lost update a serial run cannot show (`out[0] += v` from every
+// block): the first one fails the launch with the address and the code offset, and Python names the
+// element and the line. Atomics are synchronised by definition and never recorded.
+namespace jitlab_simt {
+namespace {
+
+struct Watched {
+    uintptr_t start = 0, end = 0;
+    size_t item = 1;
+    std::unique_ptr<std::atomic<uint64_t>[]> writer, reader;  // packed access keys (0: none yet)
+};
+Watched watched[16];
+int watching = 0;  // read by every hook: while 0, nothing is recorded
+
+// block + 1 (32 bits) | thread (10) | barriers passed (16) | warp collectives passed (6)
+uint64_t key_of(const Worker* w, const Thread* t) {
+    uint64_t block = ((uint64_t)w->block_index.z * w->launch->grid.y + w->block_index.y) * w->launch->grid.x +
+                     w->block_index.x;
+    return ((block + 1) << 32) | ((uint64_t)t->linear << 22) | ((uint64_t)(t->barriers & 0xffffu) << 6) |
+           (t->warp_syncs & 63u);
+}
+
+bool ordered(uint64_t a, uint64_t b) {  // may the two accesses' threads not race?
+    if (!a || (a >> 32) != (b >> 32)) return !a;  // another block: nothing orders them
+    const unsigned ta = (a >> 22) & 1023u, tb = (b >> 22) & 1023u;
+    if (ta == tb || ((a >> 6) & 0xffffu) != ((b >> 6) & 0xffffu)) return true;  // one thread, or a barrier between
+    return ta / 32 == tb / 32 && (a & 63u) != (b & 63u);                        // one warp, a collective between
+}
+
+std::string who(const Launch* l, uint64_t key) {
+    const uint64_t b = (key >> 32) - 1;
+    const unsigned t = (key >> 22) & 1023u;
+    return format("thread (%u, %u, %u) of block (%u, %u, %u)", t % l->block.x, t / l->block.x % l->block.y,
+                  t / l->block.x / l->block.y, (unsigned)(b % l->grid.x), (unsigned)(b / l->grid.x % l->grid.y),
+                  (unsigned)(b / l->grid.x / l->grid.y));
+}
+
+[[noreturn]] void race(Worker* w, Thread* t, uintptr_t address, const char* kind, uint64_t other, void* pc) {
+    Dl_info code{};
+    dladdr(pc, &code);
+    w->launch->fail("Race", format("address=%p code=%s+0x%lx kind=%s other=%s (%s)", (void*)address,
+                                   code.dli_fname ? code.dli_fname : "?",
+                                   (unsigned long)((uintptr_t)pc - (uintptr_t)code.dli_fbase), kind,
+                                   who(w->launch, other).c_str(), w->where(t).c_str()));
+    t->state = State::Faulted;
+    jitlab_simt_switch(&t->sp, w->scheduler_sp);
+    __builtin_unreachable();
+}
+
+__attribute__((noinline)) void access(uintptr_t address, size_t bytes, bool write, void* pc) {
+    Worker* w = this_worker;
+    if (!w || !w->current) return;
+    for (int r = 0; r < watching; ++r) {
+        Watched& m = watched[r];
+        if (address + bytes <= m.start || address >= m.end) continue;
+        Thread* t = w->current;
+        const uint64_t me = key_of(w, t);
+        const uintptr_t lo = std::max(address, m.start), hi = std::min(address + bytes, m.end);
+        for (size_t i = (lo - m.start) / m.item; i <= (hi - 1 - m.start) / m.item; ++i) {
+            const uint64_t wrote = m.writer[i].load(std::memory_order_relaxed);
+            if (!ordered(wrote, me)) race(w, t, m.start + i * m.item, write ? "write-after-write" : "read-after-write",
+                                          wrote, pc);
+            if (write) {
+                const uint64_t read = m.reader[i].load(std::memory_order_relaxed);
+                if (!ordered(read, me)) race(w, t, m.start + i * m.item, "write-after-read", read, pc);
+                m.writer[i].store(me, std::memory_order_relaxed);
+            } else {
+                m.reader[i].store(me, std::memory_order_relaxed);
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace jitlab_simt
+
+extern "C" {
+/// Watch the plain accesses to [start, start + bytes) (items of `item` bytes) in the next launches.
+__attribute__((visibility("default"))) int jitlab_simt_watch(void* start, size_t bytes, size_t item) {
+    if (watching >= 16 || !bytes || !item) return 0;
+    Watched& m = watched[watching];
+    m.start = (uintptr_t)start, m.end = m.start + bytes, m.item = item;
+    const size_t n = (bytes + item - 1) / item;
+    m.writer.reset(new std::atomic<uint64_t>[n]());
+    m.reader.reset(new std::atomic<uint64_t>[n]());
+    ++watching;
+    return 1;
+}
+__attribute__((visibility("default"))) void jitlab_simt_unwatch() {
+    for (int r = 0; r < watching; ++r) watched[r] = Watched{};
+    watching = 0;
+}
+
+#define JITLAB_HIDDEN __attribute__((visibility("hidden")))
+#define JITLAB_ACCESS(N)                                                                                     \
+    JITLAB_HIDDEN void __tsan_read##N(void* p) {                                                             \
+        if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, N, false, __builtin_return_address(0)); \
+    }                                                                                                        \
+    JITLAB_HIDDEN void __tsan_write##N(void* p) {                                                            \
+        if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, N, true, __builtin_return_address(0));  \
+    }                                                                                                        \
+    JITLAB_HIDDEN void __tsan_unaligned_read##N(void* p) {                                                   \
+        if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, N, false, __builtin_return_address(0)); \
+    }                                                                                                        \
+    JITLAB_HIDDEN void __tsan_unaligned_write##N(void* p) {                                                  \
+        if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, N, true, __builtin_return_address(0));  \
+    }                                                                                                        \
+    JITLAB_HIDDEN void __tsan_volatile_read##N(void* p) { __tsan_read##N(p); }                               \
+    JITLAB_HIDDEN void __tsan_volatile_write##N(void* p) { __tsan_write##N(p); }
+JITLAB_ACCESS(1) JITLAB_ACCESS(2) JITLAB_ACCESS(4) JITLAB_ACCESS(8) JITLAB_ACCESS(16)
+JITLAB_HIDDEN void __tsan_read_range(void* p, unsigned long n) {
+    if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, n, false, __builtin_return_address(0));
+}
+JITLAB_HIDDEN void __tsan_write_range(void* p, unsigned long n) {
+    if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, n, true, __builtin_return_address(0));
+}
+JITLAB_HIDDEN void __tsan_init() {}
+JITLAB_HIDDEN void __tsan_func_entry(void*) {}
+JITLAB_HIDDEN void __tsan_func_exit() {}
+JITLAB_HIDDEN void __tsan_vptr_update(void**, void*) {}
+JITLAB_HIDDEN void __tsan_vptr_read(void**) {}
+JITLAB_HIDDEN void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+JITLAB_HIDDEN void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+
+// Atomics are done for real (sequentially consistent whatever the order asked) and never recorded.
+#define JITLAB_ATOMICS(BITS, T)                                                                               \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_load(const volatile T* a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
+    JITLAB_HIDDEN void __tsan_atomic##BITS##_store(volatile T* a, T v, int) { __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_exchange(volatile T* a, T v, int) {                                 \
+        return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                                   \
+    }                                                                                                         \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_add(volatile T* a, T v, int) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_sub(volatile T* a, T v, int) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_and(volatile T* a, T v, int) { return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); } \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_or(volatile T* a, T v, int) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); } \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_xor(volatile T* a, T v, int) { return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); } \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_nand(volatile T* a, T v, int) {                               \
+        return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST);                                                   \
+    }                                                                                                         \
+    JITLAB_HIDDEN int __tsan_atomic##BITS##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) {     \
+        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);              \
+    }                                                                                                         \
+    JITLAB_HIDDEN int __tsan_atomic##BITS##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) {       \
+        return __atomic_compare_exchange_n(a, c, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);               \
+    }                                                                                                         \
+    JITLAB_HIDDEN T __tsan_atomic##BITS##_compare_exchange_val(volatile T* a, T c, T v, int, int) {           \
+        __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                    \
+        return c;                                                                                             \
+    }
+JITLAB_ATOMICS(8, char) JITLAB_ATOMICS(16, short) JITLAB_ATOMICS(32, int) JITLAB_ATOMICS(64, long)
+}

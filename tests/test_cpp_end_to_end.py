@@ -134,10 +134,10 @@ def test_unreadable_manifest_is_a_miss(cache, write):
     assert not m2.build.cached and run_scale(m2).tolist()[1] == 2
 
 
-def test_entries_are_trusted_by_hash_or_by_size_where_asked(tmp_path, monkeypatch):
+def test_entries_are_trusted_by_hash_or_by_size_and_stamp_where_asked(tmp_path, monkeypatch):
     """An artifact changed in place is caught by its hash; a header-set entry made with content=False
-    (the precompiled headers: GCC validates those itself, and hashing 0.5 GB took ~0.5 s per host unit)
-    is trusted by its size, so a truncated one is still made again."""
+    (the precompiled headers: hashing 0.5 GB took ~0.5 s per host unit) is trusted by its size and stamp
+    (inode, change time) without reading it, so a write of the same size or a truncation is made again."""
     from jitlab.jit import cache as jcache, pch
 
     monkeypatch.setenv("JITLAB_PCH_DIR", str(tmp_path / "pch"))
@@ -149,11 +149,12 @@ def test_entries_are_trusted_by_hash_or_by_size_where_asked(tmp_path, monkeypatc
         return folder / "a.gch"
 
     art = pch._made_once("torch-test-0", make, content=False)
-    art.write_bytes(b"y" * 100)  # same size, other bytes
     assert pch._made_once("torch-test-0", make, content=False) == art and len(made) == 1
+    art.write_bytes(b"y" * 100)  # same size, other bytes
     assert jcache.trusted_manifest(art.parent) is None  # by hash: not trusted
-    art.write_bytes(b"y" * 99)
     assert pch._made_once("torch-test-0", make, content=False) == art and len(made) == 2
+    art.write_bytes(b"y" * 99)
+    assert pch._made_once("torch-test-0", make, content=False) == art and len(made) == 3
     assert art.read_bytes() == b"x" * 100
 
 

@@ -32,6 +32,7 @@ def load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], o
     from torch.utils import cpp_extension
 
     cflags, cuda_cflags = compile_flags(plan, archs, opts)
+    toolchain.ensure_ninja()
     _forget_name(name)
     ok = False
     with output.capture_fds() as box:

@@ -201,12 +201,44 @@ def fingerprint(cuda: bool) -> dict[str, str]:
     return fp
 
 
-def check(cuda: bool, compile_only: bool = False) -> None:
+def ninja_path() -> str | None:
+    """ninja: on ``PATH``, else the binary inside the ``ninja`` wheel (a virtual environment whose
+    ``bin`` is not on ``PATH``, a Jupyter kernel started without it); ``None`` if neither has one."""
+    found = shutil.which("ninja")
+    if found:
+        return found
+    try:
+        import ninja  # lazy: only asked when PATH has no ninja
+    except ImportError:
+        return None
+    exe = Path(getattr(ninja, "BIN_DIR", "")) / "ninja"
+    return str(exe) if exe.is_file() and os.access(exe, os.X_OK) else None
+
+
+def ensure_ninja() -> str:
+    """ninja's path; when only the wheel has one, its folder is put first on ``PATH`` (torch's
+    ``load_inline`` runs ``ninja`` by name, in this process and in its children).
+
+    Raises:
+        ToolchainError: No ninja anywhere, naming ``pip install ninja``.
+    """
+    found = ninja_path()
+    if found is None:
+        raise ToolchainError("ninja not found (on PATH or as the `ninja` package): `pip install ninja` "
+                             "(torch's load_inline builds with it)")
+    if shutil.which("ninja") is None:
+        os.environ["PATH"] = os.pathsep.join([str(Path(found).parent), *filter(None, [os.environ.get("PATH")])])
+    return found
+
+
+def check(cuda: bool, compile_only: bool = False, ninja: bool = True) -> None:
     """Check the tools a build needs, before it starts.
 
     Args:
         cuda: Whether the build has CUDA sources.
         compile_only: A compile-only build needs nvcc but neither ninja nor a CUDA torch.
+        ninja: Whether the build runs torch's ``load_inline`` (ninja); torch-style split builds
+            drive the compilers themselves and NVRTC needs no tool at all.
 
     Raises:
         ToolchainError: Naming the missing tool and how to install it.
@@ -216,8 +248,8 @@ def check(cuda: bool, compile_only: bool = False) -> None:
             "no C++ compiler found (looked for $CXX, then `c++`): install one, e.g. "
             "`sudo apt-get install g++` or `conda install -c conda-forge gxx_linux-64`"
         )
-    if not compile_only and not shutil.which("ninja"):
-        raise ToolchainError("ninja not found on PATH: `pip install ninja` (torch builds extensions with it)")
+    if ninja and not compile_only:
+        ensure_ninja()
     if not cuda:
         return
     if not nvcc_path():

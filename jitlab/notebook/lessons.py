@@ -59,7 +59,8 @@ def environment() -> dict[str, str]:
         same = (toolchain.nvcc_version() or "").split(".")[0] == torch.version.cuda.split(".")[0]
         env["nvcc vs torch"] = "same CUDA major version: ok" if same else (
             f"MISMATCH: nvcc is CUDA {toolchain.nvcc_version()}, torch is built with {torch.version.cuda}")
-    env["ninja"] = shutil.which("ninja") or "not found: `pip install ninja` (torch-style builds need it)"
+    env["ninja"] = toolchain.ninja_path() or ("not found: `pip install ninja` (kernel-only snippets with host code and "
+                                              "torch's own cpp_extension need it; NVRTC and split torch-style builds do not)")
     env["C++ compiler"] = toolchain.cxx_path() or "not found"
     env["jitlab"] = f"{config.VERSION} ({Path(__file__).resolve().parents[1]})"
     env["working folder"] = str(Path.cwd())

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from jitlab.jit import ninja_tool
+
 from jitlab.errors import ToolchainError
 
 #: Where torch looks for CUDA when neither the environment nor PATH names it.
@@ -201,36 +203,6 @@ def fingerprint(cuda: bool) -> dict[str, str]:
     return fp
 
 
-def ninja_path() -> str | None:
-    """ninja: on ``PATH``, else the binary inside the ``ninja`` wheel (a virtual environment whose
-    ``bin`` is not on ``PATH``, a Jupyter kernel started without it); ``None`` if neither has one."""
-    found = shutil.which("ninja")
-    if found:
-        return found
-    try:
-        import ninja  # lazy: only asked when PATH has no ninja
-    except ImportError:
-        return None
-    exe = Path(getattr(ninja, "BIN_DIR", "")) / "ninja"
-    return str(exe) if exe.is_file() and os.access(exe, os.X_OK) else None
-
-
-def ensure_ninja() -> str:
-    """ninja's path; when only the wheel has one, its folder is put first on ``PATH`` (torch's
-    ``load_inline`` runs ``ninja`` by name, in this process and in its children).
-
-    Raises:
-        ToolchainError: No ninja anywhere, naming ``pip install ninja``.
-    """
-    found = ninja_path()
-    if found is None:
-        raise ToolchainError("ninja not found (on PATH or as the `ninja` package): `pip install ninja` "
-                             "(torch's load_inline builds with it)")
-    if shutil.which("ninja") is None:
-        os.environ["PATH"] = os.pathsep.join([str(Path(found).parent), *filter(None, [os.environ.get("PATH")])])
-    return found
-
-
 def check(cuda: bool, compile_only: bool = False, ninja: bool = True) -> None:
     """Check the tools a build needs, before it starts.
 
@@ -249,7 +221,7 @@ def check(cuda: bool, compile_only: bool = False, ninja: bool = True) -> None:
             "`sudo apt-get install g++` or `conda install -c conda-forge gxx_linux-64`"
         )
     if ninja and not compile_only:
-        ensure_ninja()
+        ninja_tool.ensure_ninja()
     if not cuda:
         return
     if not nvcc_path():

@@ -11,6 +11,7 @@ wheel downloaded. Needs PyPI (marker ``net``): without it the test fails saying 
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import json
 import os
@@ -25,6 +26,9 @@ import pytest
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.version import Version
+
+from conftest import run_dir
+from jitlab.jit import cache
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALLED = ROOT / "colab" / "installed-2026-08.json"
@@ -48,16 +52,22 @@ def colab_python() -> str:
 
 
 @pytest.fixture(scope="module")
-def colab(tmp_path_factory) -> dict:
-    """A venv holding Colab's packages as installed (metadata only); its python and the packages."""
+def colab() -> dict:
+    """Colab's packages: name → version, and name → requirements (from the snapshot)."""
     snapshot = json.loads(INSTALLED.read_text())
-    venv = tmp_path_factory.mktemp("colab") / "venv"
+    packages = snapshot["packages"]
+    return {"packages": {n: i["version"] for n, i in packages.items()},
+            "requires": {n: i["requires_dist"] or [] for n, i in packages.items()}, "snapshot": snapshot}
+
+
+def colab_venv(folder: Path) -> str:
+    """A venv in ``folder`` holding Colab's packages as installed (metadata only); its python."""
+    venv = folder / "venv"
     subprocess.run([colab_python(), "-m", "venv", str(venv)], check=True, capture_output=True)
     python = str(venv / "bin" / "python")
     purelib = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                   check=True, capture_output=True, text=True).stdout.strip())
-    packages = snapshot["packages"]
-    for name, info in packages.items():
+    for name, info in json.loads(INSTALLED.read_text())["packages"].items():
         if name == "pip":  # the venv's own pip does the resolving
             continue
         dist = purelib / f"{name.replace('-', '_')}-{info['version']}.dist-info"
@@ -67,8 +77,7 @@ def colab(tmp_path_factory) -> dict:
         (dist / "METADATA").write_text("\n".join(lines) + "\n")
         (dist / "INSTALLER").write_text("colab-snapshot\n")
         (dist / "RECORD").write_text("")
-    return {"python": python, "packages": {n: i["version"] for n, i in packages.items()},
-            "requires": {n: i["requires_dist"] or [] for n, i in packages.items()}, "snapshot": snapshot}
+    return python
 
 
 def _resolve(python: str, spec: str, report: Path) -> dict:
@@ -84,14 +93,20 @@ def _resolve(python: str, spec: str, report: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def plans(colab, tmp_path_factory) -> dict:
+def plans(tmp_path_factory) -> dict:
     """pip's plans for the lessons' first cell (``-e .[cu12]``, torch being CUDA 12.8) and the README's
-    by-hand install (``-e .``), resolved side by side."""
-    out = tmp_path_factory.mktemp("reports")
-    specs = {"first cell": "-e .[cu12]", "by hand": "-e ."}
-    with ThreadPoolExecutor(len(specs)) as pool:
-        futures = {k: pool.submit(_resolve, colab["python"], s, out / f"{i}.json") for i, (k, s) in enumerate(specs.items())}
-        return {k: f.result() for k, f in futures.items()}
+    by-hand install (``-e .``), resolved side by side once per test run (pytest-xdist workers share them)."""
+    folder = run_dir(tmp_path_factory, "colab-install")
+    saved = folder / "plans.json"
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not saved.is_file():
+            python = colab_venv(folder)
+            specs = {"first cell": "-e .[cu12]", "by hand": "-e ."}
+            with ThreadPoolExecutor(len(specs)) as pool:
+                futures = {k: pool.submit(_resolve, python, s, folder / f"{i}.json") for i, (k, s) in enumerate(specs.items())}
+                cache.write_json(saved, {k: f.result() for k, f in futures.items()})
+    return json.loads(saved.read_text())
 
 
 def _new(plan: dict) -> dict[str, str]:

@@ -12,6 +12,7 @@ as a test it rendered once in several runs here, so it is not one.)
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -19,6 +20,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import run_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "colab" / "constraints-2026-08.txt"
@@ -40,12 +43,18 @@ def colab_pins(names=WIDGETS) -> list[str]:
 
 @pytest.fixture(scope="module")
 def widgets7(tmp_path_factory) -> dict:
-    """Environment whose ``sys.path`` starts with Colab's ipywidgets and anywidget."""
-    target = tmp_path_factory.mktemp("widgets7")
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--only-binary=:all:",
-                           "--target", str(target), *colab_pins()], capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
-    assert proc.returncode == 0, f"pip could not fetch Colab's widget packages (needs PyPI):\n{proc.stderr[-2000:]}"
+    """Environment whose ``sys.path`` starts with Colab's ipywidgets and anywidget (installed once per
+    test run; pytest-xdist workers share the folder)."""
+    folder = run_dir(tmp_path_factory, "widgets7")
+    target = folder / "site"
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "done").is_file():
+            proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--only-binary=:all:",
+                                   "--upgrade", "--target", str(target), *colab_pins()], capture_output=True, text=True,
+                                  timeout=240, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
+            assert proc.returncode == 0, f"pip could not fetch Colab's widget packages (needs PyPI):\n{proc.stderr[-2000:]}"
+            (folder / "done").write_text("")
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(ROOT)])}
 
 

@@ -209,3 +209,27 @@ def test_every_shipped_kernel_only_snippet_compiles_with_nvrtc(path):
     """What nvcc compiles NVRTC compiles too: kernels/, the exercises and their solutions (one uses
     INFINITY without an include, as nvcc's implicit headers allow)."""
     assert _nvrtc(path, arch="sm_75").engine == "nvrtc"
+
+
+def test_bindings_for_another_cuda_than_torchs_are_refused(monkeypatch):
+    """cuda-bindings 13 (installed here) beside a torch built for CUDA 12: NVRTC is not used, and the
+    reason names the extra that matches torch, jitlab[cu12]."""
+    from importlib import metadata
+
+    from jitlab.jit import nvrtc
+
+    assert metadata.version("cuda-bindings").startswith("13.")
+    monkeypatch.setattr(nvrtc, "_torch_cuda_major", lambda: "12")
+    why = nvrtc.unavailable()
+    assert why and "for CUDA 13 but torch is built for CUDA 12" in why and "jitlab[cu12]" in why
+
+
+def test_nvrtc_uses_the_installed_cuda_core_api():
+    """jit/cudacore finds Program, ProgramOptions, ObjectCode and Device in this cuda-core (1.x: cuda.core)."""
+    import cuda.core
+
+    from jitlab.jit import cudacore
+
+    core = cudacore.module()
+    assert all(hasattr(core, n) for n in ("Program", "ProgramOptions", "ObjectCode", "Device"))
+    assert core is cuda.core or int(cuda.core.__version__.split(".")[0]) == 0

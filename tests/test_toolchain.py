@@ -6,7 +6,9 @@ leaves out are really missing; the toolchain's cached look-ups are cleared aroun
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,14 +60,20 @@ def path_with(tmp_path, monkeypatch, fresh_toolchain):
     return _path_with
 
 
-def test_missing_ninja_names_pip_install(path_with):
+@pytest.fixture
+def no_ninja_wheel(monkeypatch):
+    """The ``ninja`` package cannot be imported (as on a machine that never installed it)."""
+    monkeypatch.setitem(sys.modules, "ninja", None)
+
+
+def test_missing_ninja_names_pip_install(path_with, no_ninja_wheel):
     """Compilers present, ninja absent: the error says `pip install ninja`."""
     path_with("c++", "g++", "nvcc")
     with pytest.raises(jitlab.ToolchainError, match="pip install ninja"):
         toolchain.check(cuda=False)
 
 
-def test_missing_ninja_is_caught_before_building(path_with, cache, write):
+def test_missing_ninja_is_caught_before_building(path_with, no_ninja_wheel, cache, write):
     """jitlab.build without ninja fails at the check: no build folder is made."""
     path_with("c++", "g++", "nvcc")
     p = write("s.cpp", "void f(float* y, int n) { for (int i = 0; i < n; ++i) y[i] = 1; }\n")
@@ -210,3 +218,21 @@ def _link_line(folder: Path) -> str:
     if log.is_file():
         return next(line for line in log.read_text().splitlines() if " -shared " in line)
     return next(line for line in (folder / "build.ninja").read_text().splitlines() if line.startswith("ldflags"))
+
+
+def test_ninja_wheel_off_path_is_found_and_put_on_path(path_with):
+    """ninja only inside the installed wheel (its venv's bin not on PATH): found, and its folder put on PATH."""
+    ninja = pytest.importorskip("ninja")
+    d = path_with("c++", "g++")
+    assert shutil.which("ninja") is None
+    toolchain.check(cuda=False)
+    assert shutil.which("ninja") == str(Path(ninja.BIN_DIR) / "ninja")
+    assert os.environ["PATH"].split(os.pathsep)[-1] == str(d)
+
+
+def test_split_build_check_needs_no_ninja(path_with, no_ninja_wheel):
+    """A torch-style split build drives the compilers itself: its check passes with no ninja anywhere."""
+    path_with("c++", "g++", "nvcc")
+    toolchain.check(cuda=False, ninja=False)
+    with pytest.raises(jitlab.ToolchainError, match="pip install ninja"):
+        toolchain.check(cuda=False, ninja=True)

@@ -230,7 +230,7 @@ def _build_keyed(plan: codegen.Plan, archs: list[str], parts: dict, opts: Option
         return inline.load_inline(plan, name, folder, archs, opts)
 
     return find_or_build(plan, archs, parts, make, compiler="NVRTC" if engine == "nvrtc" else "nvcc", notes=notes,
-                         t0=t0, before=(lambda: toolchain.check(plan.cuda, opts.compile_only)) if engine == "nvcc" else None,
+                         t0=t0, before=(lambda: toolchain.check(plan.cuda, opts.compile_only, ninja=not plan.units)) if engine == "nvcc" else None,
                          extra={"engine": engine})
 
 

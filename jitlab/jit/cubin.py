@@ -11,10 +11,11 @@ import re
 
 def load(code: bytes, names: dict[str, str]) -> dict:
     """Load a CUBIN into the current device's primary context (torch's): kernel name → ``cuda.core`` Kernel."""
-    from cuda.core import Device, ObjectCode
+    from jitlab.jit import cudacore
 
-    Device().set_current()
-    obj = ObjectCode.from_cubin(code)
+    core = cudacore.module()
+    core.Device().set_current()
+    obj = core.ObjectCode.from_cubin(code)
     return {name: obj.get_kernel(symbol) for name, symbol in names.items()}
 
 
@@ -114,9 +115,9 @@ def _opt_in_dynamic_smem():
 
 
 def _make_current() -> None:
-    from cuda.core import Device
+    from jitlab.jit import cudacore
 
-    Device().set_current()
+    cudacore.module().Device().set_current()
 
 
 def _error_code(e: Exception) -> int | None:

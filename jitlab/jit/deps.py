@@ -17,7 +17,6 @@ import hashlib
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -25,7 +24,7 @@ from dataclasses import astuple, dataclass
 from pathlib import Path
 
 from jitlab import config
-from jitlab.jit import toolchain
+from jitlab.jit import ninja_tool, toolchain
 
 #: A file written less than this before its build started may have been written during it: the
 #: kernel stamps files with a clock that lags the real one by up to a tick (4-10 ms).
@@ -161,7 +160,7 @@ def read_depfile(path: Path) -> list[str]:
 def ninja_deps(folder: Path) -> list[str]:
     """What ninja recorded each output read (torch's build.ninja has ``deps = gcc``: ninja keeps the
     depfiles in ``.ninja_deps`` and deletes them), as ``ninja -t deps`` lists it."""
-    ninja = shutil.which("ninja")
+    ninja = ninja_tool.ninja_path()
     if not ninja:
         return []
     proc = subprocess.run([ninja, "-t", "deps"], cwd=folder, capture_output=True, text=True)

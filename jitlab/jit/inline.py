@@ -21,7 +21,7 @@ from pathlib import Path
 
 from jitlab import output
 from jitlab.errors import SnippetError, ToolchainError
-from jitlab.jit import cache, codegen, deps, diagnostics, linker, toolchain
+from jitlab.jit import cache, codegen, deps, diagnostics, linker, ninja_tool, toolchain
 from jitlab.jit.flags import Options, compile_flags, nvcc_command
 from jitlab.jit.resources import parse_resource_usage
 from jitlab.jit.sources import describe, sources_by_path
@@ -32,6 +32,7 @@ def load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], o
     from torch.utils import cpp_extension
 
     cflags, cuda_cflags = compile_flags(plan, archs, opts)
+    ninja_tool.ensure_ninja()
     _forget_name(name)
     ok = False
     with output.capture_fds() as box:

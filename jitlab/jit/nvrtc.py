@@ -139,12 +139,42 @@ def unavailable() -> str | None:
     except (ImportError, ValueError):
         found = False
     if not found:
-        return "cuda-python is not installed (`pip install cuda-core cuda-bindings`)"
+        return f"cuda-python is not installed (`pip install {_extra_spec()}`)"
+    bindings = _bindings_version()
+    if bindings is None:
+        return f"cuda-bindings is not installed (`pip install {_extra_spec()}`)"
+    torch_cuda = _torch_cuda_major()
+    if torch_cuda and bindings.split(".")[0] != torch_cuda:
+        return (f"cuda-bindings {bindings} is for CUDA {bindings.split('.')[0]} but torch is built for CUDA {torch_cuda} "
+                f"(its driver may not load CUDA {bindings.split('.')[0]} code): `pip install {_extra_spec()}`")
     if version() is None:
         return "the NVRTC library was not found (`pip install nvidia-cuda-nvrtc`, or a CUDA toolkit)"
     if not (toolchain.cuda_home() / "include" / "cuda_runtime.h").is_file():
         return f"CUDA's headers were not found under {toolchain.cuda_home()}/include (set CUDA_HOME)"
     return None
+
+
+def _bindings_version() -> str | None:
+    """cuda-bindings' installed version (``"12.9.7"``), read from its metadata (nothing imported)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("cuda-bindings")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _torch_cuda_major() -> str | None:
+    """The CUDA major version torch was built with (``"12"``); ``None`` for a CPU build."""
+    import torch  # already imported by jitlab's build path
+
+    return torch.version.cuda.split(".")[0] if torch.version.cuda else None
+
+
+def _extra_spec() -> str:
+    """What to install for NVRTC: jitlab's extra for torch's CUDA major (``"jitlab[cu12]"``)."""
+    major = _torch_cuda_major() or "13"
+    return f"'jitlab[cu{major}]'  (or cuda-bindings=={major}.*)"
 
 
 def unsuitable(plan) -> str | None:
@@ -184,12 +214,12 @@ def include_path(plan) -> list[str]:
 
 def options(plan, arch: str, defines: dict, debug: bool):
     """NVRTC's options for one arch: the same defines, line info and resource report as nvcc's."""
-    from cuda.core import ProgramOptions
+    from jitlab.jit import cudacore
 
     macros = [k if v is None else (k, str(v)) for k, v in defines.items()]
     if debug:
         macros.append(("JITLAB_DEBUG", "1"))
-    return ProgramOptions(name=plan.stem, arch=arch, std="c++17", include_path=include_path(plan),
+    return cudacore.module().ProgramOptions(name=plan.stem, arch=arch, std="c++17", include_path=include_path(plan),
                           define_macro=macros or None, undefine_macro=["NDEBUG"] if debug else None,
                           debug=debug, lineinfo=not debug, ptxas_options=["-v"])
 
@@ -207,8 +237,9 @@ def compile_cubins(plan, archs: list[str], defines: dict, debug: bool = False) -
     Raises:
         NvrtcError: NVRTC rejected the code (its log names the user's file and line).
     """
-    from cuda.core import Program
+    from jitlab.jit import cudacore
 
+    Program = cudacore.module().Program
     text = source(plan)
     kernels = [fn.qualname for fn in plan.exported]
     out = []
@@ -219,7 +250,7 @@ def compile_cubins(plan, archs: list[str], defines: dict, debug: bool = False) -
                 "cubin", name_expressions=kernels, logs=log)
         except Exception as e:  # cuda.core raises NVRTCError with the log in its message
             raise NvrtcError(_log_of(e, log.getvalue())) from None
-        names = {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in obj.symbol_mapping.items()}
+        names = {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in cudacore.symbol_mapping(obj).items()}
         out.append(Cubin(arch, bytes(obj.code), names, log.getvalue().replace("\x00", "").strip()))
     return out
 

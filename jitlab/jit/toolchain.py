@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from jitlab.jit import ninja_tool
+
 from jitlab.errors import ToolchainError
 
 #: Where torch looks for CUDA when neither the environment nor PATH names it.
@@ -201,12 +203,14 @@ def fingerprint(cuda: bool) -> dict[str, str]:
     return fp
 
 
-def check(cuda: bool, compile_only: bool = False) -> None:
+def check(cuda: bool, compile_only: bool = False, ninja: bool = True) -> None:
     """Check the tools a build needs, before it starts.
 
     Args:
         cuda: Whether the build has CUDA sources.
         compile_only: A compile-only build needs nvcc but neither ninja nor a CUDA torch.
+        ninja: Whether the build runs torch's ``load_inline`` (ninja); torch-style split builds
+            drive the compilers themselves and NVRTC needs no tool at all.
 
     Raises:
         ToolchainError: Naming the missing tool and how to install it.
@@ -216,8 +220,8 @@ def check(cuda: bool, compile_only: bool = False) -> None:
             "no C++ compiler found (looked for $CXX, then `c++`): install one, e.g. "
             "`sudo apt-get install g++` or `conda install -c conda-forge gxx_linux-64`"
         )
-    if not compile_only and not shutil.which("ninja"):
-        raise ToolchainError("ninja not found on PATH: `pip install ninja` (torch builds extensions with it)")
+    if ninja and not compile_only:
+        ninja_tool.ensure_ninja()
     if not cuda:
         return
     if not nvcc_path():

@@ -14,6 +14,7 @@ your ``kernels/`` files), with this Python as the kernel. Cells that need a GPU 
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import re
 import shutil
@@ -39,7 +40,7 @@ def environment() -> dict[str, str]:
     """What a kernel build here depends on: GPU and arch, torch and its CUDA, nvcc, ninja, compiler."""
     import torch
 
-    from jitlab.jit import toolchain
+    from jitlab.jit import ninja_tool, toolchain
 
     env = {
         "where": "Google Colab" if "google.colab" in sys.modules else "local",
@@ -59,12 +60,29 @@ def environment() -> dict[str, str]:
         same = (toolchain.nvcc_version() or "").split(".")[0] == torch.version.cuda.split(".")[0]
         env["nvcc vs torch"] = "same CUDA major version: ok" if same else (
             f"MISMATCH: nvcc is CUDA {toolchain.nvcc_version()}, torch is built with {torch.version.cuda}")
-    env["ninja"] = shutil.which("ninja") or "not found: `pip install ninja` (torch-style builds need it)"
+    env["ninja"] = ninja_tool.ninja_path() or ("not found: `pip install ninja` (kernel-only snippets with host code and "
+                                              "torch's own cpp_extension need it; NVRTC and split torch-style builds do not)")
     env["C++ compiler"] = toolchain.cxx_path() or "not found"
+    env["first build"] = first_build_note()
     env["jitlab"] = f"{config.VERSION} ({Path(__file__).resolve().parents[1]})"
     env["working folder"] = str(Path.cwd())
     env["build cache"] = str(config.cache_dir())
     return env
+
+
+def first_build_note() -> str:
+    """How long the first torch-style build takes here and why, while torch's headers are not yet
+    precompiled in this cache (afterwards: that they are). Figures: a 2-core H100 host, 47 s."""
+    import os
+
+    made = any(config.pch_dir().glob("*/jitlab.json")) if config.pch_dir().is_dir() else False
+    if made:
+        return f"torch's headers are precompiled ({config.pch_dir()}): torch-style builds take seconds"
+    cores = len(os.sched_getaffinity(0))
+    wait = "about a minute" if cores <= 2 else "about half a minute"
+    return (f"the first torch-style build takes {wait} on {cores} cores: it precompiles torch's headers once "
+            f"(about 1 GB, kept in {config.pch_dir()}); later ones take seconds, and kernel-only snippets "
+            f"under a second (NVRTC)")
 
 
 def print_environment() -> None:

@@ -124,7 +124,13 @@ class Playground:
 
     def _repr_mimebundle_(self, **kwargs):
         """``jitlab.playground(path)`` as a cell's last line shows the panel."""
-        return self.widget._repr_mimebundle_(**kwargs)
+        own = getattr(self.widget, "_repr_mimebundle_", None)
+        if own is not None:  # ipywidgets 8
+            return own(**kwargs)
+        # ipywidgets 7 (Colab's 7.7.1) displays through _ipython_display_: the bundle that one publishes
+        return {"text/plain": repr(self.widget)[:110],
+                "application/vnd.jupyter.widget-view+json": {"version_major": 2, "version_minor": 0,
+                                                             "model_id": self.widget.model_id}}
 
     # ------------------------------------------------------------------ running steps
 

@@ -73,8 +73,6 @@ def environment() -> dict[str, str]:
 def first_build_note() -> str:
     """How long the first torch-style build takes here and why, while torch's headers are not yet
     precompiled in this cache (afterwards: that they are). Figures: a 2-core H100 host, 47 s."""
-    import os
-
     made = any(config.pch_dir().glob("*/jitlab.json")) if config.pch_dir().is_dir() else False
     if made:
         return f"torch's headers are precompiled ({config.pch_dir()}): torch-style builds take seconds"

@@ -74,7 +74,8 @@ def test_first_cell_runs_on_a_colab_like_machine_without_ninja(tmp_path):
     # pip in --dry-run; without build isolation, whose inner pip would inherit the dry run and leave
     # its setuptools uninstalled (this venv has setuptools; Colab's pip builds isolated, from PyPI).
     env = {**os.environ, "PATH": path_without_ninja(tmp_path), "PIP_DRY_RUN": "1", "PIP_NO_BUILD_ISOLATION": "0",
-           "JITLAB_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": ""}
+           "JITLAB_CACHE_DIR": str(tmp_path / "cache"), "JITLAB_PCH_DIR": str(tmp_path / "pch"),  # none made yet
+           "PYTHONPATH": ""}
     program = f"CELL = {json.dumps(first_cell(NOTEBOOKS[0]))}\n{PROGRAM}"
     proc = subprocess.run([sys.executable, "-c", program], cwd=tmp_path / "content", env=env,
                           capture_output=True, text=True, timeout=300)

@@ -3,6 +3,7 @@ cache, the nvcc fallback with its reason, errors at the user's line, and figures
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -233,3 +234,29 @@ def test_nvrtc_uses_the_installed_cuda_core_api():
     core = cudacore.module()
     assert all(hasattr(core, n) for n in ("Program", "ProgramOptions", "ObjectCode", "Device"))
     assert core is cuda.core or int(cuda.core.__version__.split(".")[0]) == 0
+
+
+def test_first_nvrtc_builds_in_threads_at_once_all_compile(tmp_path):
+    """A fresh process whose first NVRTC builds start in four threads at once (a sweep's parallel
+    builds): each compiles; cuda-core's lazily imported parts are found once, under a lock."""
+    code = f"""
+import threading, jitlab
+from pathlib import Path
+errors, paths = [], []
+for i in range(4):
+    p = Path({str(tmp_path)!r}) / f"k{{i}}.cu"
+    p.write_text("__global__ void k{{}}(float* y) {{{{ y[threadIdx.x] = {{}}.0f; }}}}\\n".format(i, i))
+    paths.append(p)
+def build(p):
+    try:
+        jitlab.build(p, compile_only=True, engine="nvrtc", arch="sm_90")
+    except Exception as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=build, args=(p,)) for p in paths]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print("errors:", errors)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "JITLAB_CACHE_DIR": str(tmp_path / "cache")})
+    assert out.returncode == 0 and "errors: []" in out.stdout, out.stdout + out.stderr[-3000:]

@@ -9,18 +9,33 @@ pre-1.0 releases keep the same classes under ``cuda.core.experimental`` and have
 from __future__ import annotations
 
 import importlib
+import threading
+
+_lock = threading.Lock()
+_found = None
 
 
 def module():
     """The module holding ``Program``, ``ProgramOptions``, ``ObjectCode`` and ``Device``.
 
+    Found once per process under a lock: cuda-core imports its CUDA-major submodule lazily, and two
+    threads making their first NVRTC build at once could see it half made ("cannot import name
+    'Program' from 'cuda.core.cu13'").
+
     Raises:
         ImportError: cuda-core (or the cuda-bindings it needs) is not installed.
     """
-    core = importlib.import_module("cuda.core")
-    if hasattr(core, "Program"):
-        return core
-    return importlib.import_module("cuda.core.experimental")  # cuda-core < 1.0
+    global _found
+    if _found is None:
+        with _lock:
+            if _found is None:
+                core = importlib.import_module("cuda.core")
+                if hasattr(core, "Program"):
+                    _found = core
+                else:
+                    _found = importlib.import_module("cuda.core.experimental")  # cuda-core < 1.0
+                _found.Program, _found.ProgramOptions  # noqa: B018  (the lazy parts, made under the lock)
+    return _found
 
 
 def symbol_mapping(obj) -> dict:

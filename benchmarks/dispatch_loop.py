@@ -12,15 +12,13 @@ double, half and bfloat16 after its time is taken, and a wrong one stops the run
 * cold       a new snippet with the headers made (fresh object cache)
 * edit       a kernel-body edit (a constant), mean of two
 * host edit  a host-function edit (the block size)
-* linker     (``--linker``) kernel-body edits linked by the compiler's default linker (GNU ld) and by the
-             one jitlab picks (gold, lld or mold), interleaved, same run
 
 ``--no-plain`` leaves ``load_inline`` out (its steps take ~50 s each; the figures of a run with it
 are in docs/benchmarks.md).
 
 Targets (issue "Every way people write CUDA for PyTorch runs unchanged", H100): edit <= 2 s, host edit <= 5 s.
 
-    PYTHONPATH=. python benchmarks/dispatch_loop.py [--form functions|module|both] [--no-plain] [--linker]
+    PYTHONPATH=. python benchmarks/dispatch_loop.py [--form functions|module|both] [--no-plain]
 """
 
 from __future__ import annotations
@@ -128,7 +126,7 @@ class Plain:
         return dt
 
 
-def measure(form: str, work: Path, plain_too: bool = True, linkers: bool = False) -> tuple[dict, dict, list[str]]:
+def measure(form: str, work: Path, plain_too: bool = True) -> tuple[dict, dict, list[str]]:
     """Each step both ways, interleaved so that drifting machine load hits both alike."""
     os.environ["JITLAB_PCH_DIR"] = str(work / "pch")
     os.environ["JITLAB_CACHE_DIR"] = str(work / f"cache-pch-{form}")
@@ -147,17 +145,6 @@ def measure(form: str, work: Path, plain_too: bool = True, linkers: bool = False
     p["host edit"], j["host edit"] = maybe(3, 128), jit.step(3, 128)
     notes.append(f"host edit: units compiled {sorted(k for k, v in jit.units.items() if not v)}; "
                  f"header sets {jit.sets}; build notes {jit.notes}")
-    if linkers:
-        by = {"default": [], "": []}
-        for c in range(5, 13):  # edits alternate between GNU ld and jitlab's pick
-            os.environ["JITLAB_LINKER"] = "default" if c % 2 else ""
-            by[os.environ["JITLAB_LINKER"]].append(jit.step(c, 128))
-        os.environ.pop("JITLAB_LINKER")
-        j["edit, ld"], j["edit, fast"] = (sorted(by["default"])[len(by["default"]) // 2],
-                                          sorted(by[""])[len(by[""]) // 2])
-        from jitlab.jit import linker
-
-        notes.append(f"linker: jitlab picks {linker.linker_flags() or 'the default'}; medians of 4 edits each")
     return j, {k: v for k, v in p.items() if v is not None}, notes
 
 
@@ -176,7 +163,6 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--form", choices=("functions", "module", "both"), default="both")
     ap.add_argument("--no-plain", action="store_true", help="leave plain load_inline out (jitlab's steps only)")
-    ap.add_argument("--linker", action="store_true", help="also time edits with GNU ld against jitlab's linker")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("dispatch_loop.py needs a CUDA GPU (and a CUDA build of torch)")
@@ -187,7 +173,7 @@ def main() -> None:
         for form in forms:
             work = Path(tmp) / form
             work.mkdir()
-            j, p, notes = measure(form, work, plain_too=not args.no_plain, linkers=args.linker)
+            j, p, notes = measure(form, work, plain_too=not args.no_plain)
             rows.append((f"dispatch ({form})", j, p))
             for n in notes:
                 print(f"{form}: {n}")

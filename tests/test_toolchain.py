@@ -16,11 +16,11 @@ import torch
 from torch.utils import cpp_extension
 
 import jitlab
-from jitlab.jit import linker, toolchain
+from jitlab.jit import toolchain
 
 # The cached functions themselves (a test may replace the module attribute with a lambda).
 CACHED = [toolchain._nvcc_path, toolchain._nvcc_version, toolchain._cxx_path, toolchain._cxx_version,
-          toolchain._runtime_ldflags, toolchain._cuda_home, linker._linker_flags]
+          toolchain._runtime_ldflags, toolchain._cuda_home]
 REAL = {name: shutil.which(name) for name in ("c++", "g++", "nvcc", "ninja")}
 
 
@@ -181,43 +181,6 @@ def test_compiler_without_shared_libstdcxx_links_the_loaded_one(tmp_path, cache,
 def test_usual_compiler_needs_no_extra_link_input():
     """The usual g++ (with its shared libstdc++) needs no extra link input: runtime_ldflags() is empty."""
     assert toolchain.runtime_ldflags() == []
-
-
-@pytest.mark.skipif(shutil.which("ld.gold") is None, reason="needs GNU gold (binutils) installed")
-def test_link_uses_a_fast_linker_and_the_module_loads(cache, write, monkeypatch, fresh_toolchain):
-    """Where gold (or lld, mold) is installed the module is linked with it, and it loads and runs."""
-    monkeypatch.delenv("JITLAB_LINKER", raising=False)
-    flag = linker.linker_flags()
-    assert flag and flag[0].startswith("-fuse-ld=")
-    snippet = write("twice_ld.cpp", "int twice(int x) { return 2 * x; }\n")
-    assert jitlab.load(snippet).twice(21) == 42
-    assert flag[0] in _link_line(jitlab.build(snippet).folder)
-
-
-def test_linker_default_and_a_missing_one(monkeypatch, fresh_toolchain):
-    """JITLAB_LINKER=default keeps the compiler's own linker; a linker that is not installed warns with the
-    fix and falls back to the default."""
-    monkeypatch.setenv("JITLAB_LINKER", "default")
-    assert linker.linker_flags() == []
-    monkeypatch.setenv("JITLAB_LINKER", "no-such-linker")
-    with pytest.warns(UserWarning, match="cannot link with it.*unset JITLAB_LINKER"):
-        assert linker.linker_flags() == []
-
-
-def test_the_snippets_own_linker_choice_wins(cache, write, fresh_toolchain):
-    """A -fuse-ld= in the user's ldflags is the one on the link line (jitlab adds none of its own)."""
-    snippet = write("thrice_ld.cpp", "int thrice(int x) { return 3 * x; }\n")
-    assert jitlab.load(snippet, ldflags=["-fuse-ld=bfd"]).thrice(3) == 9
-    line = _link_line(jitlab.build(snippet, ldflags=["-fuse-ld=bfd"]).folder)
-    assert line.count("-fuse-ld=") == 1 and "-fuse-ld=bfd" in line
-
-
-def _link_line(folder: Path) -> str:
-    """The link command of a build: the split build's ``link.log``, or torch's ``build.ninja``'s ldflags."""
-    log = folder / "link.log"
-    if log.is_file():
-        return next(line for line in log.read_text().splitlines() if " -shared " in line)
-    return next(line for line in (folder / "build.ninja").read_text().splitlines() if line.startswith("ldflags"))
 
 
 def test_ninja_wheel_off_path_is_found_and_put_on_path(path_with):

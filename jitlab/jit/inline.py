@@ -21,7 +21,7 @@ from pathlib import Path
 
 from jitlab import output
 from jitlab.errors import SnippetError, ToolchainError
-from jitlab.jit import cache, codegen, deps, diagnostics, linker, ninja_tool, toolchain
+from jitlab.jit import cache, codegen, deps, diagnostics, ninja_tool, toolchain
 from jitlab.jit.flags import Options, compile_flags, nvcc_command
 from jitlab.jit.resources import parse_resource_usage
 from jitlab.jit.sources import describe, sources_by_path
@@ -44,8 +44,7 @@ def load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], o
                 functions=plan.functions,
                 extra_cflags=_for_ninja(cflags),
                 extra_cuda_cflags=_for_ninja(cuda_cflags) if plan.cuda else None,
-                extra_ldflags=_for_ninja([*linker.linker_flags(opts.ldflags), *toolchain.runtime_ldflags(),
-                                          *opts.ldflags]),
+                extra_ldflags=_for_ninja([*toolchain.runtime_ldflags(), *opts.ldflags]),
                 extra_include_paths=[_ninja_escape(d) for d in plan.include_dirs],
                 build_directory=str(_ninja_folder(folder)),
                 verbose=True,

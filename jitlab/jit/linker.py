@@ -8,12 +8,10 @@ nvcc left that the host units refer to by name.
 
 from __future__ import annotations
 
-import functools
 import shutil
 import subprocess
 from pathlib import Path
 
-from jitlab import config
 from jitlab.errors import ToolchainError
 from jitlab.jit import toolchain
 from jitlab.jit.objects import Flags, Object, Unit, UnitError
@@ -38,49 +36,13 @@ def link(objects: list[Object], name: str, folder: Path, flags: Flags) -> Path:
     if module is not None:  # PyInit_<name> is another name for the binding object's init, made by the linker
         inputs.append(f"-Wl,--defsym=PyInit_{name}=PyInit_{module.extension}")
     so = folder / f"{name}.so"
-    cmd = [cxx, "-shared", *linker_flags(flags.ld), "-o", str(so), *map(str, inputs), *flags.ld]
+    cmd = [cxx, "-shared", "-o", str(so), *map(str, inputs), *flags.ld]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     log.append(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
     (folder / "link.log").write_text("\n".join(log))
     if proc.returncode != 0:
         raise UnitError(Unit(name="link", compiler="cxx", text=""), "\n".join(log))
     return so
-
-
-#: Linkers tried for the split build's final link, fastest first: each links a module against libtorch in
-#: ~0.1 s where GNU ld takes ~0.26 s (2 cores), a tenth of a torch-style edit.
-FAST_LINKERS = ("mold", "lld", "gold")
-
-
-def linker_flags(ldflags=()) -> list[str]:
-    """``["-fuse-ld=NAME"]`` for the fastest linker the C++ compiler can use, or ``[]`` for its default.
-
-    ``[]`` too when the build's own ``ldflags`` choose a linker (``-fuse-ld=...``): the user's choice wins.
-
-    ``$JITLAB_LINKER`` names one (``gold``, ``lld``, ``mold``) or ``default`` for the compiler's own; unset,
-    the first of :data:`FAST_LINKERS` the compiler finds is used (asked once per process and
-    compiler: ``-Wl,--version``, a few milliseconds).
-    """
-    if any(str(f).startswith("-fuse-ld=") for f in ldflags):
-        return []
-    return list(_linker_flags(toolchain.cxx_path(), config.getenv("JITLAB_LINKER").strip().lower()))
-
-
-@functools.cache
-def _linker_flags(cxx: str | None, wanted: str) -> tuple[str, ...]:
-    if not cxx or wanted in ("default", "bfd", "ld"):
-        return ()
-    for name in ((wanted,) if wanted else FAST_LINKERS):
-        flag = f"-fuse-ld={name}"
-        if subprocess.run([cxx, flag, "-Wl,--version"], capture_output=True).returncode == 0:  # runs only the linker
-            return (flag,)
-    if wanted:
-        import warnings
-
-        warnings.warn(f"jitlab: JITLAB_LINKER={wanted!r}: {cxx} cannot link with it; using its default linker "
-                      f"(unset JITLAB_LINKER, or name one of {', '.join(FAST_LINKERS)} that is installed)",
-                      stacklevel=3)
-    return ()
 
 
 def relocatable(objects: list[Object], folder: Path) -> Path:

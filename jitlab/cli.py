@@ -125,10 +125,11 @@ def _check(args) -> int:
     if args.gpus or args.cluster or args.ref:
         return _check_batch(args)
     status = 0
+    device = {"device": args.device} if args.device else {}
     for path in args.paths:
         try:
             out = isolate.check(path, isolate=not args.in_process, timeout=args.timeout,
-                               sizes=args.size or None, **_snippet_options(args))
+                               sizes=args.size or None, **_snippet_options(args), **device)
         except JitlabError as e:
             print(_about(path, e), file=sys.stderr)
             status = 1
@@ -310,6 +311,8 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--gpus", type=int, help="check as a batch, one worker per GPU on N GPUs (CUDA_VISIBLE_DEVICES "
                                             "picks which); for C++ snippets N CPU workers")
     k.add_argument("--cluster", help="check as a batch on Dask: 'local', or a scheduler's tcp://host:port")
+    k.add_argument("--device", choices=["cpu"], help="cpu: run a kernel-only .cu snippet on the CPU emulator "
+                                                     "(no GPU needed; each launch in two thread orders, never timed)")
     k.set_defaults(func=_check)
     s = sub.add_parser("sanitize", help="check a snippet under compute-sanitizer; findings at your file:line")
     s.add_argument("path", help="a kernel file or folder with a NAME.ref.py beside it")

@@ -162,6 +162,14 @@ def test_check_without_a_gpu_says_needs_a_gpu_not_fail(jl):
     r = jl("check", "kernels/saxpy.cu")
     assert r.returncode == 1 and "FAIL" not in r.stdout + r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "no CUDA GPU found" in r.stderr and "T4 GPU" in r.stderr and "compiles for sm_75 (saxpy:" in r.stderr
+    assert "`jitlab check kernels/saxpy.cu --device cpu`" in r.stderr
+
+
+def test_check_on_the_cpu_emulator_from_a_shell(jl):
+    """`jitlab check X.cu --device cpu` checks a kernel-only snippet on the CPU emulator, with no GPU, and says so."""
+    r = jl("check", "kernels/saxpy.cu", "--device", "cpu")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PASS" in r.stdout and "CPU emulator" in r.stdout, r.stdout
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")

@@ -250,8 +250,8 @@ def needs_a_gpu(path, options: dict) -> ToolchainError:
     b = api.build(path, **{**options, "compile_only": True, "arch": options.get("arch") or config.DEFAULT_ARCHS[0]})
     return ToolchainError(f"no CUDA GPU found: checking {path} runs its kernels, and torch sees no CUDA GPU here "
                           f"(on Colab: Runtime > Change runtime type > T4 GPU); it compiles for {', '.join(b.archs)} "
-                          f"({b.registers or 'no kernels'}); jitlab.check({str(path)!r}, device='cpu') runs a "
-                          f"kernel-only snippet on the CPU emulator")
+                          f"({b.registers or 'no kernels'}); jitlab.check({str(path)!r}, device='cpu') (from a shell: "
+                          f"`jitlab check {path} --device cpu`) runs a kernel-only snippet on the CPU emulator")
 
 
 #: Options of :func:`jitlab.judge.checker.check` that only mean something for two callables.

@@ -113,7 +113,7 @@ def _inspect(args) -> int:
 
 
 def _snippet_options(args) -> dict:
-    opts = {"variant": args.variant}
+    opts = {"variant": args.variant, **({"device": args.device} if getattr(args, "device", None) else {})}
     if args.debug:
         opts["debug"] = True
     if args.define:
@@ -125,11 +125,10 @@ def _check(args) -> int:
     if args.gpus or args.cluster or args.ref:
         return _check_batch(args)
     status = 0
-    device = {"device": args.device} if args.device else {}
     for path in args.paths:
         try:
             out = isolate.check(path, isolate=not args.in_process, timeout=args.timeout,
-                               sizes=args.size or None, **_snippet_options(args), **device)
+                               sizes=args.size or None, **_snippet_options(args))
         except JitlabError as e:
             print(_about(path, e), file=sys.stderr)
             status = 1
@@ -311,8 +310,7 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--gpus", type=int, help="check as a batch, one worker per GPU on N GPUs (CUDA_VISIBLE_DEVICES "
                                             "picks which); for C++ snippets N CPU workers")
     k.add_argument("--cluster", help="check as a batch on Dask: 'local', or a scheduler's tcp://host:port")
-    k.add_argument("--device", choices=["cpu"], help="cpu: run a kernel-only .cu snippet on the CPU emulator "
-                                                     "(no GPU needed; each launch in two thread orders, never timed)")
+    k.add_argument("--device", choices=["cpu"], help="cpu: a kernel-only .cu on the CPU emulator (two thread orders, untimed)")
     k.set_defaults(func=_check)
     s = sub.add_parser("sanitize", help="check a snippet under compute-sanitizer; findings at your file:line")
     s.add_argument("path", help="a kernel file or folder with a NAME.ref.py beside it")

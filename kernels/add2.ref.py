@@ -1,17 +1,7 @@
 """Reference for add2.cu (kernel-only add2): c = a + b, launched both ways, plus the faster versions."""
 import torch
 
-#: A T4's SMs and threads per SM (Colab's GPU): the grid a run on the CPU emulator (no GPU) is given.
-T4_SMS = (40, 1024)
-
-
-def _sms(device):
-    """``(SMs, threads per SM)`` of the GPU ``device`` is on; a T4's on the CPU emulator."""
-    if torch.device(device).type != "cuda":
-        return T4_SMS
-    props = torch.cuda.get_device_properties(device)
-    return props.multi_processor_count, props.max_threads_per_multi_processor
-
+from jitlab.judge.refs import sm_layout
 
 SIZES = [1, 2, 3, 4, 5, 127, 1023, 1024, 1025, 1_000_003]  # n % 4 = 1, 2, 3 exercise the float4 tail
 BENCH_SIZES = [1 << 28]
@@ -38,7 +28,7 @@ def run(k, inp):
 
 def grid_for(n, device, block, blocks_per_sm, float4_per_thread=1):
     """One resident wave of blocks (SMs x blocks_per_sm), or fewer when n is small; at least one."""
-    sms = _sms(device)[0]
+    sms = sm_layout(device)[0]
     per_block = block * 4 * float4_per_thread  # floats one block covers per trip
     return max(1, min(sms * blocks_per_sm, -(-n // per_block)))
 
@@ -49,7 +39,7 @@ def run1(k, inp):
     c = torch.empty_like(a)
     # 8 blocks of 256 per SM on an H100 (2048 threads; 6 on sm_86/89, 4 on a T4): at <= 32
     # registers every SM holds them all, so the grid is exactly one wave.
-    per_sm = _sms(a.device)[1] // 256
+    per_sm = sm_layout(a.device)[1] // 256
     k.add2_kernel1(c, a, b, n, grid=grid_for(n, a.device, 256, per_sm), block=256)
     return c
 

@@ -5,17 +5,7 @@ compare exactly). run is version 1 (global atomics); VARIANTS holds versions 2 a
 """
 import torch
 
-#: A T4's SMs and threads per SM (Colab's GPU): the grid a run on the CPU emulator (no GPU) is given.
-T4_SMS = (40, 1024)
-
-
-def _sms(device):
-    """``(SMs, threads per SM)`` of the GPU ``device`` is on; a T4's on the CPU emulator."""
-    if torch.device(device).type != "cuda":
-        return T4_SMS
-    props = torch.cuda.get_device_properties(device)
-    return props.multi_processor_count, props.max_threads_per_multi_processor
-
+from jitlab.judge.refs import sm_layout
 
 # 0 (an all-zero histogram, never launched), 1, the uint4 tails around 16, a bin count and one more,
 # a prime, and 2^20 + 13 so that each block of a full wave gets a share.
@@ -43,7 +33,7 @@ def reference(inp):
 
 def _grid(x, bytes_per_thread):
     """One resident wave of 256-thread blocks (8 per SM on an H100), fewer for small n; at least 1."""
-    sms, threads = _sms(x.device)
+    sms, threads = sm_layout(x.device)
     wave = sms * (threads // 256)
     return max(1, min(wave, -(-x.numel() // (256 * bytes_per_thread))))
 

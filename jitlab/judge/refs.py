@@ -27,6 +27,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Callable, Iterator
 
+import torch
+
 from jitlab import config
 from jitlab.errors import JitlabError, SnippetError
 from jitlab.jit.sources import collect_sources
@@ -45,6 +47,19 @@ class Kernel:
     def is_cuda(self) -> bool:
         files = [self.path] if self.path.is_file() else list(self.path.iterdir())
         return any(f.suffix in config.CUDA_EXTS for f in files)
+
+
+#: A T4's SMs and threads per SM (Colab's GPU): the machine a ref sizes its grid for on the CPU emulator.
+T4_SMS = (40, 1024)
+
+
+def sm_layout(device) -> tuple[int, int]:
+    """``(SMs, threads per SM)`` of the GPU ``device`` is on, for refs that size a grid to the machine
+    (a grid-stride launch, a wave of blocks); a T4's where there is no GPU (the CPU emulator)."""
+    if torch.device(device).type != "cuda":
+        return T4_SMS
+    props = torch.cuda.get_device_properties(device)
+    return props.multi_processor_count, props.max_threads_per_multi_processor
 
 
 def find_kernels(*roots: str | Path) -> list[Kernel]:

@@ -332,6 +332,15 @@ bool Worker::try_warp(Thread* t) {
     Warp& w = warps[t->warp];
     const unsigned me = 1u << t->lane;
     w.waiting |= me;
+    auto absent = [&](unsigned missing) {  // a mask naming lanes this warp does not have
+        launch->fail("WarpMaskError",
+                     format("%s at %s:%d: its mask 0x%08x names lanes %s, which this warp does not have (the "
+                            "block has %u threads, so warp %u has lanes %s only); pass a mask of the lanes that "
+                            "exist, e.g. __activemask() or __ballot_sync(0xffffffff, 1) taken before (%s)",
+                            op_name(t->op), t->file, t->line, t->mask, lanes(missing).c_str(), threads, t->warp,
+                            lanes(w.exists).c_str(), where(t).c_str()));
+        return false;
+    };
     if (!(t->mask & me)) {
         launch->fail("WarpMaskError",
                      format("%s at %s:%d: its mask 0x%08x does not include the calling lane %u (%s); a lane "
@@ -340,14 +349,7 @@ bool Worker::try_warp(Thread* t) {
         return false;
     }
     if (t->mask & ~w.exists & ~w.done) {  // checked on the caller's own mask first: O(1) per arrival
-        unsigned missing = t->mask & ~w.exists;
-        launch->fail("WarpMaskError",
-                     format("%s at %s:%d: its mask 0x%08x names lanes %s, which this warp does not have (the "
-                            "block has %u threads, so warp %u has lanes %s only); pass a mask of the lanes that "
-                            "exist, e.g. __activemask() or __ballot_sync(0xffffffff, 1) taken before (%s)",
-                            op_name(t->op), t->file, t->line, t->mask, lanes(missing).c_str(), threads, t->warp,
-                            lanes(w.exists).c_str(), where(t).c_str()));
-        return false;
+        return absent(t->mask & ~w.exists);
     }
     if (t->mask & ~w.waiting & ~w.done) return true;  // lanes it names are still on their way
     unsigned group = t->mask, seen = 0;
@@ -357,15 +359,7 @@ bool Worker::try_warp(Thread* t) {
         }
         seen |= todo;
     }
-    if (unsigned missing = group & ~w.exists) {
-        launch->fail("WarpMaskError",
-                     format("%s at %s:%d: its mask 0x%08x names lanes %s, which this warp does not have (the "
-                            "block has %u threads, so warp %u has lanes %s only); pass a mask of the lanes that "
-                            "exist, e.g. __activemask() or __ballot_sync(0xffffffff, 1) taken before (%s)",
-                            op_name(t->op), t->file, t->line, t->mask, lanes(missing).c_str(), threads, t->warp,
-                            lanes(w.exists).c_str(), where(t).c_str()));
-        return false;
-    }
+    if (unsigned missing = group & ~w.exists) return absent(missing);
     if (unsigned gone = group & w.done) {
         launch->fail("WarpMaskError",
                      format("%s at %s:%d: its mask 0x%08x names lanes %s, which have already returned (%s); a "

@@ -132,10 +132,9 @@ def verify_artifact(folder: Path, manifest: dict, content: bool = True) -> str |
     if not _own_file_name(name):
         return f"its artifact {name!r} is not a file of the build's own folder"
     art = folder / name
-    problem = _plain_trusted_file(art)
+    st, problem = _plain_trusted_file(art)
     if problem:
         return problem
-    st = art.stat()
     if st.st_size != manifest.get("size"):
         return f"{art.name} has {st.st_size} bytes, expected {manifest.get('size')}"
     if content and file_sha256(art) != manifest.get("sha256"):
@@ -143,10 +142,12 @@ def verify_artifact(folder: Path, manifest: dict, content: bool = True) -> str |
     if not content and [st.st_ino, st.st_ctime_ns] != manifest.get("stamp"):
         return f"{art.name} was changed after it was made"
     companions = manifest.get("companions", {})
-    for other, digest in (companions.items() if isinstance(companions, dict) else [(None, None)]):
+    if not isinstance(companions, dict):
+        return "its companion files are not recorded as name → hash"
+    for other, digest in companions.items():
         if not _own_file_name(other):
             return f"its companion file {other!r} is not a file of the build's own folder"
-        problem = _plain_trusted_file(folder / other)
+        _, problem = _plain_trusted_file(folder / other)
         if problem or file_sha256(folder / other) != digest:
             return problem or f"{other} was changed after it was made"
     return None
@@ -162,16 +163,19 @@ def _own_file_name(name) -> bool:
     return isinstance(name, str) and bool(name) and Path(name).name == name and name not in (".", "..")
 
 
-def _plain_trusted_file(path: Path) -> str | None:
-    """Why ``path`` is not a plain file this user may trust (missing, a link, someone else's), or ``None``."""
+def _plain_trusted_file(path: Path) -> tuple[os.stat_result | None, str | None]:
+    """``path``'s own status (``lstat``), and why it is not a plain file this user may trust (missing, a
+    link, someone else's) or ``None``."""
     try:
         st = os.lstat(path)
     except OSError:
-        return f"{path.name or 'artifact'} is missing"
+        return None, f"{path.name or 'artifact'} is missing"
+    if stat.S_ISLNK(st.st_mode):
+        return st, f"{path.name} is a link"
     if not stat.S_ISREG(st.st_mode):
-        return f"{path.name} is missing" if not stat.S_ISLNK(st.st_mode) else f"{path.name} is a link"
+        return st, f"{path.name} is missing"
     problem = cachedir.untrusted(st)
-    return f"{path.name}: {problem}" if problem else None
+    return st, (f"{path.name}: {problem}" if problem else None)
 
 
 def trusted_manifest(folder: Path, content: bool = True) -> dict | None:

@@ -1,7 +1,8 @@
 """Linking: a build's cached objects → the importable module, or one relocatable object.
 
 ``link`` makes ``<name>.so`` from the objects, defining ``PyInit_<name>`` as the binding object's
-module init at link time (``--defsym``, so host objects never depend on the build's name); ``relocatable`` keeps them as one ``ld -r`` object for compile-only builds. Both go through
+module init at link time (``--defsym``, so host objects never depend on the build's name);
+``relocatable`` keeps them as one ``ld -r`` object for compile-only builds. Both go through
 ``linkable``, which makes global, in copies of the device objects, exactly the file-local symbols
 nvcc left that the host units refer to by name.
 """

@@ -128,6 +128,10 @@ class NotebookRun:
         return f"{self.path.name}: ran {self.ran} code cells in {self.seconds:.0f} s{skipped}{needed}"
 
 
+#: The MIME type of an output that shows an ipywidgets widget.
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
 def cell_text(cell) -> str:
     """What a code cell shows as text, as a notebook front end shows it.
 
@@ -143,10 +147,6 @@ def cell_text(cell) -> str:
         elif WIDGET_MIME not in o.get("data", {}):
             out.append(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")))
     return _overwrite_returns("".join(out))
-
-
-#: The MIME type of an output that shows an ipywidgets widget.
-WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
 def _overwrite_returns(text: str) -> str:

@@ -336,7 +336,12 @@ def test_the_gpu_and_the_emulator_agree(folder, name):
     getattr(cpu, name)(*b, **kw)
     torch.cuda.synchronize()
     for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor):
+        if isinstance(x, torch.Tensor) and x.dtype in (torch.half, torch.bfloat16):
+            # nvcc fuses __hadd(__hmul(x, a), b) into one half FMA (-fmad=true, its default); the emulator
+            # rounds the product first, as torch does. The two differ by the product's rounding and the
+            # sum's, at most 2**-8 for |x * 1.5| < 8 (an H200 showed 2**-9 on 389 of 4096 elements).
+            torch.testing.assert_close(x.cpu().float(), y.float(), rtol=0, atol=2.0**-8)
+        elif isinstance(x, torch.Tensor):
             torch.testing.assert_close(x.cpu(), y, rtol=1e-5, atol=1e-5)
 
 

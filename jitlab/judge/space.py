@@ -143,19 +143,95 @@ class Space:
         product = (dict(zip(names, values)) for values in itertools.product(*self.defines.values()))
         return [c for c in product if self.allowed(c)]
 
-    def choose(self, budget: int | None, seed: int = 0) -> list[dict]:
-        """The configurations a search tries: all of them within ``budget``, else ``budget`` of them at
-        random (the same ones for the same seed, so a resumed search continues the same sample)."""
-        every = self.configs()
-        if budget is None or budget >= len(every):
-            return every
-        return random.Random(seed).sample(every, budget)
-
     def threads_of(self, config: dict) -> int | None:
         return int(self._threads(config)) if self._threads else None
 
     def shared_of(self, config: dict) -> int:
         return int(self._shared(config)) if self._shared else 0
+
+
+class Search:
+    """The configurations a search tries, round by round, within ``budget`` of them.
+
+    Within the budget (or without one) it is every configuration, in one round. Above it, a seeded
+    random third of the budget first, then each round the untried neighbours of the fastest
+    configurations so far, per size (one value a step along one axis, then along two), and random
+    untried ones when no neighbour is left. A sweep asks for the next round once the last one is
+    timed; the same seed and the same timings give the same choices, so a resumed search (its timings
+    in the store) tries again what it tried before, which the store already knows.
+    """
+
+    #: The fastest configurations per size whose neighbours a round tries.
+    LEADERS = 3
+
+    def __init__(self, space: Space, budget: int | None = None, seed: int = 0):
+        self.space = space
+        self.every = space.configs()
+        self.budget = len(self.every) if budget is None else max(0, min(budget, len(self.every)))
+        self.exhaustive = self.budget == len(self.every)
+        self._random = random.Random(seed)
+        self._keys = {config_key(c) for c in self.every}
+        self.tried: dict[str, dict] = {}
+
+    @property
+    def left(self) -> int:
+        return self.budget - len(self.tried)
+
+    def next(self, times: dict[object, dict[str, float]], batch: int) -> list[dict]:
+        """The next round's configurations (none when the budget is spent).
+
+        Args:
+            times: Per size (or per device and size), each timed configuration's key
+                (:func:`config_key`) → its time; lower is better.
+            batch: How many to choose at most, after the first round.
+        """
+        if self.left <= 0:
+            return []
+        if self.exhaustive:
+            picks = [c for c in self.every if config_key(c) not in self.tried]
+        elif not self.tried:
+            picks = self._random.sample(self.every, min(self.left, max(batch, self.budget // 3)))
+        else:
+            n = min(self.left, batch)
+            picks = self._neighbours(times, n)
+            untried = [c for c in self.every if config_key(c) not in self.tried and c not in picks]
+            picks += self._random.sample(untried, min(n - len(picks), len(untried)))
+        for c in picks:
+            self.tried[config_key(c)] = c
+        return picks
+
+    def _neighbours(self, times: dict[object, dict[str, float]], n: int) -> list[dict]:
+        """Up to ``n`` untried neighbours of the fastest configurations: one axis moved before two, the
+        fastest of each size before the second fastest, the sizes taking turns."""
+        leaders = [sorted(t, key=t.get)[:self.LEADERS] for t in times.values()]
+        picks, seen = [], set(self.tried)
+        for steps in (1, 2):
+            for rank in range(self.LEADERS):
+                around = [list(self._moves(json.loads(keys[rank]), steps)) for keys in leaders if rank < len(keys)]
+                for turn in itertools.zip_longest(*around):
+                    for other in filter(None, turn):
+                        key = config_key(other)
+                        if key in self._keys and key not in seen:
+                            seen.add(key)
+                            picks.append(other)
+                            if len(picks) == n:
+                                return picks
+        return picks
+
+    def _moves(self, config: dict, steps: int):
+        """``config`` with ``steps`` of its axes each moved one value up or down."""
+        names = [k for k in self.space.defines if k in config and config[k] in self.space.defines[k]]
+        for axes in itertools.combinations(names, steps):
+            for signs in itertools.product((-1, 1), repeat=steps):
+                other, ok = dict(config), True
+                for name, sign in zip(axes, signs):
+                    values = self.space.defines[name]
+                    i = values.index(config[name]) + sign
+                    ok = ok and 0 <= i < len(values)
+                    if ok:
+                        other[name] = values[i]
+                if ok:
+                    yield other
 
 
 def axes_from(items) -> dict[str, list]:

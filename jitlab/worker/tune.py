@@ -3,7 +3,8 @@
 The sweep, in order:
 
 1. **Plan.** The space (:class:`jitlab.judge.space.Space`: the ref's ``TUNE`` and the call's overrides),
-   every configuration within ``budget``, else a seeded random sample of ``budget``; each worker is
+   every configuration within ``budget``, else a search (:class:`jitlab.judge.space.Search`) that
+   chooses ``budget`` of them round by round from the timings so far; each worker is
    probed for its device (model and driver, arch). Points the results store already holds for that
    device model are skipped: a rerun of a finished sweep runs nothing.
 2. **Prune, then build.** A configuration whose launch no device allows (threads per block, dynamic
@@ -35,7 +36,7 @@ from jitlab.errors import CompileError, ToolchainError
 from jitlab.jit import api
 from jitlab.jit.sources import has_cuda, locate
 from jitlab.judge import refs, results, tunestore
-from jitlab.judge.space import Limits, Space, compile_prune_reason, config_key, kernel_hash, launch_reason, prune
+from jitlab.judge.space import Limits, Search, Space, compile_prune_reason, config_key, kernel_hash, launch_reason, prune
 from jitlab.judge.tunereport import TuneReport, tuned_path
 from jitlab.judge.tunestore import Record, Store
 from jitlab.worker import jobs
@@ -140,6 +141,14 @@ class Sweep:
                         todo.setdefault(model, []).append((c, size))
         return todo, skipped
 
+    def times(self, models: dict[str, Slot]) -> dict[tuple, dict[str, float]]:
+        """Per (device model, size), each right configuration's median time so far (what a search steers by)."""
+        times: dict[tuple, dict[str, float]] = {}
+        for r in self.store.known(self.kernel).values():
+            if r.config is not None and r.status == tunestore.OK and r.median_ms and r.device in models:
+                times.setdefault((r.device, r.size), {})[config_key(r.config)] = r.median_ms
+        return times
+
     def prune_and_build(self, pool, todo: dict[str, list], models: dict[str, Slot]) -> dict[str, list]:
         """Record what no device can run or what does not build; return the points left to time."""
         archs = {model: slot.arch for model, slot in models.items()}
@@ -222,9 +231,10 @@ def tune(path, *, defines: dict | None = None, constraints: list | None = None, 
         threads: Threads per block of a configuration (expression), for pruning.
         shared: Dynamic shared memory per block in bytes (expression), for pruning.
         variant: The ref's version to tune (default ``"original"``).
-        budget: The most configurations tried: all of them up to it, a seeded random sample above.
+        budget: The most configurations tried: all of them up to it; above, a seeded random third, then
+            the neighbours of the fastest so far (:class:`~jitlab.judge.space.Search`).
         time_limit: Seconds after which no new point starts; the best so far is kept.
-        seed: The random sample's seed.
+        seed: The search's seed.
         gpus: Devices: a count or numbers (``"0,1"``); default every GPU here (one CPU worker for C++).
         cluster: ``"local"`` (a local Dask cluster, one worker per GPU) or a Dask scheduler's ``tcp://`` address.
         timeout: Seconds one point may take before its worker is stopped (recorded as a timeout).
@@ -249,22 +259,31 @@ def tune(path, *, defines: dict | None = None, constraints: list | None = None, 
     name = path.name.split(".")[0]
     sweep = Sweep(path, ref_path, space, Store(store or results.results_dir() / f"{name}.tune.jsonl"),
                   explicit_ref=ref is not None, rep_s=rep_s, on_record=on_record)
-    configs = space.choose(budget, seed)
+    search = Search(space, budget, seed)
     deadline = t0 + time_limit if time_limit else None
     pool = make_pool(sweep.cuda, gpus, cluster)
+    started = done = skipped = 0
     try:
         slots = pool.probe(sweep.cuda)
         models = {s.device: s for s in reversed(slots)}  # a model's first slot gives its arch
-        todo, skipped = sweep.todo(configs, models)
-        left = sweep.prune_and_build(pool, todo, models) if todo else {}
-        queues = {m: [sweep.job(c, size, models[m]) for c, size in points] for m, points in left.items()}
-        done = 0
-        for slot, job, out in pool.run(queues, timeout, deadline):
-            sweep.outcome(slot, job, out)
-            done += 1
+        # Rounds: all at once when exhaustive; else a few configurations per GPU at a time, each round
+        # choosing from the timings of the rounds before it.
+        batch = max(8, 4 * len(slots))
+        while not (deadline and time.monotonic() >= deadline):
+            configs = search.next(sweep.times(models), batch)
+            if not configs:
+                break
+            todo, known = sweep.todo(configs, models)
+            skipped += known
+            left = sweep.prune_and_build(pool, todo, models) if todo else {}
+            queues = {m: [sweep.job(c, size, models[m]) for c, size in points] for m, points in left.items()}
+            started += sum(map(len, queues.values()))
+            for slot, job, out in pool.run(queues, timeout, deadline):
+                sweep.outcome(slot, job, out)
+                done += 1
     finally:
         pool.close()
-    stopped = "time limit" if done < sum(map(len, queues.values())) else ""
+    stopped = "time limit" if done < started or (deadline and search.left > 0) else ""
     wanted = {config_key(c) for c in space.configs()}
     known = [r for r in sweep.store.known(sweep.kernel).values()
              if r.device in models and (r.config is None or config_key(r.config) in wanted)]

@@ -4,7 +4,7 @@
 Targets (issue: sweeps on every GPU):
   1. 2 GPUs give >= 1.8x the points per second of 1 GPU, same run, same warm build cache;
   2. a rerun of a finished sweep takes <= 5 % of its first time;
-  3. a budgeted search (budget below the space: a random third, then neighbours of the fastest) finds a
+  3. a budgeted search (budget below the space: a few at random, then a model's predicted fastest) finds a
      configuration within 3 % of the best the exhaustive sweep found, per size.
 
 Steps (each is one command, so that each fits a 10-minute call; state is kept in --dir):

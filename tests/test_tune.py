@@ -7,9 +7,7 @@ reference and timed; one calls ``abort()``, one never returns, one is wrong.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
 import random
 import signal
@@ -111,50 +109,65 @@ def test_within_its_budget_a_search_tries_every_configuration_once():
         assert search.next({}, batch=8) == s.configs() and search.next({}, batch=8) == []
 
 
-#: The register-tiled SGEMM's space (kernels/tuning/sgemm_tiles.ref.py), 300 configurations.
+#: The register-tiled SGEMM's space (kernels/tuning/sgemm_tiles.ref.py), 300 configurations, and every
+#: configuration's time as measured on 2 H200s by benchmarks/tune_sweep.py (an exhaustive sweep).
 SGEMM = {"defines": {"BM": [32, 64, 128], "BN": [32, 64, 128], "BK": [4, 8, 16, 32], "TM": [2, 4, 8], "TN": [2, 4, 8]},
          "constraints": ["32 <= (BM // TM) * (BN // TN) <= 1024"]}
+MEASURED = json.loads((Path(__file__).parent / "fixtures" / "tune" / "sgemm_h200.json").read_text())
 
 
-def landscape(c: dict, size: int) -> float:
-    """A made-up time: a bowl around a per-size best tile, with a fixed ±6 % ripple per configuration."""
-    best = {512: (32, 64, 32, 4, 2), 2048: (128, 128, 16, 8, 8), 4096: (128, 64, 16, 8, 4)}[size]
-    far = sum(abs(math.log2(c[k]) - math.log2(v)) for k, v in zip(("BM", "BN", "BK", "TM", "TN"), best))
-    ripple = int(hashlib.sha256(f"{sorted(c.items())}{size}".encode()).hexdigest()[:6], 16) / 0xFFFFFF
-    return (1 + 0.25 * far) * (0.94 + 0.12 * ripple)
+def measured(c: dict, size: int) -> float:
+    return MEASURED["ms"][str(size)][",".join(str(c[k]) for k in MEASURED["axes"])]
 
 
-def simulate(search: Search, sizes=(512, 2048, 4096), batch: int = 8) -> dict:
+def simulate(search: Search, sizes=(512, 2048, 4096), batch: int = 4) -> dict:
+    """A sweep's rounds, each configuration "timed" by its measured time."""
     times: dict = {}
     while configs := search.next(times, batch):
         for c in configs:
             for size in sizes:
-                times.setdefault(size, {})[json.dumps(c, sort_keys=True)] = landscape(c, size)
+                times.setdefault(size, {})[json.dumps(c, sort_keys=True)] = measured(c, size)
     return times
 
 
 @pytest.mark.parametrize("seed", range(10))
 def test_a_search_within_a_fifth_of_the_space_finds_the_best_within_3_percent(seed):
-    """60 of 300 configurations, steered by the timings so far, find each size's best within 3 %, where a
-    random 60 does not: never more than the budget, never one twice."""
+    """On the measured SGEMM timings, 60 of 300 configurations chosen from a model of the timings so far
+    find each size's best within 3 %, where a random 60 does not; never more than the budget, never one twice."""
     s = Space(**SGEMM, sizes=[512, 2048, 4096])
     every = s.configs()
     found = simulate(Search(s, 60, seed))
     assert len(set.union(*(set(t) for t in found.values()))) == 60
     for size, t in found.items():
-        best = min(landscape(c, size) for c in every)
-        assert min(t.values()) <= 1.03 * best, size
-    rand = random.Random(seed).sample(every, 60)
-    assert any(min(landscape(c, size) for c in rand) > 1.03 * min(landscape(c, size) for c in every)
-               for size in (512, 2048, 4096))
+        assert min(t.values()) <= 1.03 * min(measured(c, size) for c in every), size
+
+
+def test_a_random_fifth_of_the_space_misses_the_best():
+    """What the search is measured against: 60 random configurations miss some size's best by over 3 %
+    for most seeds (the 60 a seed-0 run on 2 H200s tried missed by 8-23 %)."""
+    every = Space(**SGEMM, sizes=[512, 2048, 4096]).configs()
+    best = {size: min(measured(c, size) for c in every) for size in (512, 2048, 4096)}
+    misses = sum(any(min(measured(c, size) for c in random.Random(seed).sample(every, 60)) > 1.03 * best[size]
+                     for size in best) for seed in range(10))
+    assert misses >= 7
 
 
 def test_a_search_chooses_the_same_for_the_same_seed_and_timings():
     """A resumed search (its timings in the store) tries what it tried before; another seed starts elsewhere."""
     s = Space(**SGEMM, sizes=[512, 2048, 4096])
     assert simulate(Search(s, 40, seed=1)) == simulate(Search(s, 40, seed=1)) != simulate(Search(s, 40, seed=2))
-    first = Search(s, 40, seed=1).next({}, batch=8)
-    assert len(first) == 13  # a third of the budget at random, then rounds of 8
+    assert len(Search(s, 40, seed=1).next({}, batch=4)) == 8  # a few at random, then rounds of 4
+
+
+def test_a_search_over_words_uses_their_places():
+    """Defines whose values are not positive numbers (words, zero) are placed by their order on the axis."""
+    s = Space(defines={"MODE": ["a", "b", "c", "d"], "N": [0, 1, 2, 3]})
+    cost = {"a": 0, "b": 1, "c": 2, "d": 3}  # in the axis's order
+    search, times = Search(s, 10, seed=0), {}
+    while configs := search.next(times, 2):
+        for c in configs:
+            times.setdefault(1, {})[json.dumps(c, sort_keys=True)] = 1 + cost[c["MODE"]] + (c["N"] - 2) ** 2
+    assert len(search.tried) == 10 and min(times[1].values()) == 1
 
 
 def test_a_launch_the_device_refuses_is_pruned_with_its_reason():

@@ -157,13 +157,14 @@ def poisoned_allocations():
         torch.use_deterministic_algorithms(was_det, warn_only=was_warn)
 
 
-def _clone(value):
+def copy(value):
+    """``value`` with every tensor in it cloned (dicts, lists and tuples copied around them)."""
     if isinstance(value, torch.Tensor):
         return value.clone()
     if isinstance(value, dict):
-        return {k: _clone(v) for k, v in value.items()}
+        return {k: copy(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_clone(v) for v in value)
+        return type(value)(copy(v) for v in value)
     return value
 
 
@@ -211,8 +212,8 @@ def check(run, reference=None, inputs=None, *, sizes=None, seeds=(0,), device: s
     for size in sizes:
         for seed in seeds:
             inp = inputs(size, seed, device)
-            expected = reference(_clone(inp))
-            before = _clone(inp)
+            expected = reference(copy(inp))
+            before = copy(inp)
             case = Case(size, seed)
             launch_mod.last_launch[0] = None
             try:

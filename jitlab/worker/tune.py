@@ -4,7 +4,7 @@ The sweep, in order:
 
 1. **Plan.** The space (:class:`jitlab.judge.space.Space`: the ref's ``TUNE`` and the call's overrides),
    every configuration within ``budget``, else a search (:class:`jitlab.judge.space.Search`) that
-   chooses ``budget`` of them round by round from the timings so far; each worker is
+   chooses ``budget`` of them round by round, from a model of the timings so far; each worker is
    probed for its device (model and driver, arch). Points the results store already holds for that
    device model are skipped: a rerun of a finished sweep runs nothing.
 2. **Prune, then build.** A configuration whose launch no device allows (threads per block, dynamic
@@ -231,8 +231,8 @@ def tune(path, *, defines: dict | None = None, constraints: list | None = None, 
         threads: Threads per block of a configuration (expression), for pruning.
         shared: Dynamic shared memory per block in bytes (expression), for pruning.
         variant: The ref's version to tune (default ``"original"``).
-        budget: The most configurations tried: all of them up to it; above, a seeded random third, then
-            the neighbours of the fastest so far (:class:`~jitlab.judge.space.Search`).
+        budget: The most configurations tried: all of them up to it; above, a few at random, then
+            those a model of the timings so far predicts fastest (:class:`~jitlab.judge.space.Search`).
         time_limit: Seconds after which no new point starts; the best so far is kept.
         seed: The search's seed.
         gpus: Devices: a count or numbers (``"0,1"``); default every GPU here (one CPU worker for C++).
@@ -266,9 +266,9 @@ def tune(path, *, defines: dict | None = None, constraints: list | None = None, 
     try:
         slots = pool.probe(sweep.cuda)
         models = {s.device: s for s in reversed(slots)}  # a model's first slot gives its arch
-        # Rounds: all at once when exhaustive; else a few configurations per GPU at a time, each round
-        # choosing from the timings of the rounds before it.
-        batch = max(8, 4 * len(slots))
+        # Rounds: all at once when exhaustive; else two configurations per GPU at a time (each timed at
+        # every size), each round choosing from the timings of the rounds before it.
+        batch = max(4, 2 * len(slots))
         while not (deadline and time.monotonic() >= deadline):
             configs = search.next(sweep.times(models), batch)
             if not configs:

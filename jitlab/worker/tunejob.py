@@ -73,13 +73,56 @@ def run(job) -> tuple[bool, str, dict]:
     device = "cuda" if mod.build.plan.cuda else "cpu"
     config = job.options.get("defines", {})
     call = (lambda inp: space.run(mod, inp, config)) if space.run else (lambda inp: version.run(mod, inp))
-    verdict = checker.check(call, ref.reference, version.inputs, sizes=[job.size], seeds=ref.seeds, device=device,
+    cases = _cases(ref, version)
+    verdict = checker.check(call, cases.reference, cases.inputs, sizes=[job.size], seeds=ref.seeds, device=device,
                             tolerance_override=version.tolerance, name=f"{mod.build.plan.stem} {config}")
     if not verdict.passed:
         return False, "; ".join(verdict.reasons[:2]) or "wrong", {}
-    inp = version.inputs(job.size, 0, device)
+    inp = cases.inputs(job.size, 0, device)
     t = timing.time_fn(lambda: call(inp), device, rep_s=job.params.get("rep_s", 0.2))
     return True, "", _figures(ref, inp, device, t, verdict)
+
+
+class Cases:
+    """A reference's cases, made once per worker process: each (size, seed, device)'s inputs and the
+    reference's output on them, handed out as copies.
+
+    A sweep checks hundreds of configurations at the same few sizes; making a case each time (two
+    4096 x 4096 ``randn`` on the CPU for the SGEMM tiles, then ``torch.matmul``) was most of a point's
+    time, and two workers making them at once slowed each other. Copies, so that a kernel that writes
+    its inputs spoils nothing. :meth:`reference` answers for the case :meth:`inputs` last gave, which is
+    how :func:`jitlab.judge.checker.check` calls them.
+    """
+
+    def __init__(self, ref, version):
+        self.ref, self.version = ref, version
+        self._made: dict[tuple, tuple] = {}
+        self._expected = None
+
+    def inputs(self, size, seed, device):
+        key = (size, seed, device)
+        if key not in self._made:
+            inp = self.version.inputs(size, seed, device)
+            self._made[key] = (inp, self.ref.reference(checker.copy(inp)))
+        inp, self._expected = self._made[key]
+        return checker.copy(inp)
+
+    def reference(self, inp):
+        return checker.copy(self._expected)
+
+
+#: The worker's cases, per reference file (path, mtime, length) and variant; the last two kept.
+_CASES: dict[tuple, Cases] = {}
+
+
+def _cases(ref, version) -> Cases:
+    st = os.stat(ref.path)
+    key = (str(ref.path), st.st_mtime_ns, st.st_size, version.name)
+    if key not in _CASES:
+        while len(_CASES) >= 2:
+            _CASES.pop(next(iter(_CASES)))
+        _CASES[key] = Cases(ref, version)
+    return _CASES[key]
 
 
 def _baseline(ref, version, job) -> dict:

@@ -25,7 +25,7 @@ from jitlab.judge import refs, tunestore
 from jitlab.judge.space import Limits, Search, Space, compile_prune_reason, kernel_hash, prune
 from jitlab.judge.tunereport import best_defines
 from jitlab.judge.tunestore import Record, Store
-from jitlab.worker.pool import LocalPool, Slot
+from jitlab.worker.pool import LocalPool, Slot, local_slots
 from jitlab.worker.tune import Sweep, tune
 from jitlab.worker.tunejob import device_identity
 
@@ -336,6 +336,22 @@ def test_local_sweep_marks_crash_hang_and_wrong_points_and_a_rerun_runs_nothing(
     again = tune(blocked, gpus=2, timeout=3, rep_s=0.01, store=store)
     assert (again.measured, again.skipped) == (0, 6) and store.read_text().count("\n") == lines
     assert again.seconds < 0.5 and again.best()[0].record == best.record
+
+
+def test_a_pool_warms_its_workers_before_any_job():
+    """``warm`` starts each worker process in the background (torch imported, ready for jobs): a sweep
+    overlaps their start with its builds."""
+    pool = LocalPool(local_slots(2, timing=False))
+    try:
+        pool.warm()
+        deadline = time.monotonic() + 60
+        for w in pool._workers.values():
+            while w.proc is None and time.monotonic() < deadline:  # no job has been given: only warm() starts it
+                time.sleep(0.05)
+            with w.lock:  # held while the worker starts
+                assert w.proc is not None and w.proc.poll() is None
+    finally:
+        pool.close()
 
 
 def test_a_resumed_sweep_runs_only_the_points_its_store_lacks(blocked, tmp_path):

@@ -169,6 +169,9 @@ class DaskPool:
                         other.cancel()
                 deadline = None  # cancelled once; the running ones still report
 
+    def warm(self) -> None:
+        """Nothing: a Dask worker starts its jitlab worker with its first job."""
+
     def close(self) -> None:
         """Stop the jitlab processes on every worker; close the client (and the cluster jitlab started)."""
         try:

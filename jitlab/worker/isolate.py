@@ -137,6 +137,16 @@ class Worker:
             self.stop()
         return result
 
+    def start(self) -> None:
+        """Start the worker now if it is not running (a pool warms its workers while it builds); a
+        worker that fails to start is left for :meth:`run` to start again and report."""
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                try:
+                    self._start()
+                except RuntimeError:
+                    pass
+
     def stop(self) -> None:
         """End the worker (and any kernel it is stuck in)."""
         p, self.proc = self.proc, None

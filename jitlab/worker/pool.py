@@ -106,6 +106,12 @@ class LocalPool:
         with nothing left to do starts none."""
         return [identify(s, cuda, int(s.name) if s.name.isdigit() else 0) for s in self.slots]
 
+    def warm(self) -> None:
+        """Start every worker process in the background (each imports torch and makes its CUDA context,
+        seconds), so that they are ready when the builds are."""
+        for w in self._workers.values():
+            threading.Thread(target=w.start, daemon=True, name="jitlab-warm").start()
+
     def builds(self, build: Callable, items: Iterable) -> Iterator[tuple[object, object]]:
         """``(item, build(item))`` for each item, as each finishes, ``build_threads`` at a time."""
         with ThreadPoolExecutor(self.build_threads) as ex:

@@ -128,7 +128,8 @@ class Sweep:
             self.on_record(rec)
 
     def todo(self, configs: list[dict], models: dict[str, Slot]) -> tuple[dict[str, list], int]:
-        """The points each device model still needs (baselines as config None), and how many are known."""
+        """The points each device model still needs, torch's baselines (config None) first (each takes
+        seconds, so they start before the short points that even out the GPUs' ends), and how many are known."""
         known = self.store.known(self.kernel)
         todo: dict[str, list] = {}
         skipped = 0
@@ -139,6 +140,8 @@ class Sweep:
                         skipped += c is not None
                     else:
                         todo.setdefault(model, []).append((c, size))
+        for points in todo.values():
+            points.sort(key=lambda point: point[0] is not None)
         return todo, skipped
 
     def times(self, models: dict[str, Slot]) -> dict[tuple, dict[str, float]]:
@@ -275,6 +278,8 @@ def tune(path, *, defines: dict | None = None, constraints: list | None = None, 
                 break
             todo, known = sweep.todo(configs, models)
             skipped += known
+            if todo:
+                pool.warm()  # the workers start while the builds are looked up (a rerun with nothing to do starts none)
             left = sweep.prune_and_build(pool, todo, models) if todo else {}
             queues = {m: [sweep.job(c, size, models[m]) for c, size in points] for m, points in left.items()}
             started += sum(map(len, queues.values()))

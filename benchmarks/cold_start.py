@@ -41,6 +41,8 @@ if path == "-":
 kw = {{}} if {run} else {{"compile_only": True, "arch": ["sm_75"]}}
 b = jitlab.build(path, **kw)
 units = {{u["name"]: u["seconds"] for u in b.manifest.get("units", []) if not u["cached"]}}
+if "link_seconds" in b.manifest and not b.cached:
+    units["link"] = b.manifest["link_seconds"]
 print(json.dumps({{"build": b.seconds, "import": t_import, "cached": b.cached, "units": units}}))
 """
 

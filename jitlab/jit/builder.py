@@ -335,6 +335,7 @@ def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str]
         progress.say(f"jitlab: {note}")
     log = "\n".join(o.log for o in objs)
     (folder / "build.log").write_text(log)
+    t_link = time.perf_counter()
     if opts.compile_only:
         artifact = linker.relocatable(objs, folder)
     else:
@@ -345,6 +346,7 @@ def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str]
     return {"artifact": artifact.name, "size": artifact.stat().st_size, "sha256": cache.file_sha256(artifact),
             "resources": parse_resource_usage("\n".join(o.log for o in objs if o.unit.compiler == "nvcc")),
             "compile_only": opts.compile_only, "notes": notes, "read": [p for o in objs for p in o.read or ()],
+            "link_seconds": round(time.perf_counter() - t_link, 3),
             "unstable": any(o.read is None for o in objs),
             "units": [{"name": o.unit.name, "compiler": o.unit.compiler, "cached": o.cached,
                        "seconds": round(o.seconds, 3), "headers": o.headers} for o in objs]}

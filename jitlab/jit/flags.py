@@ -184,7 +184,7 @@ def object_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> objects
     # The precompiled header is made with the base flags (a debug build gets its own); the user's
     # defines and cflags come after. GCC checks that they leave the header valid and, if not, reads
     # the headers themselves (slow, never wrong; -Winvalid-pch says so in the log).
-    cxx = [*_torch_includes("-isystem"), *_torch_defines(), "-fPIC", "-std=c++20", *debug]
+    cxx = [*_torch_includes("-isystem"), *_torch_defines(), "-fPIC", "-std=c++20", "-pipe", *debug]
     # An operator snippet is unloaded on reload: GCC's STB_GNU_UNIQUE symbols (static locals of inline
     # functions) would make the dynamic loader keep it for ever.
     unique = ["-fno-gnu-unique"] if plan.ops else []

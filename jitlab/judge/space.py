@@ -176,6 +176,7 @@ class Search:
         self.budget = len(self.every) if budget is None else max(0, min(budget, len(self.every)))
         self.exhaustive = self.budget == len(self.every)
         self._random = random.Random(seed)
+        self._keys = {config_key(c) for c in self.every}
         self.tried: dict[str, dict] = {}
 
     @property
@@ -215,7 +216,8 @@ class Search:
         x_all = torch.tensor([self._features(c) for c in untried], dtype=torch.float64)
         rankings = []
         for t in times.values():
-            timed = [(json.loads(key), ms) for key, ms in t.items() if ms and ms > 0]
+            # Only this space's configurations (a store may hold others, from a space since changed).
+            timed = [(json.loads(key), ms) for key, ms in t.items() if key in self._keys and ms and ms > 0]
             if len(timed) < 3:
                 continue
             x = torch.tensor([self._features(c) for c, _ in timed], dtype=torch.float64)

@@ -7,7 +7,9 @@ Targets (issue: sweeps on every GPU):
   3. a budgeted search (budget below the space: a few at random, then a model's predicted fastest) finds a
      configuration within 3 % of the best the exhaustive sweep found, per size.
 
-Steps (each is one command, so that each fits a 10-minute call; state is kept in --dir):
+Steps (each is one command, so that each fits a 10-minute call; state is kept in --dir). GPU 0 runs
+both `one` and `two`: each step records the GPUs' temperature, SM clock and power as it ends
+(`gpus_after`), and running `two` before `one` as well shows whether the order matters:
 
     python benchmarks/tune_sweep.py build      # compile all configurations once (the cache the sweeps share)
     python benchmarks/tune_sweep.py one        # exhaustive sweep on GPU 0           -> one.jsonl
@@ -28,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -51,9 +54,20 @@ def saved(d: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def gpu_state() -> list[str] | None:
+    """Each GPU's temperature, SM clock and power as the step ends (nvidia-smi), or None: a GPU that
+    ran the step before may be hotter and clocked lower, which a 1-vs-2 GPU ratio must not hide."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,temperature.gpu,clocks.sm,power.draw",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip().splitlines() if out.returncode == 0 else None
+
+
 def save(d: Path, step: str, **figures) -> None:
     data = saved(d)
-    data[step] = figures
+    data[step] = {**figures, "gpus_after": gpu_state()}
     (d / "steps.json").write_text(json.dumps(data, indent=1))
     print(f"{step}: {figures}")
 

@@ -103,14 +103,14 @@ def test_kernel_edit_recompiles_only_the_device_unit(dispatch):
 @pytest.mark.slow
 def test_own_module_in_a_unit_of_its_own(write, use_shared_cache):
     """With its own PYBIND11_MODULE (and torch's CUDA headers included), the host functions compile on
-    the host set and the module on bind; a host edit recompiles the host unit only."""
+    the host set and the module on torch's pybind casters; a host edit recompiles the host unit only."""
     cuda = DISPATCH.replace("#include <torch/extension.h>\n",
                             "#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n")
     plan, _, _ = prepare(write("own_cuda.cu", cuda + MODULE), Options(arch=[ARCH]))
     assert [(u.name, u.headers, u.module) for u in plan.units if u.compiler == "cxx"] == [
-        ("own_cuda.host.cpp", "host", False), ("own_cuda.module.cpp", "bind", True)]
+        ("own_cuda.host.cpp", "host", False), ("own_cuda.module.cpp", "casters", True)]
     path = write("own.cu", DISPATCH + MODULE)
     assert {n: u["headers"] for n, u in _units(_build(path)).items()} == {
-        "own.device.cu": "", "own.host.cpp": "host", "own.module.cpp": "bind"}
+        "own.device.cu": "", "own.host.cpp": "host", "own.module.cpp": "casters"}
     path.write_text((DISPATCH + MODULE).replace("const int block = 256;", "const int block = 128;"))
     assert [n for n, u in _units(_build(path)).items() if not u["cached"]] == ["own.host.cpp"]

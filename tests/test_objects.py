@@ -162,7 +162,7 @@ def test_precompiled_header_is_made_once(pristine, features, shared_pch):
     """Every host unit of the session uses one precompiled header per set (valid: GCC would warn otherwise):
     after the pristine build made the sets, another folder's build compiles its host unit on them."""
     sets = lambda: set(Path(shared_pch).glob("torch-host-*/jitlab_torch.h.gch")) | set(
-        Path(shared_pch).glob("torch-bind-*/jitlab_torch.h.gch"))  # `full` is another test's to make
+        Path(shared_pch).glob("torch-casters-*/jitlab_torch.h.gch"))  # `full` is another test's to make
     before = sets()
     features.write_text(features.read_text().replace('"launch failed"', '"a launch failed"'))
     b = _build(features)
@@ -172,17 +172,50 @@ def test_precompiled_header_is_made_once(pristine, features, shared_pch):
 
 
 def test_units_use_the_smallest_header_set(pristine):
-    """Host functions compile on torch/types.h, the binding on types.h and torch's pybind casters: the
+    """Host functions compile on torch/types.h, the binding on torch's pybind casters alone: the
     umbrella include is blanked, so no unit parses torch/extension.h."""
     b = pristine
     assert {u["name"]: u["headers"] for u in b.manifest["units"]} == {
-        "features.device.cu": "", "features.host.cpp": "host", "bind.cpp": "bind"}
+        "features.device.cu": "", "features.host.cpp": "host", "bind.cpp": "casters"}
     assert pch.pch_text("host", cuda=True, cuda_torch=False) == "#include <torch/types.h>\n#include <cuda_runtime.h>\n"
     assert "torch/csrc/utils/pybind.h" in pch.pch_text("bind", cuda=True, cuda_torch=True)
+    casters = pch.pch_text("casters", cuda=True, cuda_torch=True)
+    assert "torch/csrc/utils/pybind.h" in casters and "torch/types.h" not in casters
     assert pch.pch_text("full", cuda=False, cuda_torch=False) == "#include <torch/extension.h>\n"
     host = next(Path(line.split(" -c ")[1].split()[0]) for line in b.log.splitlines() if "features.host.cpp -o" in line)
     assert "#include <torch/extension.h>" in FEATURES.read_text() and "torch/extension.h" not in host.read_text()
     assert re.search(r"-include \S*torch-host-\w+/jitlab_torch.h", b.log)
+
+
+TWICE = """#include <torch/extension.h>
+__global__ void twice_kernel(float* y, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2 * x[i];
+}
+inline torch::Tensor like(const torch::Tensor& x) { return torch::empty_like(x); }
+torch::Tensor twice(torch::Tensor x) {
+    auto y = like(x);
+    twice_kernel<<<(x.numel() + 255) / 256, 256>>>(y.data_ptr<float>(), x.data_ptr<float>(), x.numel());
+    return y;
+}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice); }
+"""
+
+
+def test_a_module_unit_naming_aten_functions_builds_on_bind(tmp_path, use_shared_cache):
+    """A module unit keeps the file's inline functions; one calling torch::empty_like (an ATen function,
+    which the casters set lacks) is compiled again on `bind`, not on torch/extension.h, and its next
+    build starts there."""
+    src = tmp_path / "twice.cu"
+    src.write_text(TWICE)
+    b = _build(src)
+    units = {u["name"]: u for u in b.manifest["units"]}
+    assert (units["twice.module.cpp"]["headers"], units["twice.host.cpp"]["headers"]) == ("bind", "host")
+    hint = use_shared_cache / "objects" / "hints" / "twice.twice.module.cpp.full"
+    assert hint.read_text() == "failed on the casters headers, built on bind\n" and "torch-full-" not in b.log
+    src.write_text(TWICE.replace("int n)", "int count)").replace("i < n", "i < count"))  # a new module unit
+    b = _build(src)
+    assert "twice.module.cpp" in _compiled(b) and "torch-casters-" not in b.log  # straight to bind
 
 
 def test_names_outside_the_small_set_build_on_full(tmp_path, use_shared_cache):
@@ -230,7 +263,7 @@ def test_only_names_torch_declares_are_retried_on_full(message, missing, retried
     log = f"/tmp/k/features.cu:12:5: error: {message}\n   12 |   auto y = ...;\n      |            ^~~~\n"
     assert pch.missing_names(log) == [missing]
     flags = object_flags(pristine.plan, [ARCH], Options(compile_only=True))
-    assert pch.larger_set_may_fix(log, flags, cuda=True, small="host") is retried
+    assert (pch.larger_set(log, flags, cuda=True, small="host") == "full") is retried
 
 
 def test_missing_names_read_only_errors():

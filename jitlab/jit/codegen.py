@@ -313,6 +313,9 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
     """
     units, notes = [], []
     dirs = _include_dirs(files)
+    # A CUDA snippet's binding units start on `casters` (pybind11's casters without ATen's functions,
+    # half the cost of `bind`); a C++ snippet's stay on `bind`, the one set its host units need anyway.
+    binding = "casters" if any(f.language == "cuda" for f in files) else "bind"
     for f in files:
         stem = f.path.stem
         text = rename_module(f)
@@ -323,7 +326,8 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         umbrella = any(pch.includes_umbrella(h) for h in headers.values())
         if f.language == "cpp":
             units.append(Unit(f"{stem}.cpp", "cxx", checks + with_line_directive(f, text), torch=True, module=owns_module,
-                              headers="full" if umbrella else "host" if ops.blocks(f) else "bind", source=str(f.path)))
+                              headers="full" if umbrella else "host" if ops.blocks(f) else
+                              binding if owns_module else "bind", source=str(f.path)))
             continue
         if not f.uses_torch:
             units.append(Unit(f"{stem}.cu", "nvcc", "#include <cuda_runtime.h>\n#include <cassert>\n"
@@ -341,7 +345,7 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
     if any(ops.blocks(f) for f in files):
         units.append(ops.registry_unit())
     elif not binds_itself:
-        units.append(Unit("bind.cpp", "cxx", binding_unit(exported), torch=True, module=True, headers="bind"))
+        units.append(Unit("bind.cpp", "cxx", binding_unit(exported), torch=True, module=True, headers=binding))
     return units, notes + ([] if binds_itself else [n for n in map(required_defaults, exported) if n])
 
 

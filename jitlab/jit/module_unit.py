@@ -7,8 +7,9 @@ unit's text is made into two units:
 
 - ``<stem>.host.cpp``: the host unit with the module block blanked (newlines kept), on ``host``;
 - ``<stem>.module.cpp``: the host unit with the bodies of its external functions made declarations
-  (``;``, newlines kept), on ``bind``: everything the block can name is declared as the file declares
-  it, and a body edit that keeps the line count leaves its text, and its object, unchanged.
+  (``;``, newlines kept), on ``casters`` (``bind`` if it names more): everything the block can name is
+  declared as the file declares it, and a body edit that keeps the line count leaves its text, and its
+  object, unchanged.
 
 It stays one unit when that could change what the program does: a namespace-scope variable that is
 not constant (two units would hold two of a ``static`` one, or define an external one twice), a
@@ -45,7 +46,7 @@ def host_units(stem: str, host: str, owns_module: bool, umbrella: bool, source: 
     functions, module = parts
     return [Unit(f"{stem}.host.cpp", "cxx", functions, torch=True, headers="full" if umbrella else "host",
                  source=source),
-            Unit(f"{stem}.module.cpp", "cxx", module, torch=True, module=True, headers="full" if umbrella else "bind",
+            Unit(f"{stem}.module.cpp", "cxx", module, torch=True, module=True, headers="full" if umbrella else "casters",
                  source=source)]
 
 

@@ -160,12 +160,13 @@ def _expected_cost(unit: Unit) -> float:
     """A unit's rank by how long it compiles, for the order units start in.
 
     nvcc on torch's headers takes tens of seconds; a host unit costs what its precompiled set costs
-    (on 2 cores with GCC 12: an empty unit ~3.3 s on ``bind``, ~1.8 s on ``host``, more on ``full``);
+    (on 2 cores with GCC 12: an empty unit ~3.3 s on ``bind``, ~1.8 s on ``casters`` and ``host``, more
+    on ``full``);
     a device unit without torch ~0.7 s; a unit without torch, least.
     """
     if unit.compiler == "nvcc":
         return 4 if unit.torch else 1
-    return {"full": 3, "bind": 2, "host": 1.5}.get(unit.headers, 0) if unit.torch else 0
+    return {"full": 3, "bind": 2, "casters": 1.6, "host": 1.5}.get(unit.headers, 0) if unit.torch else 0
 
 
 def _collect(futures: dict, done: dict[str, Object], sources: dict[str, str]) -> None:
@@ -189,28 +190,40 @@ def _collect(futures: dict, done: dict[str, Object], sources: dict[str, str]) ->
 def _compile_host(unit: Unit, flags: Flags, stem: str, cuda: bool) -> Object:
     """A host unit's object, on the smallest precompiled header set that compiles it.
 
-    A unit that fails on its own set on a name only ``full`` declares is compiled on ``full``; the
-    snippet's later builds of that unit start there (a hint in the object cache). Other errors are
-    reported from its own set at once.
+    A unit that fails on its set on a name a larger set declares is compiled on that set
+    (:func:`jitlab.jit.pch.larger_set`); the snippet's later builds of that unit start there (a hint in
+    the object cache). Other errors are reported from the set it failed on at once.
     """
     if not unit.torch:
         return _compile(unit, flags, stem, None)
     hint = _hint_path(stem, unit)
-    if unit.headers != "full" and not hint.is_file():
+    start = _hinted(hint) or unit.headers
+    headers = start
+    while True:
         try:
-            return _compile(unit, flags, stem, pch.precompiled_header(flags, cuda, unit.headers), headers=unit.headers)
+            obj = _compile(unit, flags, stem, pch.precompiled_header(flags, cuda, headers), headers=headers)
+            break
         except UnitError as e:
-            if not pch.larger_set_may_fix(e.log, flags, cuda, unit.headers):
+            larger = pch.larger_set(e.log, flags, cuda, headers)
+            if larger is None:
                 raise
-        obj = _compile(unit, flags, stem, pch.precompiled_header(flags, cuda, "full"), headers="full")
+            headers = larger
+    if headers != start:
         hint.parent.mkdir(parents=True, exist_ok=True)
-        hint.write_text(f"failed on the {unit.headers} headers, built on full\n")
-        return obj
-    return _compile(unit, flags, stem, pch.precompiled_header(flags, cuda, "full"), headers="full")
+        hint.write_text(f"failed on the {start} headers, built on {headers}\n")
+    return obj
 
 
 def _hint_path(stem: str, unit: Unit) -> Path:
     return objects_root() / "hints" / f"{_identifier(stem)}.{unit.name}.full"
+
+
+def _hinted(hint: Path) -> str | None:
+    """The set a hint says this unit built on (``None`` without one)."""
+    if not hint.is_file():
+        return None
+    found = re.search(r"built on (\w+)", hint.read_text(errors="replace"))
+    return found.group(1) if found and found.group(1) in pch.HEADERS else "full"
 
 
 def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: str = "", headers: str = "") -> Object:

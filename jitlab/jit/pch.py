@@ -1,18 +1,21 @@
 """The precompiled torch header sets host units compile on, and the names each set declares.
 
 Torch's headers cost a host unit seconds even precompiled: GCC instantiates, in every unit, the
-templates that the headers' inline functions use. So there are three sets, each made once per
+templates that the headers' inline functions use. So there are four sets, each made once per
 toolchain and flag set in ``$JITLAB_PCH_DIR`` and used with ``-include``; a unit gets the smallest
 that covers what it uses (:data:`HEADERS`):
 
 - ``host``: ``torch/types.h`` (tensors, ATen ops, factories, ``TORCH_CHECK``, ``AT_DISPATCH``) and,
   for CUDA snippets, the CUDA runtime and torch's CUDA context and guard headers: host functions;
-- ``bind``: ``torch/types.h`` and torch's pybind11 casters: the binding unit, and C++ snippets;
+- ``casters``: torch's pybind11 casters and ``wrap_pybind_function``, without ``torch/types.h``'s ATen
+  functions: a CUDA snippet's binding units (an empty unit 1.8 s on 2 cores, against 3.2 s on ``bind``);
+- ``bind``: ``torch/types.h`` and torch's pybind11 casters: C++ snippets, and binding units that name
+  more than ``casters`` declares;
 - ``full``: ``torch/extension.h``, what ``load_inline`` gives: everything else.
 
-A unit that fails on a smaller set is compiled again on ``full`` only when the error names something
-``full`` declares that the smaller one may lack (:func:`larger_set_may_fix`): ``torch::nn`` is
-retried, a misspelt variable is reported at once. That needs the names each set declares: the
+A unit that fails on a smaller set is compiled again on the next larger one (``casters`` → ``bind`` →
+``full``, ``host`` → ``full``) only when the error names something that set declares and the smaller
+one may lack (:func:`larger_set`): ``torch::nn`` is retried, a misspelt variable is reported at once. That needs the names each set declares: the
 identifiers of its preprocessed text (``c++ -E -dD``, about 2 s), kept beside the precompiled headers::
 
     build_cache/pch/torch-host-9d1e.../jitlab_torch.h(.gch)   a precompiled set
@@ -46,7 +49,11 @@ class Flags(Protocol):
 
 # The header sets, smallest first. Measured on 2 cores with GCC 12, an empty unit on each costs 3.5 s,
 # 6 s and 9.5 s; making them ~30 s, ~45 s and ~55 s.
-HEADERS = ("host", "bind", "full")
+HEADERS = ("host", "casters", "bind", "full")
+#: Where a unit that failed on a set may go, in order.
+LARGER = {"host": ("full",), "casters": ("bind", "full"), "bind": ("full",), "full": ()}
+#: The sets without CUDA headers: one set for C++ and CUDA snippets.
+_NO_CUDA = ("casters", "bind")
 
 _TORCH_UMBRELLAS = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|all|torch|python)\.h[>"][^\n]*$',
                               re.MULTILINE)
@@ -56,11 +63,14 @@ def pch_text(headers: str, cuda: bool, cuda_torch: bool) -> str:
     """What a header set holds.
 
     ``host`` and ``full`` add, for CUDA snippets, the CUDA runtime and, with a CUDA build of torch,
-    its context and guard headers (what torch-style CUDA host code includes); ``bind`` is the same
-    for every snippet.
+    its context and guard headers (what torch-style CUDA host code includes); ``casters`` and
+    ``bind`` are the same for every snippet.
     """
     if headers not in HEADERS:
         raise ValueError(f"unknown header set {headers!r}: one of {', '.join(HEADERS)}")
+    if headers == "casters":  # torch::Tensor and the rest of at:: as torch/types.h names them
+        return ("#include <torch/csrc/utils/pybind.h>\n#include <torch/csrc/Exceptions.h>\n"
+                "namespace torch {\nusing namespace at;\n}\n")
     if headers == "bind":
         return ("#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n"
                 "#include <torch/csrc/Exceptions.h>\n")
@@ -191,23 +201,28 @@ def _unqualified(quoted: str) -> str:
     return re.split(r"[(<\s]", re.sub(r"^(?:class|struct|union|enum|namespace)\s+", "", quoted.strip()), 1)[0]
 
 
-def larger_set_may_fix(log: str, flags: Flags, cuda: bool, small: str) -> bool:
-    """Whether a unit that failed on the ``small`` set may compile on ``full``.
+def larger_set(log: str, flags: Flags, cuda: bool, small: str) -> str | None:
+    """The set to compile a unit on again after it failed on ``small`` (:data:`LARGER`), or None.
 
-    Only names ``full`` declares can be fixed by it, and of those: a name the small set does not
+    Only names a larger set declares can be fixed by it, and of those: a name the small set does not
     declare (``THPVariable_Wrap``), a qualified one (``torch::jit::load``, ``std::ifstream`` that the
     small set only forward-declares), or one used as a scope (``py::object``). A name torch does not
     declare (a misspelt variable or member), or a plain name the small set has too (``n``), is the
     user's to fix: ``full`` would report it the same way, a minute later. When no missing name can be
-    read from the errors, it tries.
+    read from the errors, the next larger set is tried.
     """
+    larger = LARGER[small]
     missing = missing_names(log)
+    if not larger or missing == []:  # no error names anything missing: the name sets are not read
+        return None
     if missing is None:
-        return True
-    if not missing:  # no error names anything missing: the name sets are not read
-        return False
-    full, own = declared_names(flags, cuda, "full"), declared_names(flags, cuda, small)
-    return any(m.name in full and (m.name not in own or m.qualifier or m.scope) for m in missing)
+        return larger[0]
+    own = declared_names(flags, cuda, small)
+    for candidate in larger:
+        names = declared_names(flags, cuda, candidate)
+        if any(m.name in names and (m.name not in own or m.qualifier or m.scope) for m in missing):
+            return candidate
+    return None
 
 
 def _describe(kind: str, flags: Flags, cuda: bool, headers: str) -> tuple[str, list[str], str]:
@@ -215,9 +230,10 @@ def _describe(kind: str, flags: Flags, cuda: bool, headers: str) -> tuple[str, l
     import torch
 
     text = pch_text(headers, cuda, torch.version.cuda is not None)
-    # `bind` holds no CUDA header: one set for C++ and CUDA snippets (GCC does not check include folders).
-    cxx = [*flags.cxx, *(flags.cuda_include if cuda and headers != "bind" else ())]
-    tools = [t for t in flags.toolchain if headers != "bind" or t[0] not in ("nvcc", "torch_cuda")]
+    # `casters` and `bind` hold no CUDA header: one set for C++ and CUDA snippets (GCC does not check
+    # include folders).
+    cxx = [*flags.cxx, *(flags.cuda_include if cuda and headers not in _NO_CUDA else ())]
+    tools = [t for t in flags.toolchain if headers not in _NO_CUDA or t[0] not in ("nvcc", "torch_cuda")]
     key = cache.build_key({"format": config.FORMAT_VERSION, "pch": text, "flags": cxx, "toolchain": tools})
     return text, cxx, f"{kind}-{headers}-{key}"
 

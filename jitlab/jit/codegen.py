@@ -311,23 +311,19 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
     Without the snippet's own ``PYBIND11_MODULE``, a generated binding unit defines the module; a split
     file's own is a module unit of its own where it can be (:mod:`jitlab.jit.module_unit`).
     """
-    units, notes = [], []
-    dirs = _include_dirs(files)
-    # A CUDA snippet's binding units start on `casters` (pybind11's casters without ATen's functions,
-    # half the cost of `bind`); a C++ snippet's stay on `bind`, the one set its host units need anyway.
-    binding = "casters" if any(f.language == "cuda" for f in files) else "bind"
+    units, notes, dirs = [], [], _include_dirs(files)
+    binding = "casters" if any(f.language == "cuda" for f in files) else "bind"  # C++ snippets: bind, their one set
     for f in files:
         stem = f.path.stem
         text = rename_module(f)
         owns_module = bool(f.pybind_module)
         checks = CHECK_MACROS + ops.prelude(f)  # the prelude queues TORCH_LIBRARY registrations
         headers = split_mod.header_texts(f, dirs)
-        # The smallest precompiled torch header set for its host code (jitlab.jit.pch.HEADERS).
-        umbrella = any(pch.includes_umbrella(h) for h in headers.values())
+        umbrella = any(pch.includes_umbrella(h) for h in headers.values())  # the smallest set: pch.HEADERS
         if f.language == "cpp":
+            kind = "full" if umbrella else "host" if ops.blocks(f) else binding if owns_module else "bind"
             units.append(Unit(f"{stem}.cpp", "cxx", checks + with_line_directive(f, text), torch=True, module=owns_module,
-                              headers="full" if umbrella else "host" if ops.blocks(f) else
-                              binding if owns_module else "bind", source=str(f.path)))
+                              headers=kind, source=str(f.path)))
             continue
         if not f.uses_torch:
             units.append(Unit(f"{stem}.cu", "nvcc", "#include <cuda_runtime.h>\n#include <cassert>\n"

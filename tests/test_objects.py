@@ -211,7 +211,7 @@ def test_a_module_unit_naming_aten_functions_builds_on_bind(tmp_path, use_shared
     b = _build(src)
     units = {u["name"]: u for u in b.manifest["units"]}
     assert (units["twice.module.cpp"]["headers"], units["twice.host.cpp"]["headers"]) == ("bind", "host")
-    hint = use_shared_cache / "objects" / "hints" / "twice.twice.module.cpp.full"
+    hint = use_shared_cache / "objects" / "hints" / "twice.twice.module.cpp.headers"
     assert hint.read_text() == "failed on the casters headers, built on bind\n" and "torch-full-" not in b.log
     src.write_text(TWICE.replace("int n)", "int count)").replace("i < n", "i < count"))  # a new module unit
     b = _build(src)

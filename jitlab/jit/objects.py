@@ -197,7 +197,7 @@ def _compile_host(unit: Unit, flags: Flags, stem: str, cuda: bool) -> Object:
     if not unit.torch:
         return _compile(unit, flags, stem, None)
     hint = _hint_path(stem, unit)
-    start = _hinted(hint) or unit.headers
+    start = "full" if unit.headers == "full" else _hinted(hint) or unit.headers
     headers = start
     while True:
         try:
@@ -215,7 +215,7 @@ def _compile_host(unit: Unit, flags: Flags, stem: str, cuda: bool) -> Object:
 
 
 def _hint_path(stem: str, unit: Unit) -> Path:
-    return objects_root() / "hints" / f"{_identifier(stem)}.{unit.name}.full"
+    return objects_root() / "hints" / f"{_identifier(stem)}.{unit.name}.headers"
 
 
 def _hinted(hint: Path) -> str | None:

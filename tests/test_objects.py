@@ -203,19 +203,26 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice); }
 
 
 def test_a_module_unit_naming_aten_functions_builds_on_bind(tmp_path, use_shared_cache):
-    """A module unit keeps the file's inline functions; one calling torch::empty_like (an ATen function,
-    which the casters set lacks) is compiled again on `bind`, not on torch/extension.h, and its next
-    build starts there."""
+    """A module unit keeps the file's inline functions. One calling torch::empty_like (an ATen function,
+    which the casters set lacks) starts on `bind`; one calling it unqualified, after `using namespace
+    at`, is compiled on the casters, then again on `bind`, never on torch/extension.h, and its next
+    build starts on `bind`."""
+    hints = use_shared_cache / "objects" / "hints"
     src = tmp_path / "twice.cu"
     src.write_text(TWICE)
-    b = _build(src)
-    units = {u["name"]: u for u in b.manifest["units"]}
+    units = {u["name"]: u for u in _build(src).manifest["units"]}
     assert (units["twice.module.cpp"]["headers"], units["twice.host.cpp"]["headers"]) == ("bind", "host")
-    hint = use_shared_cache / "objects" / "hints" / "twice.twice.module.cpp.headers"
-    assert hint.read_text() == "failed on the casters headers, built on bind\n" and "torch-full-" not in b.log
-    src.write_text(TWICE.replace("int n)", "int count)").replace("i < n", "i < count"))  # a new module unit
+    assert not (hints / "twice.twice.module.cpp.headers").exists()
+    hidden = TWICE.replace("return torch::empty_like(x);", "using namespace at; return empty_like(x);")
+    src = tmp_path / "hidden.cu"
+    src.write_text(hidden.replace("twice", "hidden"))
     b = _build(src)
-    assert "twice.module.cpp" in _compiled(b) and "torch-casters-" not in b.log  # straight to bind
+    assert {u["name"]: u["headers"] for u in b.manifest["units"]}["hidden.module.cpp"] == "bind"
+    hint = hints / "hidden.hidden.module.cpp.headers"
+    assert hint.read_text() == "failed on the casters headers, built on bind\n" and "torch-full-" not in b.log
+    src.write_text(hidden.replace("twice", "hidden").replace("int n)", "int count)").replace("i < n", "i < count"))
+    b = _build(src)
+    assert "hidden.module.cpp" in _compiled(b) and "torch-casters-" not in b.log  # straight to bind
 
 
 def test_names_outside_the_small_set_build_on_full(tmp_path, use_shared_cache):

@@ -99,3 +99,16 @@ def test_a_link_in_place_of_a_companion_is_not_followed(own_pch_dir, tmp_path):
     header.symlink_to(elsewhere)
     pch._made_once("tiny-full-00112233445566ff", make, content=False, companions=("jitlab_torch.h",))
     assert len(made) == 2 and not header.is_symlink()
+
+
+def test_a_binding_unit_starts_on_the_casters_unless_it_names_more_of_torch():
+    """A CUDA snippet's binding unit starts on the casters set when it names only the types pybind11
+    converts; an ATen function, a torch:: constant or a dispatch macro send it to bind; a C++ snippet's
+    binding units stay on bind. jitlab's own prelude (before the #line) is not read."""
+    prelude = "namespace torch { struct Pretend; }  // torch::empty\n#line 1 \"x.cpp\"\n"
+    assert pch.binding_set(prelude + "torch::Tensor f(torch::Tensor x, at::IntArrayRef s);\n"
+                           'm.def("f", torch::wrap_pybind_function(f), "f");\n') == "casters"
+    assert pch.binding_set(prelude + "torch::Tensor g(torch::Tensor x) { return torch::empty_like(x); }\n") == "bind"
+    assert pch.binding_set(prelude + "bool h(torch::Tensor x) { return x.dtype() == torch::kFloat32; }\n") == "bind"
+    assert pch.binding_set(prelude + "void k(torch::Tensor x) { AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), \"k\", [&] {}); }\n") == "bind"
+    assert pch.binding_set(prelude + "torch::Tensor f(torch::Tensor x);\n", cuda=False) == "bind"

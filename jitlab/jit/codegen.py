@@ -311,8 +311,7 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
     Without the snippet's own ``PYBIND11_MODULE``, a generated binding unit defines the module; a split
     file's own is a module unit of its own where it can be (:mod:`jitlab.jit.module_unit`).
     """
-    units, notes, dirs = [], [], _include_dirs(files)
-    binding = "casters" if any(f.language == "cuda" for f in files) else "bind"  # C++ snippets: bind, their one set
+    units, notes, dirs, cuda = [], [], _include_dirs(files), any(f.language == "cuda" for f in files)
     for f in files:
         stem = f.path.stem
         text = rename_module(f)
@@ -321,7 +320,7 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         headers = split_mod.header_texts(f, dirs)
         umbrella = any(pch.includes_umbrella(h) for h in headers.values())  # the smallest set: pch.HEADERS
         if f.language == "cpp":
-            kind = "full" if umbrella else "host" if ops.blocks(f) else binding if owns_module else "bind"
+            kind = "full" if umbrella else "host" if ops.blocks(f) else pch.binding_set(text, cuda and owns_module)
             units.append(Unit(f"{stem}.cpp", "cxx", checks + with_line_directive(f, text), torch=True, module=owns_module,
                               headers=kind, source=str(f.path)))
             continue
@@ -341,7 +340,8 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
     if any(ops.blocks(f) for f in files):
         units.append(ops.registry_unit())
     elif not binds_itself:
-        units.append(Unit("bind.cpp", "cxx", binding_unit(exported), torch=True, module=True, headers=binding))
+        bind = binding_unit(exported)
+        units.append(Unit("bind.cpp", "cxx", bind, torch=True, module=True, headers=pch.binding_set(bind, cuda)))
     return units, notes + ([] if binds_itself else [n for n in map(required_defaults, exported) if n])
 
 

@@ -13,8 +13,8 @@ that covers what it uses (:data:`HEADERS`):
   more than ``casters`` declares;
 - ``full``: ``torch/extension.h``, what ``load_inline`` gives: everything else.
 
-A unit that fails on a smaller set is compiled again on the next larger one (``casters`` → ``bind`` →
-``full``, ``host`` → ``full``) only when the error names something that set declares and the smaller
+A unit that fails on a smaller set is compiled again on a larger one (``casters`` or ``host`` → ``bind``
+→ ``full``) only when the error names something that set declares and the smaller
 one may lack (:func:`larger_set`): ``torch::nn`` is retried, a misspelt variable is reported at once. That needs the names each set declares: the
 identifiers of its preprocessed text (``c++ -E -dD``, about 2 s), kept beside the precompiled headers::
 
@@ -51,7 +51,7 @@ class Flags(Protocol):
 # 6 s and 9.5 s; making them ~30 s, ~45 s and ~55 s.
 HEADERS = ("host", "casters", "bind", "full")
 #: Where a unit that failed on a set may go, in order.
-LARGER = {"host": ("full",), "casters": ("bind", "full"), "bind": ("full",), "full": ()}
+LARGER = {"host": ("bind", "full"), "casters": ("bind", "full"), "bind": ("full",), "full": ()}
 #: The sets without CUDA headers: one set for C++ and CUDA snippets.
 _NO_CUDA = ("casters", "bind")
 
@@ -80,6 +80,24 @@ def pch_text(headers: str, cuda: bool, cuda_torch: bool) -> str:
     if cuda and cuda_torch:
         text += "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n"
     return text
+
+
+# What a binding unit may name of torch and still compile on `casters`: the types its casters convert,
+# and the wrapper jitlab's binding unit puts around each function.
+_CASTER_TYPES = {"Tensor", "TensorOptions", "ScalarType", "IntArrayRef", "Scalar", "Device", "wrap_pybind_function"}
+_TORCH_NAME = re.compile(r"\b(?:torch|at)::(\w+)|\bAT_DISPATCH_\w+")
+
+
+def binding_set(text: str, cuda: bool = True) -> str:
+    """The set a binding unit starts on: ``bind`` for a C++ snippet (the one set its host units need
+    anyway); for a CUDA snippet's, ``casters``, unless its code (after the first ``#line``: jitlab's
+    prelude names nothing of torch) names torch beyond the types pybind11 converts (``torch::empty``,
+    ``torch::kFloat32``, an ``AT_DISPATCH`` macro), which ``bind`` declares. A wrong guess only costs
+    time: a unit that fails on ``casters`` goes to ``bind`` (:func:`larger_set`)."""
+    user = text[max(text.find("#line "), 0):]
+    if not cuda or any(m.group(1) not in _CASTER_TYPES for m in _TORCH_NAME.finditer(user)):
+        return "bind"
+    return "casters"
 
 
 def includes_umbrella(text: str) -> bool:

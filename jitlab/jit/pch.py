@@ -13,8 +13,8 @@ that covers what it uses (:data:`HEADERS`):
   more than ``casters`` declares;
 - ``full``: ``torch/extension.h``, what ``load_inline`` gives: everything else.
 
-A unit that fails on a smaller set is compiled again on a larger one (``casters`` or ``host`` → ``bind``
-→ ``full``) only when the error names something that set declares and the smaller
+A unit that fails on a smaller set is compiled again on a larger one (``casters`` → ``bind`` → ``full``,
+``host`` → ``full``) only when the error names something that set declares and the smaller
 one may lack (:func:`larger_set`): ``torch::nn`` is retried, a misspelt variable is reported at once. That needs the names each set declares: the
 identifiers of its preprocessed text (``c++ -E -dD``, about 2 s), kept beside the precompiled headers::
 
@@ -51,7 +51,7 @@ class Flags(Protocol):
 # 6 s and 9.5 s; making them ~30 s, ~45 s and ~55 s.
 HEADERS = ("host", "casters", "bind", "full")
 #: Where a unit that failed on a set may go, in order.
-LARGER = {"host": ("bind", "full"), "casters": ("bind", "full"), "bind": ("full",), "full": ()}
+LARGER = {"host": ("full",), "casters": ("bind", "full"), "bind": ("full",), "full": ()}
 #: The sets without CUDA headers: one set for C++ and CUDA snippets.
 _NO_CUDA = ("casters", "bind")
 

@@ -160,9 +160,8 @@ def _expected_cost(unit: Unit) -> float:
     """A unit's rank by how long it compiles, for the order units start in.
 
     nvcc on torch's headers takes tens of seconds; a host unit costs what its precompiled set costs
-    (on 2 cores with GCC 12: an empty unit ~3.3 s on ``bind``, ~1.8 s on ``casters`` and ``host``, more
-    on ``full``);
-    a device unit without torch ~0.7 s; a unit without torch, least.
+    (on 2 cores with GCC 12: an empty unit ~3.3 s on ``bind``, ~1.8 s on ``casters`` and ``host``,
+    more on ``full``); a device unit without torch ~0.7 s; a unit without torch, least.
     """
     if unit.compiler == "nvcc":
         return 4 if unit.torch else 1

@@ -14,9 +14,9 @@ that covers what it uses (:data:`HEADERS`):
 - ``full``: ``torch/extension.h``, what ``load_inline`` gives: everything else.
 
 A unit that fails on a smaller set is compiled again on a larger one (``casters`` → ``bind`` → ``full``,
-``host`` → ``full``) only when the error names something that set declares and the smaller
-one may lack (:func:`larger_set`): ``torch::nn`` is retried, a misspelt variable is reported at once. That needs the names each set declares: the
-identifiers of its preprocessed text (``c++ -E -dD``, about 2 s), kept beside the precompiled headers::
+``host`` → ``full``) only when the error names something that set declares and the smaller one may
+lack (:func:`larger_set`): ``torch::nn`` is retried, a misspelt variable is reported at once. That
+needs the names each set declares: the identifiers of its preprocessed text (``c++ -E -dD``, about 2 s), kept beside the precompiled headers::
 
     build_cache/pch/torch-host-9d1e.../jitlab_torch.h(.gch)   a precompiled set
     build_cache/pch/names-full-4b2c.../names.txt              the identifiers of a set, one per line

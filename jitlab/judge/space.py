@@ -160,9 +160,9 @@ class Search:
     ranks the untried configurations, and the sizes take turns picking their predicted fastest. On the
     SGEMM tiles' measured H200 timings (tests/fixtures/tune), 60 of 300 found each size's best within
     3 % in 299 of 300 tries (100 seeds × 3 sizes); walks from the fastest to their neighbours missed
-    in 28 of 150, a random 60 for 9 seeds in 10. The same seed and the same
-    timings give the same choices, so a resumed search (its timings in the store) tries again what it
-    tried before, which the store already knows.
+    in 28 of 150, a random 60 for 9 seeds in 10. The same seed and the same timings give the same
+    choices, so a resumed search (its timings in the store) tries again what it tried before, which
+    the store already knows.
     """
 
     #: Random configurations first (at least; or an eighth of the budget).
@@ -177,6 +177,9 @@ class Search:
         self.exhaustive = self.budget == len(self.every)
         self._random = random.Random(seed)
         self._keys = {config_key(c) for c in self.every}
+        # Per axis: its values are positive numbers (placed by their log2), else words (by their place).
+        self._numeric = {name: all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in values)
+                         for name, values in space.defines.items()}
         self.tried: dict[str, dict] = {}
 
     @property
@@ -222,7 +225,8 @@ class Search:
                 continue
             x = torch.tensor([self._features(c) for c, _ in timed], dtype=torch.float64)
             y = torch.log(torch.tensor([ms for _, ms in timed], dtype=torch.float64))
-            w = torch.linalg.solve(x.T @ x + self.RIDGE * torch.eye(x.shape[1], dtype=torch.float64), x.T @ (y - y.mean()))
+            ridge = self.RIDGE * torch.eye(x.shape[1], dtype=torch.float64)
+            w = torch.linalg.solve(x.T @ x + ridge, x.T @ (y - y.mean()))
             rankings.append(torch.argsort(x_all @ w, stable=True).tolist())
         picks, seen = [], set()
         for turn in zip(*rankings):
@@ -237,10 +241,8 @@ class Search:
     def _features(self, config: dict) -> list[float]:
         """1, each define's coordinate (log2 of a positive number, else its place on its axis), and
         their products two by two."""
-        v = []
-        for name, values in self.space.defines.items():
-            numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in values)
-            v.append(math.log2(config[name]) if numeric else float(values.index(config[name])))
+        v = [math.log2(config[name]) if self._numeric[name] else float(values.index(config[name]))
+             for name, values in self.space.defines.items()]
         return [1.0, *v, *(a * b for a, b in itertools.combinations_with_replacement(v, 2))]
 
 

@@ -43,11 +43,13 @@ def test_saxpy_on_a_side_stream():
     x = torch.randn(10_000, device="cuda")
     y = torch.zeros_like(x)
     s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())  # x and y are filled on the default stream
     with torch.cuda.stream(s):
         k.saxpy(y, x, 3.0, x.numel(), grid=40, block=256)
     s.synchronize()
     torch.testing.assert_close(y, 3 * x)
     y2 = torch.zeros_like(x)
+    s.wait_stream(torch.cuda.current_stream())  # without this the fill of y2 may land after the kernel
     k.saxpy(y2, x, 3.0, x.numel(), grid=40, block=256, stream=s)
     s.synchronize()
     torch.testing.assert_close(y2, 3 * x)

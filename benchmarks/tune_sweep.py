@@ -7,15 +7,17 @@ Targets (issue: sweeps on every GPU):
   3. a budgeted search (budget below the space: a few at random, then a model's predicted fastest) finds a
      configuration within 3 % of the best the exhaustive sweep found, per size.
 
-Steps (each is one command, so that each fits a 10-minute call; state is kept in --dir). GPU 0 runs
-both `one` and `two`: each step records the GPUs' temperature, SM clock and power as it ends
-(`gpus_after`), and running `two` before `one` as well shows whether the order matters:
+Steps (each is one command, so that each fits a 10-minute call; state is kept in --dir). Run `budget` before
+`two` and `one`: the first sweep on a machine pays one-time costs (torch.compile's on-disk caches, the GPU's
+measured peaks), which then fall on neither side of the 1-vs-2 ratio. GPU 0 runs both `one` and `two`: each
+step records the GPUs' temperature, SM clock and power as it ends (`gpus_after`), and the report where each
+sweep's seconds went (`phases`: plan, points, stop):
 
     python benchmarks/tune_sweep.py build      # compile all configurations once (the cache the sweeps share)
-    python benchmarks/tune_sweep.py one        # exhaustive sweep on GPU 0           -> one.jsonl
-    python benchmarks/tune_sweep.py two        # the same sweep on GPUs 0 and 1      -> two.jsonl
-    python benchmarks/tune_sweep.py rerun      # `two` again: every point known
     python benchmarks/tune_sweep.py budget     # a search of --budget configs on 2 GPUs -> budget.jsonl
+    python benchmarks/tune_sweep.py two        # the exhaustive sweep on GPUs 0 and 1  -> two.jsonl
+    python benchmarks/tune_sweep.py one        # the same sweep on GPU 0                -> one.jsonl
+    python benchmarks/tune_sweep.py rerun      # `two` again: every point known
     python benchmarks/tune_sweep.py report     # the three figures, from the saved timings
 
 `all` runs them in order. Every step appends its wall time to --dir/steps.json; with $OUT set, the report is
@@ -39,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 SNIPPET = ROOT / "kernels" / "tuning" / "sgemm_tiles.cu"
-STEPS = ("build", "one", "two", "rerun", "budget", "report")
+STEPS = ("build", "budget", "two", "one", "rerun", "report")
 
 
 def space():
@@ -99,21 +101,20 @@ def sweep(d: Path, args, name: str, gpus: int, budget: int | None = None):
     print(report)
     best = {str(b.size): {"config": b.record.config, "ms": b.record.median_ms, "pct_roof": b.record.pct_roof,
                           "vs_torch": b.vs_torch, "vs_compile": b.vs_compile} for b in report.best()}
-    return report, seconds, best
+    return report, seconds, {"best": best, "phases": report.phases}
 
 
 def step_one(d: Path, args) -> None:
-    report, seconds, best = sweep(d, args, "one", 1)
-    save(d, "one", points=report.measured, seconds=seconds, per_s=report.measured / seconds, best=best)
+    report, seconds, more = sweep(d, args, "one", 1)
+    save(d, "one", points=report.measured, seconds=seconds, per_s=report.measured / seconds, **more)
 
 
 def step_two(d: Path, args) -> None:
-    report, seconds, best = sweep(d, args, "two", 2)
+    report, seconds, more = sweep(d, args, "two", 2)
     per_gpu = {}
     for r in report.records:
         per_gpu[r.gpu] = per_gpu.get(r.gpu, 0) + 1
-    save(d, "two", points=report.measured, seconds=seconds, per_s=report.measured / seconds, best=best,
-         per_gpu=per_gpu)
+    save(d, "two", points=report.measured, seconds=seconds, per_s=report.measured / seconds, per_gpu=per_gpu, **more)
 
 
 def step_rerun(d: Path, args) -> None:
@@ -122,8 +123,8 @@ def step_rerun(d: Path, args) -> None:
 
 
 def step_budget(d: Path, args) -> None:
-    report, seconds, best = sweep(d, args, "budget", 2, budget=args.budget)
-    save(d, "budget", budget=args.budget, points=report.measured, seconds=seconds, best=best)
+    report, seconds, more = sweep(d, args, "budget", 2, budget=args.budget)
+    save(d, "budget", budget=args.budget, points=report.measured, seconds=seconds, **more)
 
 
 def step_report(d: Path, args) -> None:

@@ -265,7 +265,7 @@ def test_a_cuda_sweep_prunes_from_its_builds_before_any_worker_starts(tmp_path, 
     t4 = Slot("0", device="Tesla T4, driver 12.4", arch="sm_75", host="here")
     todo, skipped = sweep.todo(space.configs(), {t4.device: t4})
     left = sweep.prune_and_build(LocalPool([t4], build_threads=2), todo, {t4.device: t4})
-    assert skipped == 0 and left == {t4.device: [(None, 1024), ({"TILE": 1024, "BLOCK": 256}, 1024)]}
+    assert skipped == 0 and left == {t4.device: [(None, [1024]), ({"TILE": 1024, "BLOCK": 256}, 1024)]}
     reasons = {(r.config["TILE"], r.config["BLOCK"]): r.reason for r in store.records()}
     assert set(reasons) == {(1024, 2048), (12288, 256), (12288, 2048)}
     assert "2048 threads per block" in reasons[(1024, 2048)]
@@ -352,6 +352,19 @@ def test_local_sweep_marks_crash_hang_and_wrong_points_and_a_rerun_runs_nothing(
     again = tune(blocked, gpus=2, timeout=3, rep_s=0.01, store=store)
     assert (again.measured, again.skipped) == (0, 6) and store.read_text().count("\n") == lines
     assert started == [] and again.best()[0].record == best.record  # no worker process was started
+
+
+def test_one_worker_times_torch_at_every_size_and_the_report_says_where_the_time_went(blocked, tmp_path):
+    """torch's baselines for a device model are one job (one worker pays torch's start-up for all the
+    sizes), recorded per size; the report splits its seconds into plan, points and stop."""
+    report = tune(blocked, defines={"BLOCK": [16], "MODE": [0]}, sizes=[500, 1000], gpus=2, timeout=30, rep_s=0.01,
+                  store=tmp_path / "results.jsonl", export=False)
+    base = [r for r in report.records if r.status == tunestore.BASELINE]
+    assert sorted(r.size for r in base) == [500, 1000] and len({r.gpu for r in base}) == 1
+    assert all(r.median_ms > 0 for r in base) and report.measured == 2
+    assert list(report.phases) == ["plan", "points", "stop"]
+    assert abs(sum(report.phases.values()) - report.seconds) < 0.5 and report.phases["points"] > 0
+    assert f"{report.seconds:.1f} s: plan " in report.table()
 
 
 def test_a_pool_warms_its_workers_before_any_job():

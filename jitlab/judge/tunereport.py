@@ -64,6 +64,10 @@ class TuneReport:
         skipped: Points the store already had, so this call did not run them again.
         seconds: Wall time of the call.
         stopped: Why the search ended early (``"time limit"``), or ``""``.
+        devices: The device models it ran on.
+        phases: Where ``seconds`` went: ``plan`` (probing the devices, choosing each round's
+            configurations, looking up or making their builds), ``points`` (the workers' jobs, their
+            start-up included), ``stop`` (stopping the workers); empty when nothing ran.
     """
 
     name: str
@@ -76,6 +80,7 @@ class TuneReport:
     seconds: float = 0.0
     stopped: str = ""
     devices: list[str] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)
 
     def best(self) -> list[Best]:
         """The best configuration per (device, size), in the space's size order; sizes with none right are left out."""
@@ -106,6 +111,8 @@ class TuneReport:
         counts = ", ".join(f"{n} {status}" for status, n in sorted(self.counts().items()))
         if counts:
             lines.append(f"  points: {counts}")
+        if self.phases:
+            lines.append(f"  {self.seconds:.1f} s: " + ", ".join(f"{k} {v:.1f} s" for k, v in self.phases.items()))
         for b in self.best():
             r = b.record
             figure = f", {r.throughput:.4g} {r.unit}" if r.throughput else ""

@@ -25,6 +25,7 @@ The sweep, in order:
 from __future__ import annotations
 
 import importlib.util
+import json
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -128,20 +129,24 @@ class Sweep:
             self.on_record(rec)
 
     def todo(self, configs: list[dict], models: dict[str, Slot]) -> tuple[dict[str, list], int]:
-        """The points each device model still needs, torch's baselines (config None) first (each takes
-        seconds, so they start before the short points that even out the GPUs' ends), and how many are known."""
+        """The points each device model still needs, and how many are known. A model's torch baselines
+        (config None) come first, as one point whose size is the list of sizes still to time: one worker
+        pays ``torch.compile``'s start-up (seconds) for all of them, while the others start on the short
+        points that even out the GPUs' ends."""
         known = self.store.known(self.kernel)
         todo: dict[str, list] = {}
         skipped = 0
         for model in models:
+            sizes = [s for s in self.space.sizes if Record(self.kernel, None, s, model, "").key not in known]
+            points = [(None, sizes)] if sizes else []
             for size in self.space.sizes:
-                for c in [None, *configs]:
+                for c in configs:
                     if Record(self.kernel, c, size, model, "").key in known:
-                        skipped += c is not None
+                        skipped += 1
                     else:
-                        todo.setdefault(model, []).append((c, size))
-        for points in todo.values():
-            points.sort(key=lambda point: point[0] is not None)
+                        points.append((c, size))
+            if points:
+                todo[model] = points
         return todo, skipped
 
     def times(self, models: dict[str, Slot]) -> dict[tuple, dict[str, float]]:
@@ -196,26 +201,38 @@ class Sweep:
         return (why, tunestore.PRUNED) if why else ("", "")
 
     def job(self, c: dict | None, size, slot: Slot) -> Job:
-        """The worker's job for one point (a baseline when ``c`` is None)."""
+        """The worker's job for one point (the baselines at the sizes ``size`` when ``c`` is None)."""
         options = {"defines": c, **({"arch": slot.arch} if self.cuda else {})} if c is not None else {}
         return Job("baseline" if c is None else "tune", str(self.path),
-                   ref=str(self.ref_path) if self.explicit_ref else None, size=size, options=options,
+                   ref=str(self.ref_path) if self.explicit_ref else None, options=options,
+                   **({"sizes": size} if c is None else {"size": size}),
                    cache_dir=str(config.cache_dir()),
                    params={"space": {"defines": self.space.defines, "variant": self.space.variant},
                            "rep_s": self.rep_s, "cpu": not self.cuda})
 
     def outcome(self, slot: Slot, job: Job, out: Outcome) -> None:
-        """Record a point's outcome from its worker."""
-        baseline = job.action == "baseline"
-        status = (tunestore.BASELINE if baseline else tunestore.OK) if out.passed else \
-            _STATUS.get(out.category, tunestore.FAILED)
+        """Record a point's outcome from its worker (a baseline job's: one record per size)."""
         d = out.data
         first = (out.message or "").strip().splitlines()[:1]
         reason = "" if out.passed else f"{out.category}: {first[0] if first else ''}"
-        self.record(Record(self.kernel, None if baseline else job.options["defines"], job.size, slot.device, status,
-                           gpu=slot.name, host=slot.host, median_ms=d.get("median_ms"), q25_ms=d.get("q25_ms"),
-                           q75_ms=d.get("q75_ms"), compile_ms=d.get("compile_ms"), throughput=d.get("throughput"),
-                           unit=d.get("unit"), pct_roof=d.get("pct_roof"), reason=reason, seconds=out.seconds))
+        if job.action == "baseline":
+            per_size = dict((json.dumps(s), f) for s, f in d.get("sizes", [])) if out.passed else {}
+            for size in job.sizes:
+                f = per_size.get(json.dumps(size))
+                status = tunestore.BASELINE if f else _STATUS.get(out.category, tunestore.FAILED)
+                self.record(self._record(None, size, slot, status, f or {}, reason or "failed: no timing",
+                                         out.seconds / len(job.sizes)))
+            return
+        status = tunestore.OK if out.passed else _STATUS.get(out.category, tunestore.FAILED)
+        self.record(self._record(job.options["defines"], job.size, slot, status, d, reason, out.seconds))
+
+    def _record(self, config: dict | None, size, slot: Slot, status: str, d: dict, reason: str,
+                seconds: float) -> Record:
+        return Record(self.kernel, config, size, slot.device, status, gpu=slot.name, host=slot.host,
+                      median_ms=d.get("median_ms"), q25_ms=d.get("q25_ms"), q75_ms=d.get("q75_ms"),
+                      compile_ms=d.get("compile_ms"), throughput=d.get("throughput"), unit=d.get("unit"),
+                      pct_roof=d.get("pct_roof"), reason="" if status in (tunestore.OK, tunestore.BASELINE) else reason,
+                      seconds=seconds)
 
 
 def tune(path, *, defines: dict | None = None, constraints: list | None = None, sizes: list | None = None,
@@ -266,6 +283,15 @@ def tune(path, *, defines: dict | None = None, constraints: list | None = None, 
     deadline = t0 + time_limit if time_limit else None
     pool = make_pool(sweep.cuda, gpus, cluster)
     started = done = skipped = 0
+    phases = dict.fromkeys(("plan", "points", "stop"), 0.0)
+    mark = time.monotonic()
+
+    def lap(phase: str) -> None:
+        nonlocal mark
+        now = time.monotonic()
+        phases[phase] += now - mark
+        mark = now
+
     try:
         slots = pool.probe(sweep.cuda)
         models = {s.device: s for s in reversed(slots)}  # a model's first slot gives its arch
@@ -283,17 +309,22 @@ def tune(path, *, defines: dict | None = None, constraints: list | None = None, 
             left = sweep.prune_and_build(pool, todo, models) if todo else {}
             queues = {m: [sweep.job(c, size, models[m]) for c, size in points] for m, points in left.items()}
             started += sum(map(len, queues.values()))
+            lap("plan")
             for slot, job, out in pool.run(queues, timeout, deadline):
                 sweep.outcome(slot, job, out)
                 done += 1
+            lap("points")
     finally:
+        lap("plan")
         pool.close()
+        lap("stop")
     stopped = "time limit" if done < started or (deadline and search.left > 0) else ""
     wanted = {config_key(c) for c in space.configs()}
     known = [r for r in sweep.store.known(sweep.kernel).values()
              if r.device in models and (r.config is None or config_key(r.config) in wanted)]
     report = TuneReport(name, sweep.kernel, space, known, sweep.store.path, measured=sweep.measured, skipped=skipped,
-                        seconds=time.monotonic() - t0, stopped=stopped, devices=list(dict.fromkeys(s.device for s in slots)))
+                        seconds=time.monotonic() - t0, stopped=stopped, devices=list(dict.fromkeys(s.device for s in slots)),
+                        phases={k: round(v, 2) for k, v in phases.items()} if started else {})
     table, chart = tuned_path(path), sweep.store.path.with_suffix(".png")
     if export and report.best() and (report.measured or not (table.is_file() and chart.is_file())):
         report.export(table)

@@ -2,7 +2,8 @@
 
 - ``tune``: one configuration at one size: load its build (compiled beforehand, so a cache hit), check
   it against the reference, and only if it is right time it with :func:`jitlab.judge.timing.time_fn`;
-- ``baseline``: torch eager and ``torch.compile`` of the reference at one size, timed once per size and device.
+- ``baseline``: torch eager and ``torch.compile`` of the reference at each size a device model still needs,
+  in one job (one worker pays ``torch.compile``'s start-up).
 
 Each returns ``(passed, reason, data)``; a compile error, a CUDA fault or an exception propagates to
 the worker's categorization, and a crash or a hang is the worker's parent's to report.
@@ -126,18 +127,22 @@ def _cases(ref, version) -> Cases:
 
 
 def _baseline(ref, version, job) -> dict:
-    """torch eager (and ``torch.compile`` on a GPU) of the reference at ``job.size``."""
+    """torch eager (and ``torch.compile`` on a GPU) of the reference at each of ``job.sizes``:
+    ``{"sizes": [[size, figures], ...]}``."""
     import torch  # lazy: as in device_identity
 
     device = "cuda" if torch.cuda.is_available() and not job.params.get("cpu") else "cpu"
-    inp = version.inputs(job.size, 0, device)
     rep_s = job.params.get("rep_s", 0.2)
-    eager = timing.time_fn(lambda: ref.reference(inp), device, rep_s=rep_s)
-    data = _figures(ref, inp, device, eager, None)
-    if device == "cuda" and job.params.get("compile", True):
-        compiled = torch.compile(ref.reference)
-        data["compile_ms"] = timing.time_fn(lambda: compiled(inp), device, rep_s=rep_s).median
-    return data
+    out = []
+    for size in job.sizes:
+        inp = version.inputs(size, 0, device)
+        eager = timing.time_fn(lambda: ref.reference(inp), device, rep_s=rep_s)
+        data = _figures(ref, inp, device, eager, None)
+        if device == "cuda" and job.params.get("compile", True):
+            compiled = torch.compile(ref.reference)
+            data["compile_ms"] = timing.time_fn(lambda: compiled(inp), device, rep_s=rep_s).median
+        out.append([size, data])
+    return {"sizes": out}
 
 
 def _figures(ref, inp: dict, device: str, t: timing.Timing, verdict) -> dict:

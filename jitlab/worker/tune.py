@@ -292,6 +292,8 @@ def tune(path, *, defines: dict | None = None, constraints: list | None = None, 
         phases[phase] += now - mark
         mark = now
 
+    if not sweep.store.known(sweep.kernel):
+        pool.warm()  # a first sweep of this kernel has work to do: its workers start while it plans
     try:
         slots = pool.probe(sweep.cuda)
         models = {s.device: s for s in reversed(slots)}  # a model's first slot gives its arch

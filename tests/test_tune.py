@@ -361,7 +361,7 @@ def test_one_worker_times_torch_at_every_size_and_the_report_says_where_the_time
                   store=tmp_path / "results.jsonl", export=False)
     base = [r for r in report.records if r.status == tunestore.BASELINE]
     assert sorted(r.size for r in base) == [500, 1000] and len({r.gpu for r in base}) == 1
-    assert all(r.median_ms > 0 for r in base) and report.measured == 2
+    assert all(r.median_ms > 0 and r.seconds > 0 for r in base) and report.measured == 2
     assert list(report.phases) == ["plan", "points", "stop"]
     assert abs(sum(report.phases.values()) - report.seconds) < 0.5 and report.phases["points"] > 0
     assert f"{report.seconds:.1f} s: plan " in report.table()

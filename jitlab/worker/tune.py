@@ -221,7 +221,7 @@ class Sweep:
                 f = per_size.get(json.dumps(size))
                 status = tunestore.BASELINE if f else _STATUS.get(out.category, tunestore.FAILED)
                 self.record(self._record(None, size, slot, status, f or {}, reason or "failed: no timing",
-                                         out.seconds / len(job.sizes)))
+                                         (f or {}).get("seconds", out.seconds / len(job.sizes))))
             return
         status = tunestore.OK if out.passed else _STATUS.get(out.category, tunestore.FAILED)
         self.record(self._record(job.options["defines"], job.size, slot, status, d, reason, out.seconds))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import platform
 import socket
+import time
 
 from jitlab.jit import api
 from jitlab.judge import checker, refs, timing
@@ -135,12 +136,14 @@ def _baseline(ref, version, job) -> dict:
     rep_s = job.params.get("rep_s", 0.2)
     out = []
     for size in job.sizes:
+        t0 = time.perf_counter()
         inp = version.inputs(size, 0, device)
         eager = timing.time_fn(lambda: ref.reference(inp), device, rep_s=rep_s)
         data = _figures(ref, inp, device, eager, None)
         if device == "cuda" and job.params.get("compile", True):
             compiled = torch.compile(ref.reference)
             data["compile_ms"] = timing.time_fn(lambda: compiled(inp), device, rep_s=rep_s).median
+        data["seconds"] = time.perf_counter() - t0
         out.append([size, data])
     return {"sizes": out}
 

@@ -51,8 +51,10 @@ def test_a_sweep_on_two_gpus_uses_both(tmp_path, cache):
 
 @pytest.mark.skipif(gpus() < 2, reason="needs 2 GPUs (the 2-GPU kind): this machine has fewer")
 def test_a_sweep_on_a_local_dask_cluster_uses_both_gpus(tmp_path, cache):
-    """The same on a local Dask cluster, one worker per GPU with a GPU=1 resource."""
+    """The same on a local Dask cluster, one worker per GPU with a GPU=1 resource. (torch's baselines are
+    one job: the worker that runs it may finish no point of this small space, so count both.)"""
     pytest.importorskip("distributed")
     report = tune(SGEMM, defines=SMALL, constraints=[], sizes=[1024], gpus=2, cluster="local",
                   store=tmp_path / "s.jsonl", rep_s=0.05, export=False)
-    assert {r.gpu for r in report.records if r.status == tunestore.OK} == {"0", "1"}
+    ran = [r for r in report.records if r.status in (tunestore.OK, tunestore.BASELINE)]
+    assert {r.gpu for r in ran} == {"0", "1"}

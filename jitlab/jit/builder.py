@@ -101,7 +101,7 @@ def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
     files = [parse_file(p) for p in sources]
     stem = codegen.stem_of([Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)])
     try:
-        plan = codegen.plan(files, stem, opts.mode)
+        plan = codegen.plan(files, stem, opts.mode, opts.defines)
     except codegen.NothingToCall:
         if any(f.parse_error for f in files):
             compiler_first(files, opts)  # a syntax error the parser stumbled on: the compiler's message

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import ctypes_map, macros, module_unit, ops, pch
+from jitlab.jit import ctypes_map, macros, module_unit, ops, pch, preproc
 from jitlab.jit import split as split_mod
 from jitlab.jit.objects import Unit
 from jitlab.jit.parse import Function, SourceFile, line_directive
@@ -130,13 +130,15 @@ def with_line_directive(f: SourceFile, text: str | None = None) -> str:
     return f"{line_directive(f.path)}{body}\n"
 
 
-def plan(files: list[SourceFile], stem: str, mode: str = "auto") -> Plan:
+def plan(files: list[SourceFile], stem: str, mode: str = "auto", defines: dict | None = None) -> Plan:
     """Decide kernel-only or torch-style, and generate the sources.
 
     Args:
         files: Parsed snippet files (headers are not in this list).
         stem: The snippet's name.
         mode: ``"auto"``, ``"kernel"`` or ``"torch"``.
+        defines: The build's ``#define``s: a function inside an ``#if``/``#ifdef`` branch they leave out
+            is not a function of this build (:mod:`jitlab.jit.preproc`).
 
     Raises:
         SnippetError: If there is nothing to call, a kernel-only signature cannot be mapped, or a
@@ -154,9 +156,33 @@ def plan(files: list[SourceFile], stem: str, mode: str = "auto") -> Plan:
         )
     kind = "torch" if (mode == "torch" or (mode == "auto" and (uses_torch or _needs_pybind(files)))) else "kernel"
     _require_something_to_call(files)
-    if kind == "kernel":
-        return _kernel_plan(files, stem)
-    return _torch_plan(files, stem)
+    files, left_out = _preprocessed(files, defines or {})
+    made = _kernel_plan(files, stem) if kind == "kernel" else _torch_plan(files, stem)
+    made.skipped[:0] = left_out
+    return made
+
+
+def _preprocessed(files: list[SourceFile], defines: dict) -> tuple[list[SourceFile], list[tuple[str, str]]]:
+    """The files without the functions that ``#if`` branches leave out of this build, and why each is out.
+
+    Raises:
+        SnippetError: Every function is left out (the message names each branch and the define to pass).
+    """
+    out, left_out = [], []
+    for f in files:
+        keep = []
+        for fn in f.functions:
+            if preproc.decide(fn.guard, defines, "\n".join(g.text for g in files)) is False:
+                left_out.append((fn.name, f"left out by the preprocessor: `{preproc.describe(fn.guard)}` around it "
+                                          f"({Path(fn.path).name}:{fn.line}) is false for this build; "
+                                          f"{preproc.fix(fn.guard, defines)}"))
+            else:
+                keep.append(fn)
+        out.append(dataclasses.replace(f, functions=keep) if len(keep) < len(f.functions) else f)
+    if left_out and not any(fn.kind == "global" or not fn.internal for f in out for fn in f.functions):
+        raise SnippetError(f"{', '.join(str(f.path) for f in files)}: every function is inside a preprocessor branch "
+                           f"this build leaves out: " + "; ".join(f"{n} ({why})" for n, why in left_out))
+    return out, left_out
 
 
 def _check_cuda_paths(files: list[SourceFile]) -> None:

@@ -197,7 +197,7 @@ def build(paths, opts: Options | None = None) -> Build:
         return builder.build(paths, opts)
     stem = codegen.stem_of([Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)])
     plan = codegen.plan(files, stem, "kernel" if opts.mode == "auto" and not any(f.uses_torch for f in files)
-                        else opts.mode)
+                        else opts.mode, opts.defines)
     if plan.kind != "kernel":
         raise SnippetError(f"{', '.join(str(f.path) for f in files)}: the CPU emulator runs kernel-only snippets "
                            f"(no torch in the file); load this torch-style snippet on a GPU")

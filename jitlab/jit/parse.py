@@ -78,6 +78,8 @@ class Function:
         params_text: The parameter list as written, parentheses included.
         calls: Names of the functions and kernels its body calls (launches included).
         prints: Whether its body calls ``printf`` itself.
+        guard: The preprocessor condition it is compiled under (``defined(FAST) && !(0)``, from the
+            ``#if``/``#ifdef``/``#else`` lines around it), or ``""``: :mod:`jitlab.jit.preproc` decides it.
     """
 
     name: str
@@ -92,6 +94,7 @@ class Function:
     params_text: str = "()"
     calls: tuple[str, ...] = ()
     prints: bool = False
+    guard: str = ""
 
     @property
     def static(self) -> bool:
@@ -225,7 +228,7 @@ def _parse(path: Path, text: str, language: str) -> SourceFile:
     src = text.encode("utf-8")
     tree = _parser().parse(src)
     out = SourceFile(path=path, text=text, language=language)
-    _Walker(out, src).walk(tree.root_node, namespace="", extern_c=False, anonymous=False)
+    _Walker(out, src).walk(tree.root_node, namespace="", extern_c=False, anonymous=False, guard="")
     if tree.root_node.has_error:
         out.parse_error = _first_error(tree.root_node)
     return out
@@ -238,18 +241,20 @@ class _Walker:
         self.out = out
         self.src = src
 
-    def walk(self, node: ts.Node, namespace: str, extern_c: bool, anonymous: bool) -> None:
-        """Record what ``node``'s children define; ``anonymous``: inside an anonymous namespace."""
-        for child in node.named_children:
+    def walk(self, node: ts.Node, namespace: str, extern_c: bool, anonymous: bool, guard: str,
+             children: list[ts.Node] | None = None) -> None:
+        """Record what ``node``'s children (or ``children``) define; ``anonymous``: inside an anonymous
+        namespace; ``guard``: the preprocessor condition they are compiled under."""
+        for child in node.named_children if children is None else children:
             kind = child.type
             if kind == "preproc_include":
                 self._include(child)
             elif kind == "function_definition":
-                self._function(child, namespace, template=False, anonymous=anonymous)
+                self._function(child, namespace, template=False, anonymous=anonymous, guard=guard)
             elif kind == "template_declaration":
                 for sub in child.named_children:
                     if sub.type == "function_definition":
-                        self._function(sub, namespace, template=True, anonymous=anonymous)
+                        self._function(sub, namespace, template=True, anonymous=anonymous, guard=guard)
                 self._scan_torch(child)
             elif kind == "namespace_definition":
                 name_node = child.child_by_field_name("name")
@@ -258,18 +263,37 @@ class _Walker:
                 if ns in TORCH_NAMESPACES:
                     self.out.uses_torch = True
                 if body is not None:
-                    self.walk(body, f"{namespace}{ns}::" if ns else namespace, extern_c, anonymous or not ns)
+                    self.walk(body, f"{namespace}{ns}::" if ns else namespace, extern_c, anonymous or not ns, guard)
             elif kind == "linkage_specification":
                 body = child.child_by_field_name("body")
                 if body is not None:
                     if body.type == "function_definition":
-                        self._function(body, namespace, template=False, anonymous=anonymous)
+                        self._function(body, namespace, template=False, anonymous=anonymous, guard=guard)
                     else:
-                        self.walk(body, namespace, True, anonymous)
-            elif kind.startswith("preproc_if") or kind in ("preproc_else", "preproc_elif", "declaration_list"):
-                self.walk(child, namespace, extern_c, anonymous)
+                        self.walk(body, namespace, True, anonymous, guard)
+            elif kind in _CONDITIONALS:
+                self._conditional(child, namespace, extern_c, anonymous, guard)
+            elif kind in ("preproc_else", "declaration_list"):
+                self.walk(child, namespace, extern_c, anonymous, guard)
             else:
                 self._scan_torch(child)
+
+    def _conditional(self, node: ts.Node, namespace: str, extern_c: bool, anonymous: bool, guard: str) -> None:
+        """An ``#if``/``#ifdef``/``#elif`` chain: its branch under ``guard && condition``, the next one
+        under ``guard && !condition``."""
+        cond = _condition(node)
+        alternative = node.child_by_field_name("alternative")
+        skip = {_span(n) for n in (node.child_by_field_name("condition"), node.child_by_field_name("name"), alternative)
+                if n is not None}
+        body = [c for c in node.named_children if _span(c) not in skip]
+        self.walk(node, namespace, extern_c, anonymous, _both(guard, cond), children=body)
+        if alternative is None:
+            return
+        rest = _both(guard, f"!({cond})")
+        if alternative.type in _CONDITIONALS:
+            self._conditional(alternative, namespace, extern_c, anonymous, rest)
+        else:
+            self.walk(alternative, namespace, extern_c, anonymous, rest)
 
     def _include(self, node: ts.Node) -> None:
         path = node.child_by_field_name("path")
@@ -299,7 +323,7 @@ class _Walker:
                     self.out.has_printf = True
             stack.extend(n.named_children)
 
-    def _function(self, node: ts.Node, namespace: str, template: bool, anonymous: bool) -> None:
+    def _function(self, node: ts.Node, namespace: str, template: bool, anonymous: bool, guard: str = "") -> None:
         self._scan_torch(node)
         qualifiers = {c.type for c in node.children if c.type in CUDA_QUALIFIERS}
         declarator = node.child_by_field_name("declarator")
@@ -346,6 +370,7 @@ class _Walker:
                 params_text=params_node.text.decode() if params_node is not None else "()",
                 calls=tuple(sorted(calls - PRINT_FUNCTIONS)),
                 prints=bool(calls & PRINT_FUNCTIONS),
+                guard=guard,
             )
         )
 
@@ -368,6 +393,29 @@ class _Walker:
             return
         first = params.named_children[0]
         self.out.pybind_module = (first.text.decode(), first.start_byte, first.end_byte)
+
+
+#: The preprocessor conditionals whose branches the walker follows with a guard.
+_CONDITIONALS = ("preproc_if", "preproc_ifdef", "preproc_elif", "preproc_elifdef")
+
+
+def _condition(node: ts.Node) -> str:
+    """A conditional's test as a ``#if`` expression: ``#ifdef X`` is ``defined(X)``, ``#ifndef X`` is
+    ``!defined(X)``; line continuations joined."""
+    name = node.child_by_field_name("name")
+    if name is not None:
+        negated = node.children[0].type.endswith("ndef")
+        return f"{'!' if negated else ''}defined({name.text.decode()})"
+    cond = node.child_by_field_name("condition")
+    return " ".join(cond.text.decode().replace("\\\n", " ").split()) if cond is not None else "1"
+
+
+def _span(node: ts.Node) -> tuple[int, int, str]:
+    return node.start_byte, node.end_byte, node.type
+
+
+def _both(guard: str, cond: str) -> str:
+    return f"{guard} && ({cond})" if guard else cond
 
 
 def _internal_specifier(node: ts.Node) -> str:

@@ -83,6 +83,7 @@ def test_variants_under_ifdef_build_on_both_engines_and_run_the_chosen_one(tmp_p
         for engine in ("nvcc", "nvrtc"):
             b = jitlab.build(path, compile_only=True, arch="sm_75", engine=engine, defines=defines)
             assert [f.name for f in b.plan.exported] == ["scale"]
+            assert [n for n, _ in b.plan.skipped] == ["scale_old"]  # the other variant of scale is no news
     x = torch.arange(10.0)
     for defines, grid in (({}, 10), ({"TWO_PER_THREAD": 1}, 5)):
         m = jitlab.load(path, device="cpu", defines=defines)

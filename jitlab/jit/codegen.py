@@ -158,7 +158,7 @@ def plan(files: list[SourceFile], stem: str, mode: str = "auto", defines: dict |
     _require_something_to_call(files)
     files, left_out = _preprocessed(files, defines or {})
     made = _kernel_plan(files, stem) if kind == "kernel" else _torch_plan(files, stem)
-    made.skipped[:0] = left_out
+    made.skipped[:0] = [(n, why) for n, why in left_out if n not in {fn.name for fn in made.exported}]  # a variant
     return made
 
 

@@ -114,3 +114,17 @@ def test_every_function_left_out_names_the_define(tmp_path):
     path.write_text("#ifdef USE_IT\n__global__ void k(float* y) { y[0] = 1; }\n#endif\n")
     with pytest.raises(SnippetError, match=r"every function .* k \(.*`#ifdef USE_IT`.*defines=\{'USE_IT': 1\}"):
         jitlab.build(path, compile_only=True, arch="sm_75")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("engine", ["nvrtc", "nvcc"])
+def test_the_chosen_variant_runs_on_the_gpu(tmp_path, cache, engine):
+    path = tmp_path / "scale.cu"
+    path.write_text(VARIANTS)
+    x = torch.arange(1000.0, device="cuda")
+    for defines, grid in (({}, 4), ({"TWO_PER_THREAD": 1}, 2)):
+        m = jitlab.load(path, defines=defines, engine=engine)
+        y = torch.zeros_like(x)
+        m.scale(y, x, 3.0, 1000, grid=grid, block=256)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(y, 3 * x)

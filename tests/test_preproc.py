@@ -36,6 +36,7 @@ VARIANTS = textwrap.dedent("""\
 
 
 def test_the_parser_records_each_functions_branch(tmp_path):
+    """#if/#elif/#else chains, #ifdef/#ifndef, line continuations and namespaces: each function's guard."""
     src = textwrap.dedent("""\
         #if defined(A) && \\
             B > 2
@@ -73,10 +74,13 @@ def test_the_parser_records_each_functions_branch(tmp_path):
     ("A", {"A": '__import__("os").system("true")'}, "", None),  # integers and operators only
 ])
 def test_a_guard_is_decided_only_when_it_is_certain(guard, defines, text, expected):
+    """C's precedence and values; None wherever a header, the file or the compiler may decide instead."""
     assert decide(guard, defines, text) is expected
 
 
 def test_variants_under_ifdef_build_on_both_engines_and_run_the_chosen_one(tmp_path, cache):
+    """Two variants of one kernel under #ifdef/#else and an old one under #if 0: nvcc and NVRTC build for
+    either define, the CPU runtime runs the chosen variant, and the old one says why it is not there."""
     path = tmp_path / "scale.cu"
     path.write_text(VARIANTS)
     for defines in ({}, {"TWO_PER_THREAD": 1}):
@@ -95,6 +99,7 @@ def test_variants_under_ifdef_build_on_both_engines_and_run_the_chosen_one(tmp_p
 
 
 def test_a_host_function_under_if_0_is_not_bound_in_a_torch_style_cpp_snippet(tmp_path, cache):
+    """A torch-style C++ file keeps broken old code under #if 0: it builds, runs, and names the branch."""
     path = tmp_path / "twice.cpp"
     path.write_text(textwrap.dedent("""\
         #include <torch/extension.h>
@@ -110,6 +115,7 @@ def test_a_host_function_under_if_0_is_not_bound_in_a_torch_style_cpp_snippet(tm
 
 
 def test_every_function_left_out_names_the_define(tmp_path):
+    """A file whose only kernel is under #ifdef, built without the define: the error names the define to pass."""
     path = tmp_path / "only.cu"
     path.write_text("#ifdef USE_IT\n__global__ void k(float* y) { y[0] = 1; }\n#endif\n")
     with pytest.raises(SnippetError, match=r"every function .* k \(.*`#ifdef USE_IT`.*defines=\{'USE_IT': 1\}"):
@@ -119,6 +125,7 @@ def test_every_function_left_out_names_the_define(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("engine", ["nvrtc", "nvcc"])
 def test_the_chosen_variant_runs_on_the_gpu(tmp_path, cache, engine):
+    """Each #ifdef variant, NVRTC and nvcc, launched on the GPU: right only with its own grid."""
     path = tmp_path / "scale.cu"
     path.write_text(VARIANTS)
     x = torch.arange(1000.0, device="cuda")

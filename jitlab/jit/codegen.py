@@ -137,8 +137,7 @@ def plan(files: list[SourceFile], stem: str, mode: str = "auto", defines: dict |
         files: Parsed snippet files (headers are not in this list).
         stem: The snippet's name.
         mode: ``"auto"``, ``"kernel"`` or ``"torch"``.
-        defines: The build's ``#define``s: a function inside an ``#if``/``#ifdef`` branch they leave out
-            is not a function of this build (:mod:`jitlab.jit.preproc`).
+        defines: The build's ``#define``s; functions in ``#if`` branches they leave out are dropped (:mod:`.preproc`).
 
     Raises:
         SnippetError: If there is nothing to call, a kernel-only signature cannot be mapped, or a
@@ -150,39 +149,13 @@ def plan(files: list[SourceFile], stem: str, mode: str = "auto", defines: dict |
     uses_torch = any(f.uses_torch for f in files)
     if mode == "kernel" and uses_torch:
         torchy = next(f for f in files if f.uses_torch)
-        raise SnippetError(
-            f"{torchy.path}: mode='kernel' but this file uses torch (headers, torch:: types or PYBIND11_MODULE); "
-            f"drop mode= to build it torch-style"
-        )
+        raise SnippetError(f"{torchy.path}: mode='kernel' but this file uses torch (headers, torch:: types or "
+                           f"PYBIND11_MODULE); drop mode= to build it torch-style")
     kind = "torch" if (mode == "torch" or (mode == "auto" and (uses_torch or _needs_pybind(files)))) else "kernel"
     _require_something_to_call(files)
-    files, left_out = _preprocessed(files, defines or {})
+    files, left_out = preproc.compiled(files, defines or {})
     made = _kernel_plan(files, stem) if kind == "kernel" else _torch_plan(files, stem)
-    made.skipped[:0] = [(n, why) for n, why in left_out if n not in {fn.name for fn in made.exported}]  # a variant
-    return made
-
-
-def _preprocessed(files: list[SourceFile], defines: dict) -> tuple[list[SourceFile], list[tuple[str, str]]]:
-    """The files without the functions that ``#if`` branches leave out of this build, and why each is out.
-
-    Raises:
-        SnippetError: Every function is left out (the message names each branch and the define to pass).
-    """
-    out, left_out = [], []
-    for f in files:
-        keep = []
-        for fn in f.functions:
-            if preproc.decide(fn.guard, defines, "\n".join(g.text for g in files)) is False:
-                left_out.append((fn.name, f"left out by the preprocessor: `{preproc.describe(fn.guard)}` around it "
-                                          f"({Path(fn.path).name}:{fn.line}) is false for this build; "
-                                          f"{preproc.fix(fn.guard, defines)}"))
-            else:
-                keep.append(fn)
-        out.append(dataclasses.replace(f, functions=keep) if len(keep) < len(f.functions) else f)
-    if left_out and not any(fn.kind == "global" or not fn.internal for f in out for fn in f.functions):
-        raise SnippetError(f"{', '.join(str(f.path) for f in files)}: every function is inside a preprocessor branch "
-                           f"this build leaves out: " + "; ".join(f"{n} ({why})" for n, why in left_out))
-    return out, left_out
+    return dataclasses.replace(made, skipped=left_out + made.skipped)
 
 
 def _check_cuda_paths(files: list[SourceFile]) -> None:

@@ -17,6 +17,7 @@ import tree_sitter_cuda
 
 from jitlab.config import CPP_EXTS, CUDA_EXTS, HEADER_EXTS
 from jitlab.errors import SnippetError
+from jitlab.jit import preproc
 
 #: Headers whose presence makes a file torch-style (it needs torch's headers to compile).
 TORCH_INCLUDE_PREFIXES = ("torch/", "ATen/", "c10/", "pybind11/", "caffe2/")
@@ -78,8 +79,7 @@ class Function:
         params_text: The parameter list as written, parentheses included.
         calls: Names of the functions and kernels its body calls (launches included).
         prints: Whether its body calls ``printf`` itself.
-        guard: The preprocessor condition it is compiled under (``defined(FAST) && !(0)``, from the
-            ``#if``/``#ifdef``/``#else`` lines around it), or ``""``: :mod:`jitlab.jit.preproc` decides it.
+        guard: The ``#if`` condition it is compiled under (``defined(FAST)``), or ``""`` (:mod:`jitlab.jit.preproc`).
     """
 
     name: str
@@ -243,8 +243,7 @@ class _Walker:
 
     def walk(self, node: ts.Node, namespace: str, extern_c: bool, anonymous: bool, guard: str,
              children: list[ts.Node] | None = None) -> None:
-        """Record what ``node``'s children (or ``children``) define; ``anonymous``: inside an anonymous
-        namespace; ``guard``: the preprocessor condition they are compiled under."""
+        """Record what ``node``'s children (or ``children``) define, in an anonymous namespace or not, under ``guard``."""
         for child in node.named_children if children is None else children:
             kind = child.type
             if kind == "preproc_include":
@@ -271,29 +270,13 @@ class _Walker:
                         self._function(body, namespace, template=False, anonymous=anonymous, guard=guard)
                     else:
                         self.walk(body, namespace, True, anonymous, guard)
-            elif kind in _CONDITIONALS:
-                self._conditional(child, namespace, extern_c, anonymous, guard)
-            elif kind in ("preproc_else", "declaration_list"):
+            elif kind in preproc.CONDITIONALS:  # each branch under its guard (#if A: A; #else: !(A))
+                for children, branch in preproc.branches(child, guard):
+                    self.walk(child, namespace, extern_c, anonymous, branch, children)
+            elif kind == "declaration_list":
                 self.walk(child, namespace, extern_c, anonymous, guard)
             else:
                 self._scan_torch(child)
-
-    def _conditional(self, node: ts.Node, namespace: str, extern_c: bool, anonymous: bool, guard: str) -> None:
-        """An ``#if``/``#ifdef``/``#elif`` chain: its branch under ``guard && condition``, the next one
-        under ``guard && !condition``."""
-        cond = _condition(node)
-        alternative = node.child_by_field_name("alternative")
-        skip = {_span(n) for n in (node.child_by_field_name("condition"), node.child_by_field_name("name"), alternative)
-                if n is not None}
-        body = [c for c in node.named_children if _span(c) not in skip]
-        self.walk(node, namespace, extern_c, anonymous, _both(guard, cond), children=body)
-        if alternative is None:
-            return
-        rest = _both(guard, f"!({cond})")
-        if alternative.type in _CONDITIONALS:
-            self._conditional(alternative, namespace, extern_c, anonymous, rest)
-        else:
-            self.walk(alternative, namespace, extern_c, anonymous, rest)
 
     def _include(self, node: ts.Node) -> None:
         path = node.child_by_field_name("path")
@@ -393,29 +376,6 @@ class _Walker:
             return
         first = params.named_children[0]
         self.out.pybind_module = (first.text.decode(), first.start_byte, first.end_byte)
-
-
-#: The preprocessor conditionals whose branches the walker follows with a guard.
-_CONDITIONALS = ("preproc_if", "preproc_ifdef", "preproc_elif", "preproc_elifdef")
-
-
-def _condition(node: ts.Node) -> str:
-    """A conditional's test as a ``#if`` expression: ``#ifdef X`` is ``defined(X)``, ``#ifndef X`` is
-    ``!defined(X)``; line continuations joined."""
-    name = node.child_by_field_name("name")
-    if name is not None:
-        negated = node.children[0].type.endswith("ndef")
-        return f"{'!' if negated else ''}defined({name.text.decode()})"
-    cond = node.child_by_field_name("condition")
-    return " ".join(cond.text.decode().replace("\\\n", " ").split()) if cond is not None else "1"
-
-
-def _span(node: ts.Node) -> tuple[int, int, str]:
-    return node.start_byte, node.end_byte, node.type
-
-
-def _both(guard: str, cond: str) -> str:
-    return f"{guard} && ({cond})" if guard else cond
 
 
 def _internal_specifier(node: ts.Node) -> str:

@@ -17,7 +17,11 @@ Anything else is undecided (``None``): the function is treated as compiled, as b
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
+from pathlib import Path
+
+from jitlab.errors import SnippetError
 
 _TOKEN = re.compile(r"\s*(?:(?P<num>0[xX][0-9a-fA-F]+|\d+)[uUlL]*|(?P<id>[A-Za-z_]\w*)|"
                     r"(?P<op>&&|\|\||==|!=|<=|>=|<<|>>|[-+*/%<>!~&|^()?:]))")
@@ -27,6 +31,65 @@ _ALLOWED = (ast.Expression, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast
             ast.Or, ast.Not, ast.Invert, ast.USub, ast.UAdd, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod,
             ast.LShift, ast.RShift, ast.BitAnd, ast.BitOr, ast.BitXor, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt,
             ast.GtE)
+
+
+#: The conditionals whose branches the parser follows, each under its guard.
+CONDITIONALS = ("preproc_if", "preproc_ifdef", "preproc_elif", "preproc_elifdef")
+
+
+def branches(node, guard: str) -> list[tuple[list, str]]:
+    """``(children, guard)`` for each branch of the tree-sitter ``#if``/``#ifdef``/``#elif`` chain at
+    ``node``: a branch holds under ``guard`` and its condition, the next ones under its negation."""
+    out = []
+    while node is not None:
+        cond = _condition(node)
+        alternative = node.child_by_field_name("alternative")
+        heads = (node.child_by_field_name("condition"), node.child_by_field_name("name"), alternative)
+        skip = {(n.start_byte, n.end_byte) for n in heads if n is not None}
+        out.append(([c for c in node.named_children if (c.start_byte, c.end_byte) not in skip], _both(guard, cond)))
+        guard = _both(guard, f"!({cond})")
+        if alternative is not None and alternative.type not in CONDITIONALS:  # #else
+            out.append((list(alternative.named_children), guard))
+            break
+        node = alternative
+    return out
+
+
+def _condition(node) -> str:
+    """A conditional's test as a ``#if`` expression: ``#ifdef X`` is ``defined(X)``, ``#ifndef X``
+    ``!defined(X)``; line continuations joined."""
+    name = node.child_by_field_name("name")
+    if name is not None:
+        return f"{'!' if node.children[0].type.endswith('ndef') else ''}defined({name.text.decode()})"
+    cond = node.child_by_field_name("condition")
+    return " ".join(cond.text.decode().replace("\\\n", " ").split()) if cond is not None else "1"
+
+
+def _both(guard: str, cond: str) -> str:
+    return f"{guard} && ({cond})" if guard else cond
+
+
+def compiled(files: list, defines: dict) -> tuple[list, list[tuple[str, str]]]:
+    """The parsed files without the functions whose guards are false for ``defines``, and why each is out
+    (a function with a variant that stays is no news).
+
+    Raises:
+        SnippetError: Every function is left out (the message names each branch and the define to pass).
+    """
+    text = "\n".join(f.text for f in files)
+    out, left_out = [], []
+    for f in files:
+        keep = [fn for fn in f.functions if decide(fn.guard, defines, text) is not False]
+        left_out += [(fn.name, f"left out by the preprocessor: `{describe(fn.guard)}` around it ({Path(fn.path).name}:"
+                               f"{fn.line}) is false for this build; {fix(fn.guard, defines)}")
+                     for fn in f.functions if fn not in keep]
+        out.append(dataclasses.replace(f, functions=keep) if len(keep) < len(f.functions) else f)
+    kept = {fn.name for f in out for fn in f.functions}
+    left_out = [(name, why) for name, why in left_out if name not in kept]
+    if left_out and not kept:
+        raise SnippetError(f"{', '.join(str(f.path) for f in files)}: every function is inside a preprocessor branch "
+                           f"this build leaves out: " + "; ".join(f"{n} ({why})" for n, why in left_out))
+    return out, left_out
 
 
 class Undecided(Exception):

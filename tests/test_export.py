@@ -555,6 +555,59 @@ def test_torch_style_cpp_package_builds_installs_and_imports(tmp_path, jl):
                                      "['hello', 'square_matrix_cpu']"]
 
 
+OP_CPP = """
+#include <torch/extension.h>
+torch::Tensor halve_cpu(const torch::Tensor& x) { return x / 2; }
+TORCH_LIBRARY(pkgops, m) { m.def("halve(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_IMPL(pkgops, CPU, m) { m.impl("halve", &halve_cpu); }
+"""
+
+
+def test_an_operator_package_registers_its_operators_on_import(tmp_path):
+    """A TORCH_LIBRARY snippet exported and built with its setup.py: importing the package registers the
+    operator, which is also the package's attribute (before, the extension had no module init and did
+    not import)."""
+    (tmp_path / "halve.cpp").write_text(OP_CPP)
+    out = export(tmp_path / "halve.cpp", tmp_path / "pkg")
+    assert "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}" in (out / "csrc" / "jitlab_module.cpp").read_text()
+    r = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=out, env=build_env(),
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    r = run_without_jitlab("""
+        import torch, halve
+        x = torch.arange(4.0)
+        torch.testing.assert_close(torch.ops.pkgops.halve(x), x / 2)
+        print(halve.halve is torch.ops.pkgops.halve, halve.__all__)
+    """, cwd=out)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["True", "['halve']"]
+
+
+def test_a_cuda_operator_package_gets_the_module_unit_that_loads_it(tmp_path):
+    """A .cu that only registers operators (no .cpp, no pybind): the package still gets a C++ unit whose
+    module init makes `import pkg` load the library, and __init__ names the operator."""
+    (tmp_path / "scale_op.cu").write_text(textwrap.dedent("""\
+        #include <torch/extension.h>
+        __global__ void scale_kernel(float* y, const float* x, float a, int64_t n) {
+            int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+            if (i < n) y[i] = a * x[i];
+        }
+        torch::Tensor scale_cuda(const torch::Tensor& x, double a) {
+            auto y = torch::empty_like(x);
+            scale_kernel<<<(x.numel() + 255) / 256, 256>>>(y.data_ptr<float>(), x.data_ptr<float>(), a, x.numel());
+            return y;
+        }
+        TORCH_LIBRARY(cuops, m) { m.def("scale(Tensor x, float a) -> Tensor"); }
+        TORCH_LIBRARY_IMPL(cuops, CUDA, m) { m.impl("scale", &scale_cuda); }
+        """))
+    out = export(tmp_path / "scale_op.cu", tmp_path / "pkg")
+    assert {"csrc/jitlab_cuda.cu", "csrc/jitlab_module.cpp"} <= files_of(out)
+    assert "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}" in (out / "csrc" / "jitlab_module.cpp").read_text()
+    assert "jitlab_module.cpp" in (out / "setup.py").read_text()
+    init = (out / "scale_op" / "__init__.py").read_text()
+    assert "scale = torch.ops.cuops.scale\n" in init and "__all__ = ['scale']" in init
+
+
 EXTRA_CPP = """
 #include <stdexcept>
 double total(const double* x, int n) { double s = 0; for (int i = 0; i < n; ++i) s += x[i]; return s; }

@@ -5,13 +5,15 @@ function (:func:`kernel_module`): tensors in for pointer parameters and Python n
 each checked (dtype, device, contiguity, written leaf, integer range) with :mod:`jitlab.jit.messages`'
 texts, the ones jitlab.load's own wrappers raise; then a call of :mod:`jitlab.jit.shims`' ``extern "C"``
 shim on torch's current stream, its error code turned into an exception. A torch-style snippet gets
-the ``PYBIND11_MODULE`` load_inline's ``functions=`` writes (:func:`pybind_module`). The fixed C++ is
+the ``PYBIND11_MODULE`` load_inline's ``functions=`` writes (:func:`pybind_module`), an operator snippet
+an empty one whose import registers its operators (:func:`ops_module`). The fixed C++ is
 in ``templates/``, filled by :func:`render`, which :mod:`jitlab.tools.export` uses for its files too.
 """
 
 from __future__ import annotations
 
 import ctypes
+import keyword
 import re
 import string
 import textwrap
@@ -61,6 +63,20 @@ def pybind_module(fns: list[Function]) -> str:
     defs = "".join(f'  m.def("{fn.name}", torch::wrap_pybind_function({fn.name}), {_c_str(_signature(fn))}'
                    f'{pyargs(fn)});\n' for fn in fns)
     return "\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n" + defs + "}\n"
+
+
+def operators(plan: codegen.Plan) -> list[tuple[str, str]]:
+    """``(namespace, name)`` of each operator an operator snippet registers, once, where both are
+    identifiers (they are pasted into the package's ``__init__.py`` as code)."""
+    found = dict.fromkeys((op.namespace, op.name) for op in plan.ops)
+    return [(ns, name) for ns, name in found if ns.isidentifier() and name.isidentifier() and not keyword.iskeyword(name)]
+
+
+def ops_module(plan: codegen.Plan) -> str:
+    """An operator snippet's module: nothing to bind; importing it loads the library, whose
+    ``TORCH_LIBRARY`` blocks register the operators."""
+    namespaces = ", ".join(sorted({f"torch.ops.{ns}" for ns, _ in operators(plan)})) or "its operators"
+    return f"\n// Nothing to bind: importing the module registers {namespaces}.\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{}}\n"
 
 
 def kernel_module(plan: codegen.Plan, name: str, root: Path, doc: str) -> str:

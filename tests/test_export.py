@@ -556,8 +556,9 @@ def test_torch_style_cpp_package_builds_installs_and_imports(tmp_path, jl):
 
 
 OP_CPP = """
-#include <torch/extension.h>
-torch::Tensor halve_cpu(const torch::Tensor& x) { return x / 2; }
+#include <ATen/core/Tensor.h>
+#include <torch/library.h>
+at::Tensor halve_cpu(const torch::Tensor& x) { return x / 2; }
 TORCH_LIBRARY(pkgops, m) { m.def("halve(Tensor x) -> Tensor"); }
 TORCH_LIBRARY_IMPL(pkgops, CPU, m) { m.impl("halve", &halve_cpu); }
 """
@@ -569,7 +570,7 @@ def test_an_operator_package_registers_its_operators_on_import(tmp_path):
     not import)."""
     (tmp_path / "halve.cpp").write_text(OP_CPP)
     out = export(tmp_path / "halve.cpp", tmp_path / "pkg")
-    assert "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}" in (out / "csrc" / "jitlab_module.cpp").read_text()
+    assert "PyInit__C" in (out / "csrc" / "jitlab_module.cpp").read_text()
     r = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=out, env=build_env(),
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
@@ -602,7 +603,7 @@ def test_a_cuda_operator_package_gets_the_module_unit_that_loads_it(tmp_path):
         """))
     out = export(tmp_path / "scale_op.cu", tmp_path / "pkg")
     assert {"csrc/jitlab_cuda.cu", "csrc/jitlab_module.cpp"} <= files_of(out)
-    assert "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}" in (out / "csrc" / "jitlab_module.cpp").read_text()
+    assert "PyInit__C" in (out / "csrc" / "jitlab_module.cpp").read_text()
     assert "jitlab_module.cpp" in (out / "setup.py").read_text()
     init = (out / "scale_op" / "__init__.py").read_text()
     assert "scale = torch.ops.cuops.scale\n" in init and "__all__ = ['scale']" in init

@@ -72,11 +72,16 @@ def operators(plan: codegen.Plan) -> list[tuple[str, str]]:
     return [(ns, name) for ns, name in found if ns.isidentifier() and name.isidentifier() and not keyword.iskeyword(name)]
 
 
-def ops_module(plan: codegen.Plan) -> str:
-    """An operator snippet's module: nothing to bind; importing it loads the library, whose
-    ``TORCH_LIBRARY`` blocks register the operators."""
+def ops_module(plan: codegen.Plan, cpp_includes: str) -> str:
+    """An operator snippet's C++ module unit: what ``jitlab.load`` compiles its ``.cpp`` files on (torch's
+    types, ``torch/library.h`` and the CHECK_* macros, not all of ``torch/extension.h``), then a module
+    with nothing in it: importing it loads the library, whose ``TORCH_LIBRARY`` blocks register the
+    operators (PyTorch's own extension example does the same)."""
     namespaces = ", ".join(sorted({f"torch.ops.{ns}" for ns, _ in operators(plan)})) or "its operators"
-    return f"\n// Nothing to bind: importing the module registers {namespaces}.\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{}}\n"
+    return ("#include <Python.h>\n#include <torch/types.h>\n#include <torch/library.h>\n" + codegen.CHECK_MACROS
+            + cpp_includes + f"\n// Nothing to bind: importing the module registers {namespaces}.\n"
+            "static struct PyModuleDef jitlab_module = {PyModuleDef_HEAD_INIT, \"_C\", nullptr, -1, nullptr};\n"
+            "PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&jitlab_module); }\n")
 
 
 def kernel_module(plan: codegen.Plan, name: str, root: Path, doc: str) -> str:

@@ -5,7 +5,7 @@ The parser records each function's guard (:attr:`jitlab.jit.parse.Function.guard
 shim, no binding and no NVRTC name expression (those would name something the compiler never saw), and
 calling it says which branch left it out. The answer is given only when it is certain:
 
-- ``0``/``1`` and arithmetic, comparisons, ``&&``, ``||``, ``!``, ``?:``;
+- ``0``/``1`` and arithmetic, comparisons, ``&&``, ``||``, ``!`` (not ``?:``);
 - ``defined(NAME)`` and ``NAME`` for names the build's ``defines`` give; for other names, as C does
   (not defined, value 0), only where nothing else could define them: the snippet's own files neither
   ``#define`` nor ``#undef`` them and include no local header, and the name is not the compiler's or
@@ -27,7 +27,7 @@ _TOKEN = re.compile(r"\s*(?:(?P<num>0[xX][0-9a-fA-F]+|\d+)[uUlL]*|(?P<id>[A-Za-z
                     r"(?P<op>&&|\|\||==|!=|<=|>=|<<|>>|[-+*/%<>!~&|^()?:]))")
 #: Names an included system header or the compiler may define: never assumed undefined.
 _SYSTEM = re.compile(r"_|CUDA|CUDART|CUB|THRUST|NV|NDEBUG|TORCH|AT_|C10|PYBIND|M_")
-_ALLOWED = (ast.Expression, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.IfExp, ast.Constant, ast.And,
+_ALLOWED = (ast.Expression, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare, ast.Constant, ast.And,
             ast.Or, ast.Not, ast.Invert, ast.USub, ast.UAdd, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod,
             ast.LShift, ast.RShift, ast.BitAnd, ast.BitOr, ast.BitXor, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt,
             ast.GtE)
@@ -79,10 +79,14 @@ def compiled(files: list, defines: dict) -> tuple[list, list[tuple[str, str]]]:
     text = "\n".join(f.text for f in files)
     out, left_out = [], []
     for f in files:
-        keep = [fn for fn in f.functions if decide(fn.guard, defines, text) is not False]
-        left_out += [(fn.name, f"left out by the preprocessor: `{describe(fn.guard)}` around it ({Path(fn.path).name}:"
-                               f"{fn.line}) is false for this build; {fix(fn.guard, defines)}")
-                     for fn in f.functions if fn not in keep]
+        keep = []
+        for fn in f.functions:
+            if decide(fn.guard, defines, text) is not False:
+                keep.append(fn)
+            else:
+                where = f"{Path(fn.path).name}:{fn.line}"
+                left_out.append((fn.name, f"left out by the preprocessor: `{describe(fn.guard)}` around it ({where}) "
+                                          f"is false for this build; {fix(fn.guard, defines)}"))
         out.append(dataclasses.replace(f, functions=keep) if len(keep) < len(f.functions) else f)
     kept = {fn.name for f in out for fn in f.functions}
     left_out = [(name, why) for name, why in left_out if name not in kept]

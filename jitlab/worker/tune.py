@@ -128,12 +128,12 @@ class Sweep:
         if self.on_record:
             self.on_record(rec)
 
-    def todo(self, configs: list[dict], models: dict[str, Slot], known: dict | None = None) -> tuple[dict[str, list], int]:
+    def todo(self, configs: list[dict], models: dict[str, Slot]) -> tuple[dict[str, list], int]:
         """The points each device model still needs, and how many are known. A model's torch baselines
         (config None) come first, as one point whose size is the list of sizes still to time: one worker
         pays ``torch.compile``'s start-up (seconds) for all of them, while the others start on the short
         points that even out the GPUs' ends."""
-        known = self.store.known(self.kernel) if known is None else known
+        known = self.store.known(self.kernel)
         todo: dict[str, list] = {}
         skipped = 0
         for model in models:
@@ -149,10 +149,10 @@ class Sweep:
                 todo[model] = points
         return todo, skipped
 
-    def times(self, models: dict[str, Slot], known: dict | None = None) -> dict[tuple, dict[str, float]]:
+    def times(self, models: dict[str, Slot]) -> dict[tuple, dict[str, float]]:
         """Per (device model, size), each right configuration's median time so far (what a search steers by)."""
         times: dict[tuple, dict[str, float]] = {}
-        for r in (self.store.known(self.kernel) if known is None else known).values():
+        for r in self.store.known(self.kernel).values():
             if r.config is not None and r.status == tunestore.OK and r.median_ms and r.device in models:
                 times.setdefault((r.device, r.size), {})[config_key(r.config)] = r.median_ms
         return times
@@ -301,12 +301,11 @@ def tune(path, *, defines: dict | None = None, constraints: list | None = None, 
         # every size), each round choosing from the timings of the rounds before it.
         batch = max(4, 2 * len(slots))
         while not (deadline and time.monotonic() >= deadline):
-            known = sweep.store.known(sweep.kernel)  # once a round: the store is read whole
-            configs = search.next(sweep.times(models, known), batch)
+            configs = search.next(sweep.times(models), batch)
             if not configs:
                 break
-            todo, found = sweep.todo(configs, models, known)
-            skipped += found
+            todo, known = sweep.todo(configs, models)
+            skipped += known
             if todo:
                 pool.warm()  # the workers start while the builds are looked up (a rerun with nothing to do starts none)
             left = sweep.prune_and_build(pool, todo, models) if todo else {}

@@ -14,7 +14,6 @@ from jitlab.worker import isolate, profiler, sanitizer
 
 
 def _build(args) -> int:
-
     defines = defines_from(args.define)
     status = 0
     for path in args.paths:
@@ -23,11 +22,7 @@ def _build(args) -> int:
             b = api.build(path, mode=args.mode, arch=args.arch, defines=defines,
                              cuda_cflags=args.nvcc_flag, cflags=args.cflag, compile_only=args.compile_only,
                              engine=args.engine)
-        except CompileError as e:
-            print(_about(path, e), file=sys.stderr)
-            status = 1
-            continue
-        except JitlabError as e:
+        except JitlabError as e:  # a CompileError too: its log saved where the message says
             print(_about(path, e), file=sys.stderr)
             status = 1
             continue
@@ -122,12 +117,16 @@ def _snippet_options(args) -> dict:
 
 
 def _check(args) -> int:
+    from jitlab.judge import kernelbench
+
+    if args.problem or kernelbench.recognizes(args.paths):
+        return _check_kernelbench(args)
     if args.gpus or args.cluster or args.ref:
         return _check_batch(args)
     status = 0
     for path in args.paths:
         try:
-            out = isolate.check(path, isolate=not args.in_process, timeout=args.timeout,
+            out = isolate.check(path, isolate=not args.in_process, timeout=args.timeout or config.CHECK_TIMEOUT,
                                sizes=args.size or None, **_snippet_options(args))
         except JitlabError as e:
             print(_about(path, e), file=sys.stderr)
@@ -145,10 +144,25 @@ def _check_batch(args) -> int:
     from jitlab.worker import batch
 
     opts = _snippet_options(args)
-    result = batch.check_many(args.paths, ref=args.ref, gpus=args.gpus, cluster=args.cluster, timeout=args.timeout,
-                              sizes=args.size or None, **opts)
+    result = batch.check_many(args.paths, ref=args.ref, gpus=args.gpus, cluster=args.cluster,
+                              timeout=args.timeout or config.CHECK_TIMEOUT, sizes=args.size or None, **opts)
     print(result)
     return 0 if result.passed == len(result.results) else 1
+
+
+def _check_kernelbench(args) -> int:
+    """``jitlab check problem.py solutions... | pairs/``: KernelBench's grading, a verdict line per solution, the table."""
+    import json
+
+    from jitlab.worker import grading
+
+    report = grading.grade_many(args.paths, problem=args.problem, device=args.device or "cuda", gpus=args.gpus,
+                                cluster=args.cluster, build_threads=args.jobs, timeout=args.timeout or grading.TIMEOUT,
+                                trials=args.trials, time_it=not args.no_time, compile_ref=not args.no_compile,
+                                compile_only=args.compile_only, arch=args.arch, store=args.store,
+                                on_grade=None if args.json else lambda g: print(g.line(), flush=True))
+    print(json.dumps(report.to_json(), indent=1) if args.json else f"\n{report}")
+    return 0 if all(g.passed or g.category == "built" for g in report.grades) else 1
 
 
 def _tune(args) -> int:
@@ -176,13 +190,11 @@ def _report(path, make, ok) -> int:
 
 
 def _sanitize(args) -> int:
-
     return _report(args.path, lambda: sanitizer.sanitize(args.path, tool=args.tool, sizes=args.size or None,
                                                       args=args.args, **_snippet_options(args)), lambda r: r.clean)
 
 
 def _profile(args) -> int:
-
     return _report(args.path, lambda: profiler.profile(args.path, variant=args.variant, size=args.size,
                                                      kernel=args.kernel, args=args.args), lambda p: p.available)
 
@@ -302,15 +314,26 @@ def parser() -> argparse.ArgumentParser:
     k = sub.add_parser("check", help="build and check snippets against their NAME.ref.py in a worker process "
                                      "(crashes and hangs end the worker, not jitlab)")
     k.add_argument("paths", nargs="+", help="kernel files or folders with a NAME.ref.py beside them")
-    k.add_argument("--timeout", type=float, default=config.CHECK_TIMEOUT,
-                   help=f"seconds before a hung kernel is stopped (default {config.CHECK_TIMEOUT:g})")
+    k.add_argument("--timeout", type=float, help=f"seconds before a hung kernel is stopped (default "
+                                                  f"{config.CHECK_TIMEOUT:g}; KernelBench solutions 300)")
     k.add_argument("--in-process", action="store_true", help="run in this process instead of a worker")
     k.add_argument("--show-output", action="store_true", help="print what the kernel printed even when it passes")
     k.add_argument("--ref", help="one reference for every snippet (a folder of submissions); checks them as a batch")
     k.add_argument("--gpus", type=int, help="check as a batch, one worker per GPU on N GPUs (CUDA_VISIBLE_DEVICES "
                                             "picks which); for C++ snippets N CPU workers")
     k.add_argument("--cluster", help="check as a batch on Dask: 'local', or a scheduler's tcp://host:port")
-    k.add_argument("--device", choices=["cpu"], help="cpu: a kernel-only .cu on the CPU emulator (two thread orders, untimed)")
+    k.add_argument("--device", choices=["cpu"], help="cpu: a kernel-only .cu on the CPU emulator (two thread orders, "
+                                                     "untimed); KernelBench pairs: grade a CPU problem's C++ solutions")
+    kb = k.add_argument_group("KernelBench pairs (problem.py + solutions, or folders of pair folders)")
+    kb.add_argument("--problem", help="the problem file (class Model, get_inputs) every solution given answers")
+    kb.add_argument("--trials", type=int, default=5, help="correctness trials, each on get_inputs() under its seed (default 5)")
+    kb.add_argument("--no-time", action="store_true", help="check only: do not time the right ones")
+    kb.add_argument("--no-compile", action="store_true", help="time against Model in eager mode only, not torch.compile")
+    kb.add_argument("--compile-only", action="store_true", help="build only, no GPU needed (CUDA for --arch, default sm_90)")
+    kb.add_argument("--arch", help="the arch of --compile-only builds (default sm_90)")
+    kb.add_argument("-j", "--jobs", type=int, help="parallel builds (default: the CPU cores)")
+    kb.add_argument("--store", help="the results file (default <cache>/results/kernelbench.jsonl); a rerun skips what it holds")
+    kb.add_argument("--json", action="store_true", help="print the grades as JSON instead of the table")
     k.set_defaults(func=_check)
     s = sub.add_parser("sanitize", help="check a snippet under compute-sanitizer; findings at your file:line")
     s.add_argument("path", help="a kernel file or folder with a NAME.ref.py beside it")

@@ -13,12 +13,12 @@ import re
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from jitlab.errors import SnippetError
 from jitlab.jit import api, emulate, emulate_run
-from jitlab.judge import checker, refs
+from jitlab.judge import checker, kernelbench, refs
 from jitlab.worker import proc, tunejob
 
 #: Failure categories, in the order a run can meet them.
@@ -186,6 +186,10 @@ def _run(job: Job) -> Outcome:
     if job.action in tunejob.ACTIONS:
         passed, reason, data = tunejob.run(job)
         return Outcome(PASS if passed else MISMATCH, reason, data=data)
+    if job.action == kernelbench.ACTION:  # a KernelBench solution: job.path, its problem: job.ref
+        graded = kernelbench.grade(job.ref, job.path, **job.params)
+        out = replace(_judged(job, [graded.verdict], graded.build), data=graded.data)
+        return replace(out, message=kernelbench.mismatch_message(graded.verdict)) if out.category == MISMATCH else out
     ref_path = refs.path_for(job.path, job.ref)
     t0 = time.perf_counter()
     mod = api.load(job.path, **job.options)
@@ -213,16 +217,25 @@ def _run(job: Job) -> Outcome:
 
 def _check(job: Job, mod, ref, device: str, chosen: list, build: str, emulated: bool) -> Outcome:
     """Check each chosen version against the reference; the CPU emulator runs each launch in two thread orders."""
-    verdicts = []
+    verdicts, fault = [], None
     with emulate_run.checking(emulated):
         for _, v in refs.check_each(mod, ref, device, name=Path(job.path).stem, versions=chosen, sizes=job.sizes,
                                     max_size=job.max_size):
             verdicts.append(v)
-            fault = fault_category(" ".join(v.reasons))
-            if fault and not emulated:  # the context is gone: later versions would fail for the same reason
-                return Outcome(fault, _fault_message(fault, " ".join(v.reasons)), _fault_where(fault, job),
-                               verdicts, build=build)
-    checker.synchronize(device)
+            fault = None if emulated else fault_category(" ".join(v.reasons))
+            if fault:  # the context is gone: later versions would fail for the same reason
+                break
+    if not fault:
+        checker.synchronize(device)
+    return _judged(job, verdicts, build, emulated)
+
+
+def _judged(job: Job, verdicts: list, build: str, emulated: bool = False) -> Outcome:
+    """The outcome of checked verdicts: a CUDA fault, a version that raised, a mismatch, or a pass."""
+    faults = [] if emulated else [(f, v) for v in verdicts if (f := fault_category(" ".join(v.reasons)))]
+    if faults:
+        fault, v = faults[0]
+        return Outcome(fault, _fault_message(fault, " ".join(v.reasons)), _fault_where(fault, job), verdicts, build=build)
     failed = [v for v in verdicts if not v.passed]
     raised = _raised(failed)
     if raised:

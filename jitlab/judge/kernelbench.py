@@ -1,0 +1,388 @@
+"""KernelBench's format: a problem file and the solutions to it, loaded and graded as KernelBench grades them.
+
+A **problem** is a Python file with ``class Model(nn.Module)``, ``get_inputs()`` and ``get_init_inputs()``;
+a **solution** has ``class ModelNew`` and builds its kernels with ``torch.utils.cpp_extension.load_inline``
+when it is imported. A **pair** is one of each; on disk, a folder with ``problem.py`` and ``solution.py``
+(``scripts/kernelbench-corpus`` lays the public leaderboard out so), or a problem file and solution files.
+
+Grading follows KernelBench's ``eval_kernel_against_ref``: both models are made from
+``get_init_inputs()`` under the same seed (so their weights agree), the solution must agree with
+``Model`` on :data:`TRIALS` inputs from ``get_inputs()``, each under a seed drawn from
+``torch.manual_seed(seed)`` as KernelBench draws them, within ``atol = rtol = 1e-2``; a right one is then
+timed against ``Model`` in eager mode and under ``torch.compile``. Mismatches come from
+:func:`jitlab.judge.checker.check`, with its reasons (how many wrong, the first indices, got/expected,
+outputs never written).
+
+The solution runs with its ``load_inline`` swapped for another function for as long as it is imported
+(:func:`swapped`): jitlab's (:func:`jitlab.jit.torch_compat.load_inline`), torch's own, or a compile-only
+build (:func:`compile_pair`, which needs no GPU and leaves the later import a cache hit). The swap patches
+``torch.utils.cpp_extension.load_inline``, so every import style of the solution gets it.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import hashlib
+import inspect
+import json
+import sys
+import threading
+import time
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from jitlab.errors import ArgumentError, CompileError
+from jitlab.jit import torch_compat
+from jitlab.judge import checker, timing
+
+#: KernelBench's fp32 tolerance (v0 and v0.1): ``torch.allclose(out, ref, atol=1e-2, rtol=1e-2)``.
+TOLERANCE = 1e-2
+#: Correctness trials and the seed they are drawn from (KernelBench's eval scripts' defaults).
+TRIALS = 5
+SEED = 42
+#: The job action a worker runs for one solution (:mod:`jitlab.worker.jobs`).
+ACTION = "kernelbench"
+#: How the solution's ``load_inline`` is provided.
+LOADERS = ("jitlab", "torch")
+
+
+@dataclass
+class Pair:
+    """A problem file and one solution to it; ``name`` is the pair folder's name or the solution's stem."""
+
+    problem: Path
+    solution: Path
+    name: str
+
+    def key(self, **params) -> str:
+        """A hash of both sources and the grading parameters: a rerun skips a pair with the same key."""
+        h = hashlib.sha256()
+        for p in (self.problem, self.solution):
+            h.update(p.read_bytes() + b"\0")
+        h.update(json.dumps(params, sort_keys=True).encode())
+        return h.hexdigest()[:20]
+
+
+def _top_names(path: Path) -> set[str]:
+    """The classes and functions a Python file defines at its top level (empty if it does not parse)."""
+    try:
+        tree = ast.parse(path.read_text(errors="replace"))
+    except (SyntaxError, ValueError, OSError):
+        return set()
+    return {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+
+
+def is_problem(path: Path) -> bool:
+    """A ``.py`` file defining ``Model`` and ``get_inputs``."""
+    return path.suffix == ".py" and path.is_file() and {"Model", "get_inputs"} <= _top_names(path)
+
+
+def is_solution(path: Path) -> bool:
+    """A ``.py`` file defining ``ModelNew``, or any ``solution*.py`` (one that does not parse is graded as a failure)."""
+    return path.suffix == ".py" and path.is_file() and (path.stem.startswith("solution") or "ModelNew" in _top_names(path))
+
+
+def _pair_folders(folder: Path) -> list[Path]:
+    """``folder`` itself if it holds a ``problem.py``, else its sub-folders that do."""
+    if (folder / "problem.py").is_file():
+        return [folder]
+    return sorted(d for d in folder.iterdir() if d.is_dir() and (d / "problem.py").is_file())
+
+
+def recognizes(paths) -> bool:
+    """Whether ``jitlab check PATHS`` names KernelBench pairs: a ``.py`` file, or a folder of pair folders."""
+    return any(Path(p).suffix == ".py" or (Path(p).is_dir() and _pair_folders(Path(p))) for p in paths)
+
+
+def pairs(paths, problem: str | Path | None = None) -> list[Pair]:
+    """The pairs that ``paths`` name, in order.
+
+    Without ``problem``: a problem file pairs with the solution files after it; a pair folder gives its
+    ``problem.py`` with each ``solution*.py`` in it; a folder of pair folders gives each of them. With
+    ``problem``: every solution file named, or found in a folder, is graded against it.
+
+    Raises:
+        ArgumentError: A path that is neither, or a solution with no problem before it.
+    """
+    found: list[Pair] = []
+    current = Path(problem) if problem else None
+    if current is not None and not is_problem(current):
+        raise ArgumentError(f"{current}: not a KernelBench problem (a .py file with class Model and get_inputs())")
+    for p in map(Path, paths):
+        if p.is_dir() and current is not None and problem:
+            found += [Pair(current, s, _name(s)) for s in sorted(p.rglob("*.py")) if s != current and is_solution(s)]
+        elif p.is_dir() and _pair_folders(p):
+            for d in _pair_folders(p):
+                found += [Pair(d / "problem.py", s, d.name if s.name == "solution.py" else f"{d.name}/{s.stem}")
+                          for s in sorted(d.glob("solution*.py"))]
+        elif is_problem(p) and not problem:
+            current = p
+        elif p.suffix == ".py" and p.is_file():
+            if current is None:
+                raise ArgumentError(f"{p}: a solution with no problem: name the problem file first "
+                                    f"(jitlab check problem.py {p}) or pass --problem")
+            found.append(Pair(current, p, _name(p)))
+        else:
+            raise ArgumentError(f"{p}: neither a KernelBench problem or solution (.py) nor a folder of pairs "
+                                f"(folders holding problem.py and solution.py)")
+    return found
+
+
+def _name(solution: Path) -> str:
+    return solution.parent.name if solution.name == "solution.py" else solution.stem
+
+
+# --- importing a solution with its load_inline swapped ------------------------------------------------
+
+_torch_load_inline = None
+_swaps = 0
+_swap_lock = threading.Lock()
+_here = threading.local()
+
+
+def _dispatch(*args, **kwargs):
+    """What ``torch.utils.cpp_extension.load_inline`` is while a swap is active: this thread's choice, or torch's."""
+    return getattr(_here, "load_inline", None) or _torch_load_inline
+
+
+def _patched(*args, **kwargs):
+    return _dispatch()(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def swapped(load_inline):
+    """``torch.utils.cpp_extension.load_inline`` is ``load_inline`` in this thread while active (other
+    threads get their own swap, or torch's); torch's is put back when the last swap ends."""
+    global _torch_load_inline, _swaps
+    import torch.utils.cpp_extension as ext
+
+    with _swap_lock:
+        if _swaps == 0:
+            _torch_load_inline = ext.load_inline
+            ext.load_inline = _patched
+        _swaps += 1
+    before, _here.load_inline = getattr(_here, "load_inline", None), load_inline
+    try:
+        yield
+    finally:
+        _here.load_inline = before
+        with _swap_lock:
+            _swaps -= 1
+            if _swaps == 0:
+                ext.load_inline = _torch_load_inline
+
+
+def import_file(path: Path, name: str) -> types.ModuleType:
+    """Run a Python file as a fresh module named ``name`` (its tracebacks and compile errors name the file's lines)."""
+    mod = types.ModuleType(name)
+    mod.__file__ = str(path)
+    sys.modules[name] = mod  # dataclasses and pickling look a module up by name
+    exec(compile(path.read_text(), str(path), "exec"), mod.__dict__)
+    return mod
+
+
+@dataclass
+class Builds:
+    """The ``load_inline`` calls an import made: ``(name, seconds, cached)`` each."""
+
+    calls: list[tuple[str, float, bool | None]] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return sum(s for _, s, _ in self.calls)
+
+    @property
+    def cached(self) -> bool:
+        return bool(self.calls) and all(c for _, _, c in self.calls)
+
+    def timed(self, load_inline):
+        """``load_inline`` that records each call's name, seconds and whether jitlab found it cached."""
+        def call(*args, **kwargs):
+            t0 = time.perf_counter()
+            mod = load_inline(*args, **kwargs)
+            name = args[0] if args else kwargs.get("name", "")
+            self.calls.append((name, time.perf_counter() - t0, getattr(getattr(mod, "build", None), "cached", None)))
+            return mod
+        return call
+
+
+def import_solution(path: Path, loader: str = "jitlab") -> tuple[types.ModuleType, Builds]:
+    """Import a solution with ``loader``'s ``load_inline`` (``"jitlab"`` or ``"torch"``): its module and builds.
+
+    Raises:
+        CompileError: From jitlab's ``load_inline``, at the solution's line.
+        Exception: Whatever the import raises (torch's build errors, a syntax error, …).
+    """
+    if loader not in LOADERS:
+        raise ArgumentError(f"loader={loader!r}: one of {', '.join(LOADERS)}")
+    import torch.utils.cpp_extension as ext
+
+    builds = Builds()
+    original = _torch_load_inline if _swaps else ext.load_inline
+    with swapped(builds.timed(torch_compat.load_inline if loader == "jitlab" else original)):
+        return import_file(path, "kernelbench_solution"), builds
+
+
+# --- the compile phase: build without loading ----------------------------------------------------------
+
+class _Stub:
+    """What a compile-only ``load_inline`` returns: any attribute, any call, so the rest of the file runs."""
+
+    def __getattr__(self, name):
+        return _Stub()
+
+    def __call__(self, *args, **kwargs):
+        return _Stub()
+
+
+@dataclass
+class Compiled:
+    """A solution's compile phase: ``error`` is the first compile error (at the solution's line), or ``""``."""
+
+    seconds: float = 0.0
+    calls: int = 0
+    cached: bool = False
+    error: str = ""
+
+
+def compile_pair(pair: Pair, *, arch=None, compile_only: bool = False) -> Compiled:
+    """Build every ``load_inline`` of a solution without loading it (the import's later build is a cache hit).
+
+    Runs the solution's file with ``load_inline`` swapped for :func:`jitlab.jit.torch_compat.build_inline`.
+    An error other than a compile error (a name the file lacks, a torch API it calls at import) is left
+    for the grading to report.
+
+    Args:
+        arch: Archs for a compile-only build (default ``sm_90``); ``None`` builds for this machine's GPU.
+        compile_only: Compile CUDA without linking or loading (no GPU needed); C++-only calls build whole.
+    """
+    out = Compiled()
+    signature = inspect.signature(torch_compat.load_inline)
+
+    def build(*args, **kwargs):
+        a = signature.bind(*args, **kwargs).arguments
+        cuda = bool(a.get("cuda_sources"))
+        t0 = time.perf_counter()
+        try:
+            b = torch_compat.build_inline(
+                a["name"], a["cpp_sources"], a.get("cuda_sources"), a.get("functions"),
+                compile_only=compile_only and cuda, arch=(arch or ["sm_90"]) if compile_only and cuda else None,
+                **{k: a[k] for k in ("extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_include_paths",
+                                     "with_pytorch_error_handling", "no_implicit_headers") if k in a},
+                **({"python_module": a["is_python_module"]} if "is_python_module" in a else {}))
+        finally:
+            out.seconds += time.perf_counter() - t0
+        out.calls += 1
+        out.cached = b.cached if out.calls == 1 else out.cached and b.cached
+        return _Stub()
+
+    with swapped(build):
+        try:
+            import_file(pair.solution, "kernelbench_solution")
+        except CompileError as e:
+            out.error = str(e)
+        except Exception:  # noqa: BLE001 -- not a build's failure: the grading reports it with its category
+            pass
+    return out
+
+
+# --- grading --------------------------------------------------------------------------------------------
+
+def set_seed(seed: int) -> None:
+    """KernelBench's ``set_seed``: the CPU generator and the current GPU's."""
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed(seed)
+
+
+def trial_seeds(seed: int = SEED, trials: int = TRIALS) -> list[int]:
+    """The seed of each correctness trial, drawn as KernelBench draws them."""
+    torch.manual_seed(seed)
+    return [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(trials)]
+
+
+def _on(values, device: str) -> list:
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+@dataclass
+class Graded:
+    """A solution graded in this process.
+
+    Attributes:
+        verdict: The checker's verdict over the trials (one case per trial seed).
+        builds: The ``load_inline`` calls its import made.
+        data: Median times (``ms``, ``eager_ms``, ``compile_ms``) when timed.
+    """
+
+    verdict: checker.Verdict
+    builds: Builds
+    data: dict = field(default_factory=dict)
+
+    @property
+    def build(self) -> str:
+        return "cache hit" if self.builds.cached else f"built in {self.builds.seconds:.2f} s"
+
+
+def grade(problem, solution, *, loader: str = "jitlab", device: str = "cuda", trials: int = TRIALS, seed: int = SEED,
+          time_it: bool = True, compile_ref: bool = True, rep_s: float = 0.1) -> Graded:
+    """Grade one solution as KernelBench does: correctness over ``trials`` seeded inputs, then timing.
+
+    Args:
+        problem, solution: The two files.
+        loader: Whose ``load_inline`` the solution gets (:func:`import_solution`).
+        device: ``"cuda"``, or ``"cpu"`` for a problem whose solution builds C++ only.
+        time_it: Time a right solution, and ``Model`` in eager mode (and under ``torch.compile`` if
+            ``compile_ref``, on a GPU), each with :func:`jitlab.judge.timing.time_fn` (``rep_s`` each).
+
+    Raises:
+        CompileError, Exception: What importing the solution or making ``ModelNew`` raises.
+    """
+    prob = import_file(Path(problem), "kernelbench_problem")
+    sol, builds = import_solution(Path(solution), loader)
+    if not hasattr(sol, "ModelNew"):
+        raise ArgumentError(f"{solution}: defines no class ModelNew (KernelBench imports ModelNew from the solution)")
+    set_seed(seed)
+    init = _on(prob.get_init_inputs(), device)
+    with torch.no_grad():
+        set_seed(seed)
+        model = prob.Model(*init).to(device)
+        set_seed(seed)
+        new = sol.ModelNew(*init).to(device)
+
+        def inputs(size, trial_seed, dev):
+            set_seed(trial_seed)
+            # One list, not one entry per input: KernelBench lets a solution write its inputs (Model ran
+            # first, on its own copy), and the checker's read-only rule looks at top-level tensors only.
+            return {"inputs": _on(prob.get_inputs(), dev)}
+
+        def call(m):
+            return lambda inp: m(*inp["inputs"])
+
+        verdict = checker.check(call(new), call(model), inputs, sizes=["get_inputs()"],
+                                seeds=trial_seeds(seed, trials), device=device, name="ModelNew",
+                                tolerance_override={"rtol": TOLERANCE, "atol": TOLERANCE})
+        graded = Graded(verdict, builds)
+        if verdict.passed and time_it:
+            graded.data = _times(model, new, inputs(None, seed, device)["inputs"], device, compile_ref, rep_s)
+    return graded
+
+
+def _times(model, new, args: list, device: str, compile_ref: bool, rep_s: float) -> dict:
+    """Median ms of the solution, of ``Model`` eager and (GPU) compiled, on one input."""
+    data = {"ms": timing.time_fn(lambda: new(*args), device, rep_s=rep_s).median,
+            "eager_ms": timing.time_fn(lambda: model(*args), device, rep_s=rep_s).median}
+    if compile_ref and device == "cuda":
+        compiled = torch.compile(model)
+        data["compile_ms"] = timing.time_fn(lambda: compiled(*args), device, rep_s=rep_s).median
+    return data
+
+
+def mismatch_message(verdict: checker.Verdict) -> str:
+    """``3 of 5 trials disagree with Model (atol = rtol = 0.01)``: the first line of a wrong solution's outcome."""
+    wrong = sum(not c.ok for c in verdict.cases)
+    return f"{wrong} of {len(verdict.cases)} trials disagree with Model (atol = rtol = {TOLERANCE:g})"

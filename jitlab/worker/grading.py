@@ -1,0 +1,128 @@
+"""Grading KernelBench solutions as a batch: ``jitlab check problem.py solutions/`` or ``jitlab check pairs/``.
+
+The batch, in order (the tuner's engine, :mod:`jitlab.worker.tune`, with a KernelBench job):
+
+1. **Pairs and keys.** The pairs the paths name (:func:`jitlab.judge.kernelbench.pairs`); those the results
+   file already holds with the same sources, parameters and device model are taken from it, not graded.
+2. **Build, in parallel on the CPU.** Each solution's ``load_inline`` calls are built without loading
+   (:func:`jitlab.judge.kernelbench.compile_pair`), the first alone (it makes the precompiled torch
+   headers), the rest ``build_threads`` at a time; a compile error is that solution's grade, at its line.
+3. **Grade, one at a time per GPU.** Each built solution is a job for a warm worker process per device
+   (local, or Dask's as ``jitlab tune --cluster`` runs them): import it (its builds are cache hits), check
+   it on the problem's inputs, time it against ``Model`` eager and compiled. A crash or a hang costs that
+   worker, which is restarted for the next solution. Each grade is appended to the results file as it ends.
+4. **Report**: a verdict line per solution and the counts (:class:`jitlab.judge.gradebook.Report`).
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+
+from jitlab import config
+from jitlab.errors import ToolchainError
+from jitlab.jit import toolchain
+from jitlab.judge import kernelbench
+from jitlab.judge.gradebook import Grade, Gradebook, Report
+from jitlab.judge.kernelbench import Compiled, Pair
+from jitlab.worker import jobs
+from jitlab.worker.jobs import Job, Outcome
+from jitlab.worker.tune import make_pool
+
+#: Seconds one solution's grading may take (torch.compile of a large Model takes tens of seconds).
+TIMEOUT = 300.0
+COMPILE_ONLY_ARCH = "sm_90"
+
+
+def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster: str | None = None,
+               build_threads: int | None = None, timeout: float = TIMEOUT, trials: int = kernelbench.TRIALS,
+               seed: int = kernelbench.SEED, time_it: bool = True, compile_ref: bool = True,
+               compile_only: bool = False, arch: str | None = None, store=None, on_grade=None) -> Report:
+    """Build and grade KernelBench solutions (see the module's docstring).
+
+    Args:
+        paths: Pair folders, folders of them, or a problem file followed by solution files (or folders).
+        problem: The problem every solution in ``paths`` answers.
+        device: ``"cuda"``, or ``"cpu"`` for problems whose solutions build C++ only.
+        gpus: Devices (a count or numbers such as ``"0,1"``); default every GPU here.
+        cluster: ``"local"`` or a Dask scheduler's ``tcp://`` address.
+        build_threads: Parallel builds (default: this machine's cores).
+        timeout: Seconds one solution's grading may take before its worker is stopped.
+        trials, seed: KernelBench's correctness trials and the seed they are drawn from.
+        time_it: Time the right ones; ``compile_ref``: against ``torch.compile`` of ``Model`` too.
+        compile_only: Build only (no GPU needed; CUDA for ``arch``, default sm_90): nothing is graded or stored.
+        store: The results file (default ``<cache>/results/kernelbench.jsonl``).
+        on_grade: Called with each new :class:`~jitlab.judge.gradebook.Grade` (progress).
+
+    Raises:
+        ToolchainError: CUDA grading asked for and no GPU here (the message names ``--compile-only``).
+        ArgumentError: Paths that name no pairs.
+    """
+    t0 = time.monotonic()
+    found = kernelbench.pairs(paths, problem)
+    cuda = device != "cpu"
+    if cuda and not compile_only and not cluster and not toolchain.gpu_available():
+        raise ToolchainError("no CUDA GPU found: grading a KernelBench solution runs it; build them only with "
+                             "--compile-only (jitlab check ... --compile-only), grade C++-only solutions of a CPU "
+                             "problem with --device cpu, or pass --cluster tcp://... (workers with GPUs)")
+    pool = make_pool(cuda and not compile_only, gpus, None if compile_only else cluster)
+    if build_threads and hasattr(pool, "build_threads"):
+        pool.build_threads = build_threads
+    book = Gradebook(store)
+    params = {"device": device, "trials": trials, "seed": seed, "time_it": time_it, "compile_ref": compile_ref}
+    grades: dict[int, Grade] = {}
+    try:
+        model = pool.probe(cuda and not compile_only)[0].device
+        keys = [p.key(model=model, **params) for p in found]
+        known = {} if compile_only else book.known()
+        todo = [i for i, k in enumerate(keys) if k not in known]
+        grades.update({i: known[k] for i, k in enumerate(keys) if k in known})
+        if todo and cuda and not compile_only:
+            pool.warm()  # the workers start (torch, a CUDA context) while the solutions build
+        build = partial(_compile, arch=[arch or COMPILE_ONLY_ARCH] if compile_only else None, compile_only=compile_only)
+        built: dict[int, Compiled] = {}
+        for batch in (todo[:1], todo[1:]):  # the first alone: it makes the precompiled headers the rest use
+            for (i, _), c in pool.builds(build, [(i, found[i]) for i in batch]):
+                built[i] = c
+        queue, index = [], {}
+        for i in todo:
+            c = built[i]
+            if c.error or compile_only:
+                g = _grade(found[i], keys[i], model, built[i], Outcome(jobs.COMPILE if c.error else "built", c.error))
+                _keep(grades, i, g, book if c.error and not compile_only else None, on_grade)
+            else:
+                queue.append(Job(kernelbench.ACTION, str(found[i].solution), ref=str(found[i].problem),
+                                 params=params, cache_dir=str(config.cache_dir())))
+                index[id(queue[-1])] = i  # a job comes back as the same object (its id is the worker's)
+        for slot, job, out in pool.run({None: queue}, timeout):
+            i = index[id(job)]
+            _keep(grades, i, _grade(found[i], keys[i], slot.device, built[i], out), book, on_grade)
+    finally:
+        pool.close()
+    return Report([grades[i] for i in range(len(found)) if i in grades], len(todo), time.monotonic() - t0,
+                  None if compile_only else book.path, compile_only)
+
+
+def _compile(item: tuple[int, Pair], *, arch, compile_only: bool) -> Compiled:
+    """A build task (picklable, for Dask too): the compile phase of one pair."""
+    return kernelbench.compile_pair(item[1], arch=arch, compile_only=compile_only)
+
+
+def _grade(pair: Pair, key: str, device: str, built: Compiled, out: Outcome) -> Grade:
+    d = out.data or {}
+    message = out.message
+    if out.category == jobs.MISMATCH and out.verdicts:
+        message = "\n".join([message, *str(out.verdicts[0]).splitlines()[1:]])  # the checker's reasons and got/expected
+    elif out.category not in (jobs.PASS, jobs.COMPILE, "built") and out.output.strip():
+        message = f"{message}\n--- output ---\n{out.output.strip()[-2000:]}"
+    return Grade(key, pair.name, str(pair.problem), str(pair.solution), device, out.category, message.strip(),
+                 out.where, round(built.seconds, 3), round(out.seconds, 3) if out.seconds else None,
+                 d.get("ms"), d.get("eager_ms"), d.get("compile_ms"))
+
+
+def _keep(grades: dict, i: int, g: Grade, book: Gradebook | None, on_grade) -> None:
+    grades[i] = g
+    if book is not None:
+        book.append(g)
+    if on_grade:
+        on_grade(g)

@@ -154,6 +154,7 @@ def _check_kernelbench(args) -> int:
     """``jitlab check problem.py solutions... | pairs/``: KernelBench's grading, a verdict line per solution, the table."""
     import json
 
+    from jitlab.judge import gradebook
     from jitlab.worker import grading
 
     report = grading.grade_many(args.paths, problem=args.problem, device=args.device or "cuda", gpus=args.gpus,
@@ -162,7 +163,7 @@ def _check_kernelbench(args) -> int:
                                 compile_only=args.compile_only, arch=args.arch, store=args.store,
                                 on_grade=None if args.json else lambda g: print(g.line(), flush=True))
     print(json.dumps(report.to_json(), indent=1) if args.json else f"\n{report}")
-    return 0 if all(g.passed or g.category == "built" for g in report.grades) else 1
+    return 0 if all(g.passed or g.category == gradebook.BUILT for g in report.grades) else 1
 
 
 def _tune(args) -> int:

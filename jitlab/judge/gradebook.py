@@ -18,6 +18,7 @@ from pathlib import Path
 from jitlab.judge import results
 
 PASS = "pass"  # an outcome's category when the solution is right (jitlab.worker.jobs.PASS)
+BUILT = "built"  # a compile-only batch's category for a solution that builds (it was not run)
 
 
 @dataclass
@@ -65,6 +66,8 @@ class Grade:
     def line(self, width: int = 0) -> str:
         """The one-line verdict: ``PASS 0.21 ms, 1.6x eager, 0.9x compile`` or ``FAIL [category] why``."""
         built = f"  (build {self.build_s:.1f} s)" if self.build_s is not None else ""
+        if self.category == BUILT:
+            return f"{self.pair:<{width}}  BUILT (not run){built}"
         if self.passed:
             figures = [f"{self.ms:.3g} ms"] if self.ms else ["right (untimed)"]
             figures += [f"{s:.2f}x {over}" for over in ("eager", "compile") if (s := self.speedup(over))]

@@ -329,7 +329,7 @@ class Graded:
 
 
 def grade(problem, solution, *, loader: str = "jitlab", device: str = "cuda", trials: int = TRIALS, seed: int = SEED,
-          time_it: bool = True, compile_ref: bool = True, rep_s: float = 0.1) -> Graded:
+          time_it: bool = True, compile_ref: bool = True, rep_s: float = 0.1, imported=None) -> Graded:
     """Grade one solution as KernelBench does: correctness over ``trials`` seeded inputs, then timing.
 
     Args:
@@ -338,12 +338,13 @@ def grade(problem, solution, *, loader: str = "jitlab", device: str = "cuda", tr
         device: ``"cuda"``, or ``"cpu"`` for a problem whose solution builds C++ only.
         time_it: Time a right solution, and ``Model`` in eager mode (and under ``torch.compile`` if
             ``compile_ref``, on a GPU), each with :func:`jitlab.judge.timing.time_fn` (``rep_s`` each).
+        imported: ``(module, builds)`` from :func:`import_solution` when the caller imported it already.
 
     Raises:
         CompileError, Exception: What importing the solution or making ``ModelNew`` raises.
     """
     prob = import_file(Path(problem), "kernelbench_problem")
-    sol, builds = import_solution(Path(solution), loader)
+    sol, builds = imported or import_solution(Path(solution), loader)
     if not hasattr(sol, "ModelNew"):
         raise ArgumentError(f"{solution}: defines no class ModelNew (KernelBench imports ModelNew from the solution)")
     set_seed(seed)

@@ -23,7 +23,7 @@ from jitlab import config
 from jitlab.errors import ToolchainError
 from jitlab.jit import toolchain
 from jitlab.judge import kernelbench
-from jitlab.judge.gradebook import Grade, Gradebook, Report
+from jitlab.judge.gradebook import BUILT, Grade, Gradebook, Report
 from jitlab.judge.kernelbench import Compiled, Pair
 from jitlab.worker import jobs
 from jitlab.worker.jobs import Job, Outcome
@@ -88,7 +88,7 @@ def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster:
         for i in todo:
             c = built[i]
             if c.error or compile_only:
-                g = _grade(found[i], keys[i], model, built[i], Outcome(jobs.COMPILE if c.error else "built", c.error))
+                g = _grade(found[i], keys[i], model, built[i], Outcome(jobs.COMPILE if c.error else BUILT, c.error))
                 _keep(grades, i, g, book if c.error and not compile_only else None, on_grade)
             else:
                 queue.append(Job(kernelbench.ACTION, str(found[i].solution), ref=str(found[i].problem),
@@ -113,7 +113,7 @@ def _grade(pair: Pair, key: str, device: str, built: Compiled, out: Outcome) -> 
     message = out.message
     if out.category == jobs.MISMATCH and out.verdicts:
         message = "\n".join([message, *str(out.verdicts[0]).splitlines()[1:]])  # the checker's reasons and got/expected
-    elif out.category not in (jobs.PASS, jobs.COMPILE, "built") and out.output.strip():
+    elif out.category not in (jobs.PASS, jobs.COMPILE, BUILT) and out.output.strip():
         message = f"{message}\n--- output ---\n{out.output.strip()[-2000:]}"
     return Grade(key, pair.name, str(pair.problem), str(pair.solution), device, out.category, message.strip(),
                  out.where, round(built.seconds, 3), round(out.seconds, 3) if out.seconds else None,

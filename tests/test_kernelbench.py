@@ -1,0 +1,224 @@
+"""KernelBench pairs: finding them, swapping a solution's load_inline, grading as KernelBench does, the
+results file a rerun skips, the table; on the CPU with a C++-only pair, and on a GPU with a CUDA pair.
+
+The pairs are ours (tests/fixtures/kernelbench/): per problem a right solution, a wrong one (its last
+elements are never written) and one that does not compile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from jitlab.errors import ArgumentError
+from jitlab.judge import gradebook, kernelbench
+from jitlab.judge.gradebook import Grade, Gradebook, Report
+from jitlab.worker import grading
+
+PAIRS = Path(__file__).resolve().parent / "fixtures" / "kernelbench"
+CPU = PAIRS / "cpu_scaled_relu"
+CUDA = PAIRS / "cuda_scaled_relu"
+
+
+def test_a_pair_folder_gives_its_problem_with_each_solution_file():
+    """A folder with problem.py pairs it with solution.py and each solution_*.py, named by the folder."""
+    found = kernelbench.pairs([CPU])
+    assert [p.name for p in found] == ["cpu_scaled_relu", "cpu_scaled_relu/solution_broken",
+                                       "cpu_scaled_relu/solution_wrong"]
+    assert {p.problem for p in found} == {CPU / "problem.py"}
+
+
+def test_a_folder_of_pair_folders_gives_every_pair():
+    """A folder whose sub-folders are pairs (the corpus layout) gives each sub-folder's pairs, in order."""
+    found = kernelbench.pairs([PAIRS])
+    assert [p.problem.parent.name for p in found] == ["cpu_scaled_relu"] * 3 + ["cuda_scaled_relu"] * 3
+
+
+def test_a_problem_file_pairs_with_the_solution_files_after_it():
+    """``problem.py sol_a.py sol_b.py`` grades both solutions against that problem."""
+    found = kernelbench.pairs([CPU / "problem.py", CPU / "solution.py", CUDA / "problem.py", CUDA / "solution_wrong.py"])
+    assert [(p.problem.parent.name, p.solution.name) for p in found] == [
+        ("cpu_scaled_relu", "solution.py"), ("cuda_scaled_relu", "solution_wrong.py")]
+
+
+def test_a_solution_with_no_problem_is_refused_with_the_fix():
+    """A solution file named before any problem says to name the problem first."""
+    with pytest.raises(ArgumentError, match="name the problem file first"):
+        kernelbench.pairs([CPU / "solution.py"])
+
+
+def test_check_takes_pairs_but_leaves_snippets_to_the_snippet_checker():
+    """``.py`` files and folders of pairs are KernelBench's; kernel files and kernel folders are not."""
+    assert kernelbench.recognizes([CPU / "problem.py"]) and kernelbench.recognizes([PAIRS])
+    assert not kernelbench.recognizes(["kernels/saxpy.cu", "kernels"])
+
+
+@pytest.mark.parametrize("style", [
+    "from torch.utils.cpp_extension import load_inline\next = load_inline('x', 'src')",
+    "import torch.utils.cpp_extension as cpp\next = cpp.load_inline('x', 'src')",
+    "import torch.utils.cpp_extension\next = torch.utils.cpp_extension.load_inline('x', 'src')",
+    "from torch.utils import cpp_extension\next = cpp_extension.load_inline(name='x', cpp_sources='src')",
+])
+def test_the_swap_reaches_every_import_style(tmp_path, style):
+    """A solution gets the swapped load_inline however it imports it, and torch's is back afterwards."""
+    import torch.utils.cpp_extension as ext
+
+    torch_own = ext.load_inline
+    sol = tmp_path / "solution.py"
+    sol.write_text(style + "\n")
+    with kernelbench.swapped(lambda *a, **k: "swapped"):
+        mod = kernelbench.import_file(sol, "kernelbench_solution")
+    assert mod.ext == "swapped"
+    assert ext.load_inline is torch_own
+
+
+def test_without_a_gpu_check_names_compile_only_and_device_cpu(jitlab_cli):
+    """Grading CUDA pairs on a machine without a GPU stops at once, naming --compile-only and --device cpu."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    r = jitlab_cli("check", CUDA)
+    assert r.returncode == 1
+    assert "no CUDA GPU found" in r.stderr and "--compile-only" in r.stderr and "--device cpu" in r.stderr
+
+
+def test_the_results_file_skips_a_torn_line(tmp_path):
+    """A line cut short by a killed batch is skipped; the grades around it are read."""
+    book = Gradebook(tmp_path / "grades.jsonl")
+    book.append(Grade("k1", "a", "p.py", "a.py", "cpu", "pass"))
+    with open(book.path, "a") as f:
+        f.write('{"key": "k2", "pair": "b", "pro\n')
+    book.append(Grade("k3", "c", "p.py", "c.py", "cpu", "mismatch", "1 of 5 trials disagree"))
+    assert sorted(book.known()) == ["k1", "k3"]
+
+
+def test_the_table_has_a_verdict_line_per_solution_then_the_counts():
+    """Each solution gets one line (times and speedups, or the category and why), then the counts and speedups."""
+    grades = [Grade("k1", "fast", "p.py", "fast.py", "gpu", "pass", build_s=5.0, ms=0.5, eager_ms=1.0, compile_ms=0.75),
+              Grade("k2", "broken", "p.py", "broken.py", "gpu", "compile error",
+                    "jitlab: load_inline 'x' failed to compile: 1 error\nsolution.py, line 12 (load_inline 'x' "
+                    "cuda_sources[0], line 3): error: identifier \"n2\" is undefined\n    3 | ...")]
+    lines = Report(grades, graded=2, seconds=12.0).table().splitlines()
+    assert lines[0].split() == ["fast", "PASS", "0.5", "ms,", "2.00x", "eager,", "1.50x", "compile", "(build", "5.0", "s)"]
+    assert "FAIL [compile error]  solution.py, line 12 (load_inline 'x' cuda_sources[0], line 3): error" in lines[1]
+    assert lines[2] == "2 solutions graded in 12.0 s: 1 right, 1 compile error"
+    assert lines[3] == "median speedup of the right ones: 2.00x over eager, 1.50x over compile"
+
+
+# --- the whole flow on the CPU: a C++-only solution to a CPU problem ---------------------------------
+
+@pytest.fixture(scope="module")
+def cpu_graded(tmp_path_factory, shared_cache):
+    """The CPU pairs graded once (shared build cache), with the results file they were kept in."""
+    old = os.environ.get("JITLAB_CACHE_DIR")
+    os.environ["JITLAB_CACHE_DIR"] = str(shared_cache)
+    store = tmp_path_factory.mktemp("kb") / "grades.jsonl"
+    try:
+        report = grading.grade_many([CPU], device="cpu", store=store, build_threads=2)
+        yield {g.pair: g for g in report.grades}, store
+    finally:
+        if old is None:
+            os.environ.pop("JITLAB_CACHE_DIR", None)
+        else:
+            os.environ["JITLAB_CACHE_DIR"] = old
+
+
+@pytest.mark.slow
+def test_a_right_cpu_solution_passes_and_is_timed_against_eager(cpu_graded):
+    """The right C++ solution passes KernelBench's trials and has its time and Model's eager time."""
+    g = cpu_graded[0]["cpu_scaled_relu"]
+    assert g.category == gradebook.PASS, g.message
+    assert g.ms > 0 and g.eager_ms > 0 and g.compile_ms is None  # torch.compile is timed on a GPU only
+
+
+@pytest.mark.slow
+def test_a_wrong_solution_is_a_mismatch_with_the_checkers_reasons(cpu_graded):
+    """The solution that skips the last element fails every trial, saying it was never written and where."""
+    g = cpu_graded[0]["cpu_scaled_relu/solution_wrong"]
+    assert g.category == "mismatch"
+    assert g.message.startswith("5 of 5 trials disagree with Model (atol = rtol = 0.01)")
+    assert "1 of 4773 output elements were never written" in g.message and "(36, 128)" in g.message
+    assert g.where.startswith("ModelNew at size get_inputs(), seed ")
+
+
+@pytest.mark.slow
+def test_a_compile_error_is_reported_at_the_solutions_line(cpu_graded):
+    """The solution that does not compile fails at its own file's line, inside the load_inline string."""
+    g = cpu_graded[0]["cpu_scaled_relu/solution_broken"]
+    assert g.category == "compile error"
+    assert ("solution_broken.py, line 15 (load_inline 'kb_cpu_scaled_relu_broken' cpp_sources[0], line 9): "
+            "error: ‘alpha_f’ was not declared") in gradebook.first_line(g.message)
+
+
+@pytest.mark.slow
+def test_a_rerun_grades_only_what_changed(cpu_graded, tmp_path, use_shared_cache):
+    """With the same results file, unchanged pairs come from it and an edited solution is graded again."""
+    store = tmp_path / "grades.jsonl"
+    shutil.copy(cpu_graded[1], store)
+    pair = tmp_path / "cpu_scaled_relu"
+    shutil.copytree(CPU, pair)
+    again = grading.grade_many([CPU], device="cpu", store=store)
+    assert again.graded == 0 and [g.category for g in again.grades] == ["pass", "compile error", "mismatch"]
+    edited = pair / "solution_wrong.py"
+    edited.write_text(edited.read_text() + "\n# edited\n")
+    mixed = grading.grade_many([CPU / "problem.py", CPU / "solution.py", CPU / "problem.py", edited],
+                               device="cpu", store=store)
+    assert mixed.graded == 1 and [g.category for g in mixed.grades] == ["pass", "mismatch"]
+
+
+@pytest.mark.slow
+def test_the_compile_phase_leaves_the_import_a_cache_hit(cache):
+    """A solution built by the compile phase imports without building again (the same build key)."""
+    pair = kernelbench.pairs([CPU])[0]
+    built = kernelbench.compile_pair(pair)
+    assert not built.error and built.calls == 1
+    _, builds = kernelbench.import_solution(pair.solution, "jitlab")
+    assert builds.cached
+
+
+@pytest.mark.slow
+def test_check_prints_the_grades_as_json(cpu_graded, jitlab_cli, use_shared_cache, tmp_path):
+    """``jitlab check PAIRS --device cpu --json`` prints every grade and the counts, and fails when one fails."""
+    r = jitlab_cli("check", CPU, "--device", "cpu", "--no-time", "--json", "--store", tmp_path / "g.jsonl")
+    assert r.returncode == 1, r.stderr
+    report = json.loads(r.stdout)
+    assert report["counts"] == {"pass": 1, "compile error": 1, "mismatch": 1}
+    assert [g["pair"] for g in report["grades"]] == ["cpu_scaled_relu", "cpu_scaled_relu/solution_broken",
+                                                     "cpu_scaled_relu/solution_wrong"]
+
+
+@pytest.mark.slow
+def test_compile_only_builds_cuda_solutions_without_a_gpu(use_shared_cache, tmp_path):
+    """``compile_only`` builds each CUDA solution for sm_90 (no GPU needed) and reports the broken one at its line."""
+    report = grading.grade_many([CUDA], compile_only=True, arch="sm_90", store=tmp_path / "g.jsonl")
+    by = {g.pair: g for g in report.grades}
+    assert [by[n].category for n in ("cuda_scaled_relu", "cuda_scaled_relu/solution_wrong")] == ["built", "built"]
+    broken = by["cuda_scaled_relu/solution_broken"]
+    assert broken.category == "compile error"
+    assert "solution_broken.py, line 11 (load_inline 'kb_cuda_scaled_relu_broken' cuda_sources[0], line 5): error: " \
+           "identifier \"alpha_f\" is undefined" in gradebook.first_line(broken.message)
+    assert not (tmp_path / "g.jsonl").exists()  # built is not graded: nothing is kept for a rerun to skip
+
+
+# --- on a GPU -------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_three_cuda_pairs_are_graded_right_wrong_and_not_compiling(use_shared_cache, tmp_path):
+    """On a GPU: the right solution passes and is timed against eager and compiled; the wrong one is a
+    mismatch naming the elements never written; the broken one a compile error at its line."""
+    report = grading.grade_many([CUDA], store=tmp_path / "grades.jsonl")
+    by = {g.pair: g for g in report.grades}
+    right, wrong, broken = (by[n] for n in ("cuda_scaled_relu", "cuda_scaled_relu/solution_wrong",
+                                            "cuda_scaled_relu/solution_broken"))
+    assert right.category == "pass", right.message
+    assert right.ms > 0 and right.eager_ms > 0 and right.compile_ms > 0
+    assert wrong.category == "mismatch" and "output elements were never written" in wrong.message
+    assert broken.category == "compile error"
+    assert "solution_broken.py, line 11 (load_inline 'kb_cuda_scaled_relu_broken' cuda_sources[0], line 5)" \
+        in gradebook.first_line(broken.message)
+    assert "3 solutions graded" in report.table() and "1 right, 1 compile error, 1 mismatch" in report.table()

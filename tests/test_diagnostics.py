@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 
 import pytest
 
@@ -86,7 +87,7 @@ def test_duplicates_collapse(cu):
     log = nvcc_log(cu) + nvcc_log(cu)
     assert len(parse_log(log)) == 1
     err = compile_error("k.cu (nvcc, sm_75/sm_90)", log, {})
-    assert err.summary.endswith("1 error") and err.excerpt.count("k.cu:3:") == 1
+    assert err.summary.endswith('1 error: identifier "xx" is undefined') and err.excerpt.count("k.cu:3:") == 1
 
 
 def test_render_quotes_line_with_caret(cu):
@@ -124,17 +125,17 @@ def test_warnings_come_after_errors(cu, cpp):
     log = f"{cpp}:1:5: warning: unused variable 'w'\n" + nvcc_log(cu)
     err = compile_error("k.cu (nvcc, sm_90)", log, {})
     assert [d.severity for d in err.diagnostics] == ["warning", "error"]  # .diagnostics keeps log order
-    assert err.summary.endswith("1 error")  # warnings are not counted as errors
+    assert err.summary.endswith('1 error: identifier "xx" is undefined')  # warnings are not counted as errors
     ex = err.excerpt
     assert ex.splitlines()[0].endswith('k.cu:3:23: error: identifier "xx" is undefined')
     assert "unused variable" not in ex or ex.index("unused variable") > ex.index('identifier "xx"')
 
 
 def test_only_warnings_are_shown_when_there_are_no_errors(cpp):
-    """A failed build whose log has only warnings shows the warnings (better than nothing)."""
+    """A failed build whose log has only warnings shows the warnings (better than nothing), its last line first."""
     err = compile_error("k.cpp (c++)", f"{cpp}:2:5: warning: something odd\n", {})
     assert "k.cpp:2:5: warning: something odd" in err.excerpt
-    assert err.summary.endswith("the build failed")
+    assert err.summary.endswith("the build failed; the log ends: k.cpp:2:5: warning: something odd".replace("k.cpp", str(cpp)))
 
 
 def test_more_than_three_errors_says_and_n_more(cpp):
@@ -142,7 +143,7 @@ def test_more_than_three_errors_says_and_n_more(cpp):
     log = "".join(f"{cpp}:{i}:1: error: problem {i}\n" for i in range(1, 6))
     err = compile_error("k.cpp (c++)", log, {})
     assert MAX_SHOWN == 3
-    assert err.summary == "jitlab: k.cpp (c++) failed to compile: 5 errors"
+    assert err.summary == "jitlab: k.cpp (c++) failed to compile: 5 errors: problem 1"
     for i in (1, 2, 3):
         assert f"problem {i}" in err.excerpt
     assert "problem 4" not in err.excerpt and "problem 5" not in err.excerpt
@@ -163,7 +164,8 @@ def test_str_of_compile_error_has_summary_excerpt_and_log_hint(cu):
     err = compile_error("k.cu (nvcc, sm_90)", log, {})
     assert isinstance(err, CompileError) and err.log == log
     lines = str(err).splitlines()
-    assert lines[0] == "jitlab: k.cu (nvcc, sm_90) failed to compile: 1 error"
+    assert lines[0] == 'jitlab: k.cu (nvcc, sm_90) failed to compile: 1 error: identifier "xx" is undefined'
+
     assert "    3 |     if (i < n) y[i] = xx;" in lines
     assert lines[-1].startswith("(") and ".log" in lines[-1]  # points at err.log for the rest
     assert str(pickle.loads(pickle.dumps(err))) == str(err)
@@ -173,7 +175,7 @@ def test_unparsable_log_shows_its_tail():
     """A failure with no recognizable diagnostic shows the end of the log instead of nothing."""
     log = "\n".join(f"line {i}" for i in range(100)) + "\nsomething went badly\n"
     err = compile_error("x.cpp (c++)", log, {})
-    assert err.diagnostics == [] and err.summary.endswith("the build failed")
+    assert err.diagnostics == [] and err.summary.endswith("the build failed; the log ends: something went badly")
     assert "something went badly" in str(err) and "line 0\n" not in str(err)
 
 
@@ -208,3 +210,17 @@ def test_single_digit_arch_is_rejected():
 
     with pytest.raises(ToolchainError):
         normalize_arch("9")
+
+
+@pytest.mark.parametrize("log, cause", [
+    ("[1/2] c++ -c main.cpp\nFAILED: main.o\nc++ '' -c main.cpp\nc++: error: : No such file or directory\n",
+     "c++: error: : No such file or directory"),
+    ("nvcc fatal   : '3 -Xptxas -O3': expected a number\n", "nvcc fatal   : '3 -Xptxas -O3': expected a number"),
+    ("/usr/bin/ld: cannot find -lnosuch: No such file or directory\ncollect2: error: ld returned 1 exit status\n",
+     "/usr/bin/ld: cannot find -lnosuch: No such file or directory"),
+    ("g++: error: unrecognized command-line option '-fno-such'\n", "g++: error: unrecognized command-line option '-fno-such'"),
+])
+def test_the_first_line_names_a_driver_or_linker_cause(log, cause):
+    """A build stopped by the compiler driver or the linker (a bad flag, a missing library) names that line first."""
+    err = compile_error("k.cpp (c++)", log, {})
+    assert re.fullmatch(r"jitlab: k\.cpp \(c\+\+\) failed to compile: \d errors?: " + re.escape(cause), err.summary)

@@ -4,6 +4,7 @@ CUDA compile-only)."""
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 import pydoc
 
 import pytest
@@ -173,14 +174,15 @@ def test_sycl_sources_are_refused_naming_torch(cache):
 
 
 def test_not_a_python_module_loads_torch_library_operators(cache):
-    """is_python_module=False loads the operators into torch.ops (returning None, as torch's); a new source
-    under the same name replaces them in the same process."""
+    """is_python_module=False loads the operators into torch.ops and returns the library's path, as torch's; a
+    new source under the same name replaces them in the same process."""
     src = """
 torch::Tensor twice(torch::Tensor x) { return x * FACTOR; }
 TORCH_LIBRARY(jitlab_inline_test, m) { m.def("twice(Tensor x) -> Tensor"); }
 TORCH_LIBRARY_IMPL(jitlab_inline_test, CPU, m) { m.impl("twice", &twice); }
 """
-    assert jitlab.load_inline(name="oplib", cpp_sources="#define FACTOR 2\n" + src, is_python_module=False) is None
+    path = jitlab.load_inline(name="oplib", cpp_sources="#define FACTOR 2\n" + src, is_python_module=False)
+    assert isinstance(path, str) and path.endswith(".so") and Path(path).is_file()
     assert torch.ops.jitlab_inline_test.twice(torch.ones(2)).tolist() == [2.0, 2.0]
     jitlab.load_inline(name="oplib", cpp_sources="#define FACTOR 3\n" + src, is_python_module=False)
     assert torch.ops.jitlab_inline_test.twice(torch.ones(2)).tolist() == [3.0, 3.0]

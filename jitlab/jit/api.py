@@ -53,8 +53,8 @@ def load(path=None, *more, mode: str = "auto", arch=None, defines=None, cflags=N
         name, sources, **torch_keywords: ``torch.utils.cpp_extension.load``'s arguments, so its calls run
             unchanged: ``load(name="ext", sources=["ext.cpp", "ext.cu"], extra_cflags=[...],
             extra_cuda_cflags=[...], extra_ldflags=[...], extra_include_paths=[...], verbose=True,
-            is_python_module=False)`` (the last loads a ``TORCH_LIBRARY`` library and returns ``None``, as torch's);
-            ``build_directory``, ``keep_intermediates``, ``with_cuda`` are accepted with a one-time note.
+            is_python_module=False)`` (the last loads a ``TORCH_LIBRARY`` library and returns its path, as torch's);
+            ``build_directory`` and ``keep_intermediates`` are accepted with a one-time note.
 
     Returns:
         A module whose attributes are the snippet's kernels and host functions. Kernels take
@@ -81,11 +81,11 @@ def _load_torch_style(path, more, name, sources, opts: Options, kw: dict):
     paths, _ = torch_compat.torch_load_args(path, more, name, sources)
     torch_compat.check_load_keywords(kw)
     opts = torch_compat.torch_options(kw.get("extra_cflags"), kw.get("extra_cuda_cflags"), kw.get("extra_ldflags"),
-                                      kw.get("extra_include_paths"), opts)
+                                      kw.get("extra_include_paths"), opts, kw.get("with_cuda"))
     mod = loader.load_or_rebuild(paths, opts)  # operators (TORCH_LIBRARY): the earlier build unloaded first
     if kw.get("verbose"):
         torch_compat.show_log(mod.build)
-    return mod if kw.get("is_python_module", True) else None  # torch's returns nothing then
+    return mod if kw.get("is_python_module", True) else str(mod.build.artifact)  # torch's returns the library's path
 
 
 def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None,

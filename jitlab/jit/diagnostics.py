@@ -14,7 +14,9 @@ from jitlab.errors import CompileError, Diagnostic
 
 _NVCC = re.compile(r"^(?P<path>[^\s(][^(]*)\((?P<line>\d+)\): (?P<sev>error|warning|catastrophic error)(?: #\S+)?: (?P<msg>.*)$")
 _GCC = re.compile(r"^(?P<path>[^\s:][^:]*):(?P<line>\d+):(?P<col>\d+): (?P<sev>error|warning|fatal error): (?P<msg>.*)$")
-_OTHER = re.compile(r"(ptxas (?:fatal|error)\s*:.*|.*undefined reference to .*|.*\berror: ld returned.*|nvcc fatal\s*:.*)")
+_OTHER = re.compile(r"(ptxas (?:fatal|error)\s*:.*|.*undefined reference to .*|.*\bld: cannot find .*|"
+                    r"(?:\S*/)?(?:c\+\+|g\+\+|gcc|cc|clang\+\+|clang|x86_64-linux-gnu-g\+\+(?:-\d+)?): (?:fatal )?error: .*|"
+                    r".*\berror: ld returned.*|nvcc fatal\s*:.*)")
 
 MAX_SHOWN = 3
 
@@ -117,6 +119,26 @@ def short_path(path: str) -> str:
         return path
 
 
+#: A compiler driver's or linker's own complaint: ``c++: error: ...``, ``nvcc fatal : ...``, ``ld: cannot find -lfoo``.
+_DRIVER = re.compile(r"^\S*(?:: | )(?:fatal )?(?:error|fatal)\s*:\s*\S.*$|^.*\bld: .*$|^.*\bcannot find\b.*$", re.I)
+#: What ninja and torch's build print around the compiler's own words (never the cause).
+_NOISE = re.compile(r"^(\[\d+/\d+\]|FAILED:|ninja: |subcommand failed|Traceback|\s*$)")
+
+
+def _cause(errors: list[Diagnostic], log: str) -> str:
+    """The first line's reason: the compiler's first error (with how many there are), else the first line of the
+    log a compiler driver or linker wrote as an error (a flag it rejected, a library it found no file for),
+    else the log's last line."""
+    if errors:
+        n = len(errors)
+        return f"{n} error{'s' if n != 1 else ''}: {errors[0].message}"[:300]
+    lines = [ln.strip() for ln in log.splitlines() if not _NOISE.match(ln)]
+    line = next((ln for ln in lines if _DRIVER.match(ln)), None) or next(
+        (ln for ln in lines if re.search(r"\berror\b", ln, re.I) and not ln.startswith(("/", "c++ ", "g++ "))), None)
+    line = line or (f"the build failed; the log ends: {lines[-1]}" if lines else "the build failed with an empty log")
+    return line[:300]
+
+
 def compile_error(what: str, log: str, sources: dict[str, str]) -> CompileError:
     """Build the one error type for a failed build, first errors first, full log attached.
 
@@ -132,9 +154,8 @@ def compile_error(what: str, log: str, sources: dict[str, str]) -> CompileError:
     picked = errors[:MAX_SHOWN] + warnings[: max(0, MAX_SHOWN - len(errors))]
     shown = [render(d, sources) for d in picked]
     more = f"\n(and {n - MAX_SHOWN} more error{'s' if n - MAX_SHOWN > 1 else ''})" if n > MAX_SHOWN else ""
-    noun = f"{n} error{'s' if n != 1 else ''}" if n else "the build failed"
     return CompileError(
-        summary=f"jitlab: {what} failed to compile: {noun}",
+        summary=f"jitlab: {what} failed to compile: {_cause(errors, log)}",
         diagnostics=diags,
         log=log,
         excerpt="\n".join(shown) + more,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import codegen, objects, toolchain
+from jitlab.jit import codegen, objects, shellwords, toolchain
 
 
 @dataclass
@@ -34,6 +34,8 @@ class Options:
         engine: ``"auto"``, ``"nvrtc"`` or ``"nvcc"`` (see :func:`jitlab.jit.builder.choose_engine`).
         device: ``"cuda"``, or ``"cpu"`` for a kernel-only ``.cu`` run by the CPU emulator
             (:mod:`jitlab.jit.emulate`).
+        with_cuda: C++ sources without CUDA ones are compiled with CUDA's headers and linked with
+            its libraries (torch's ``with_cuda=True``); CUDA sources always are.
 
     A relative path in an include flag of ``cflags``/``cuda_cflags`` (``-Iinclude``, ``-isystem vendor``,
     ``-include pre.h``) is made absolute against the working directory when the options are made (the
@@ -50,6 +52,7 @@ class Options:
     debug: bool = False
     engine: str = "auto"
     device: str = "cuda"
+    with_cuda: bool = False
 
     def __post_init__(self):
         self.cflags, self.cuda_cflags = absolute_paths(self.cflags), absolute_paths(self.cuda_cflags)
@@ -121,7 +124,7 @@ def compile_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> tuple[
     # -lineinfo maps every SASS instruction to the snippet's line (through codegen's #line
     # directives) at no run-time cost, so compute-sanitizer, ncu and `jitlab inspect` name the
     # user's file and line without a second build. -G implies it.
-    cuda = [*toolchain.gencode_flags(archs), "--resource-usage", "-G" if opts.debug else "-lineinfo",
+    cuda = [*arch_flags(archs, opts), "--resource-usage", "-G" if opts.debug else "-lineinfo",
             *defines, *opts.cuda_cflags]
     if opts.debug:
         cflags += ["-g", "-O0", "-UNDEBUG"]
@@ -132,6 +135,12 @@ def compile_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> tuple[
         cuda = ["-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
                 "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__", *cuda]
     return cflags, cuda
+
+
+def arch_flags(archs: list[str], opts: Options) -> list[str]:
+    """nvcc's ``-gencode`` flags for ``archs``, or none when the user's nvcc flags choose the architectures
+    (``-arch=sm_80``, ``-gencode ...``): theirs stand alone, as torch leaves them."""
+    return [] if shellwords.names_arch(opts.cuda_cflags) else toolchain.gencode_flags(archs)
 
 
 def nvcc_command(plan: codegen.Plan, name: str, archs: list[str], opts: Options, what: list[str]) -> list[str]:
@@ -179,7 +188,8 @@ def object_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> objects
 
     cflags, _ = compile_flags(plan, archs, opts)
     user = [f"-I{d}" for d in plan.include_dirs]
-    cuda_include = [f"-isystem{toolchain.cuda_home() / 'include'}"] if plan.cuda else []
+    cuda = plan.cuda or opts.with_cuda  # CUDA's headers and libraries
+    cuda_include = [f"-isystem{toolchain.cuda_home() / 'include'}"] if cuda else []
     debug = ["-g", "-O0", "-UNDEBUG"] if opts.debug else []
     # The precompiled header is made with the base flags (a debug build gets its own); the user's
     # defines and cflags come after. GCC checks that they leave the header valid and, if not, reads
@@ -190,9 +200,9 @@ def object_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> objects
     unique = ["-fno-gnu-unique"] if plan.ops else []
     user_cflags = [f for f in cflags if f not in debug] + unique
     lib = Path(torch.__file__).parent / "lib"
-    ld = [f"-L{lib}", "-lc10", *(["-lc10_cuda"] if plan.cuda else []), "-ltorch_cpu",
-          *(["-ltorch_cuda"] if plan.cuda else []), "-ltorch", "-ltorch_python"]
-    if plan.cuda:
+    ld = [f"-L{lib}", "-lc10", *(["-lc10_cuda"] if cuda else []), "-ltorch_cpu",
+          *(["-ltorch_cuda"] if cuda else []), "-ltorch", "-ltorch_python"]
+    if cuda:
         ld += [f"-L{toolchain.cuda_lib_dir()}", "-lcudart"]
     nvcc = [*_nvcc_flags(plan, archs, opts), *(f"-Xcompiler={f}" for f in unique)] if plan.cuda else []
     return objects.Flags(includes=tuple(user), cxx=tuple(cxx), cuda_include=tuple(cuda_include),

@@ -48,7 +48,7 @@ def load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], o
                 extra_include_paths=[_ninja_escape(d) for d in plan.include_dirs],
                 build_directory=str(_ninja_folder(folder)),
                 verbose=True,
-                with_cuda=plan.cuda,
+                with_cuda=plan.cuda or opts.with_cuda,
                 is_python_module=plan.kind == "torch",
                 no_implicit_headers=True,
             )

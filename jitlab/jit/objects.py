@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import re
+import shlex
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -281,7 +282,7 @@ def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, hea
         cmd = [toolchain.require_tool(toolchain.cxx_path(), "c++"), "-x", "c++", "-c", str(src), "-o", str(obj),
                *include, *cmd_flags, "-MD", "-MF", str(depfile)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
-    log = " ".join(cmd) + "\n" + proc.stdout + proc.stderr
+    log = shlex.join(cmd) + "\n" + proc.stdout + proc.stderr  # the command as a shell would take it back
     (folder / "build.log").write_text(log)
     if proc.returncode != 0:
         raise UnitError(unit, log)

@@ -19,7 +19,7 @@ from jitlab import config
 from jitlab.errors import SnippetError
 from jitlab.jit import cache, codegen, deps, diagnostics, toolchain
 from jitlab.jit.builder import Build, find_or_build
-from jitlab.jit.flags import Options
+from jitlab.jit.flags import Options, arch_flags
 from jitlab.jit.parse import line_directive, parse_file
 from jitlab.jit.resources import parse_resource_usage
 from jitlab.jit.sources import collect_sources, describe, local_headers, sources_by_path, user_include_dirs
@@ -80,7 +80,7 @@ def command(plan: codegen.Plan, inputs: list[str], output: str, archs: list[str]
     if plan.cuda:
         device = ["-G"] if opts.debug else ["-lineinfo"]
         host = [f"-Xcompiler={f}" for f in opts.cflags] + (["-g"] if opts.debug else [])
-        return [toolchain.nvcc_path(), *toolchain.gencode_flags(archs), *device, "--resource-usage", *includes,
+        return [toolchain.nvcc_path(), *arch_flags(archs, opts), *device, "--resource-usage", *includes,
                 *defines, *host, *opts.cuda_cflags, *inputs, "-o", output, *opts.ldflags]
     return [toolchain.cxx_path(), "-O0" if opts.debug else "-O2", *(["-g"] if opts.debug else []), *includes,
             *defines, *opts.cflags, *inputs, "-o", output, *opts.ldflags]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from jitlab import config, progress, snippets
 from jitlab.errors import ArgumentError, CompileError
-from jitlab.jit import locks, origins
+from jitlab.jit import locks, origins, shellwords
 from jitlab.jit.flags import Options
 from jitlab.jit.origins import Origin
 
@@ -34,7 +34,6 @@ IGNORED = {
     "build_directory": (None, "jitlab builds in its own cache (JITLAB_CACHE_DIR), one folder per build"),
     "keep_intermediates": (True, "jitlab keeps each build in its cache; `jitlab clean` removes them"),
     "use_pch": (False, "jitlab always uses its own precompiled torch headers"),
-    "with_cuda": (None, "jitlab compiles CUDA sources with nvcc and links CUDA when there are any"),
     "with_sycl": (None, "jitlab builds C++ and CUDA only"),
     "extra_sycl_cflags": (None, "jitlab builds C++ and CUDA only"),
 }
@@ -72,13 +71,26 @@ def note_ignored(call: str, **given) -> None:
 
 
 def torch_options(extra_cflags=None, extra_cuda_cflags=None, extra_ldflags=None, extra_include_paths=None,
-                  base: Options | None = None) -> Options:
-    """jitlab's options for torch's flag keywords (strings or lists), added to ``base``'s."""
+                  base: Options | None = None, with_cuda=None) -> Options:
+    """jitlab's options for torch's flag keywords, with torch's meaning, added to ``base``'s.
+
+    Each flag entry is split into arguments as the shell under torch's ninja build would
+    (:func:`jitlab.jit.shellwords.words`: ``""`` is no flag, ``"-O3 -Wall"`` two); each include path is
+    one folder, spaces and quotes included, relative to the working directory. Without ``arch`` in
+    ``base``, ``TORCH_CUDA_ARCH_LIST`` chooses the architectures when set, as in torch. ``with_cuda``:
+    ``None`` (CUDA when there are CUDA sources), ``True`` (C++ sources get CUDA's headers and
+    libraries too), ``False`` (as ``None``: jitlab compiles a CUDA source it is given).
+
+    Raises:
+        ArgumentError: A flag the shell would have acted on (``;``, ``$(...)``, a redirection), naming it.
+    """
     base = base or Options()
-    includes = [f"-I{Path(p).expanduser().resolve()}" for p in _as_list(extra_include_paths)]
-    return replace(base, cflags=[*base.cflags, *_as_list(extra_cflags), *includes],
-                   cuda_cflags=[*base.cuda_cflags, *_as_list(extra_cuda_cflags), *includes],
-                   ldflags=[*base.ldflags, *_as_list(extra_ldflags)])
+    includes = [f"-I{Path(p.strip()).expanduser().resolve()}" for p in _as_list(extra_include_paths)]
+    return replace(base, cflags=[*base.cflags, *shellwords.flag_list(extra_cflags, "extra_cflags"), *includes],
+                   cuda_cflags=[*base.cuda_cflags, *shellwords.flag_list(extra_cuda_cflags, "extra_cuda_cflags"),
+                                *includes],
+                   ldflags=[*base.ldflags, *shellwords.flag_list(extra_ldflags, "extra_ldflags")],
+                   arch=base.arch or shellwords.torch_arch_list(), with_cuda=bool(with_cuda) or base.with_cuda)
 
 
 def _as_list(v) -> list[str]:
@@ -231,8 +243,10 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
     ``cuda_runtime.h``), written to ``<cache>/inline/<name>/`` and built as a jitlab snippet: a kernel
     edit recompiles only the kernels. The build is keyed by content, so calling again under the same
     ``name`` with new sources gives the new module in this process, and a failed build never blocks
-    the name. ``build_directory``, ``keep_intermediates``, ``use_pch``, ``with_cuda`` and the SYCL
-    options are accepted and have no effect (said once per process).
+    the name. Flag entries mean what they mean to torch (split as its shell would; see
+    :func:`torch_options`), and ``TORCH_CUDA_ARCH_LIST`` chooses the architectures when set.
+    ``build_directory``, ``keep_intermediates``, ``use_pch`` and the SYCL options are accepted and
+    have no effect (said once per process).
 
     Args:
         name: The extension's name (names the folder its sources are written to).
@@ -244,13 +258,14 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
         extra_include_paths: Folders added with ``-I``.
         verbose: Print the build's notes and compiler output.
         is_python_module: ``False`` loads the library for its ``TORCH_LIBRARY`` operators (in
-            ``torch.ops``; a new source under the same name replaces them) and returns ``None``, as torch's.
+            ``torch.ops``; a new source under the same name replaces them) and returns the library's
+            path, as torch's.
         with_pytorch_error_handling: Bind through ``torch::wrap_pybind_function`` (C++ errors as
             Python exceptions, as torch does) or bind the functions directly.
         no_implicit_headers: Add no headers to the sources.
 
     Returns:
-        A jitlab module with the bound functions as attributes (``None`` with ``is_python_module=False``).
+        A jitlab module with the bound functions as attributes (the library's path with ``is_python_module=False``).
 
     Raises:
         CompileError: At the line inside your source string (and your cell's or script's line when the
@@ -263,8 +278,9 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
         raise ArgumentError("load_inline(sycl_sources=...): jitlab builds C++ and CUDA, not SYCL; "
                             "use torch.utils.cpp_extension.load_inline for SYCL")
     note_ignored("load_inline", build_directory=build_directory, keep_intermediates=keep_intermediates,
-                 use_pch=use_pch, with_cuda=with_cuda, with_sycl=with_sycl, extra_sycl_cflags=extra_sycl_cflags)
-    opts = torch_options(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths, Options(mode="torch"))
+                 use_pch=use_pch, with_sycl=with_sycl, extra_sycl_cflags=extra_sycl_cflags)
+    opts = torch_options(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths, Options(mode="torch"),
+                         with_cuda)
     where = origins.caller_file()
     with name_lock(name):
         snip = materialize(name, cpp_sources, cuda_sources, functions, with_pytorch_error_handling,
@@ -275,7 +291,7 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
             raise origins.relocate(e, snip.name, snip.origins) from None
     if verbose:
         show_log(mod.build)
-    return mod if is_python_module else None  # torch's returns nothing: the operators are in torch.ops
+    return mod if is_python_module else str(mod.build.artifact)  # as torch's: the library's path; its operators are in torch.ops
 
 
 def build_inline(name, cpp_sources, cuda_sources=None, functions=None, *, compile_only: bool = False, arch=None,
@@ -283,7 +299,7 @@ def build_inline(name, cpp_sources, cuda_sources=None, functions=None, *, compil
     """Build a ``load_inline`` call without loading it: ``compile_only=True, arch=["sm_75"]`` needs no GPU.
 
     Takes ``load_inline``'s flag keywords (``extra_cflags``, ``extra_cuda_cflags``, ``extra_ldflags``,
-    ``extra_include_paths``, ``with_pytorch_error_handling``, ``no_implicit_headers``).
+    ``extra_include_paths``, ``with_cuda``, ``with_pytorch_error_handling``, ``no_implicit_headers``).
 
     Returns:
         The :class:`jitlab.jit.builder.Build`.
@@ -291,7 +307,7 @@ def build_inline(name, cpp_sources, cuda_sources=None, functions=None, *, compil
     from jitlab.jit import builder
 
     flags = {k: torch_kwargs.pop(k, None) for k in ("extra_cflags", "extra_cuda_cflags", "extra_ldflags",
-                                                    "extra_include_paths")}
+                                                    "extra_include_paths", "with_cuda")}
     base = Options(mode="torch", compile_only=compile_only, arch=[arch] if isinstance(arch, str) else arch)
     opts = torch_options(**flags, base=base)
     where = origins.caller_file()

@@ -145,8 +145,8 @@ def jitlab_check(pairs: list, args, env: dict) -> tuple[dict, float]:
         p = subprocess.run(cmd, env=dict(env, JITLAB_CACHE_DIR=str(Path(tmp) / "cache"), PYTHONPATH=str(ROOT)),
                            capture_output=True, text=True, cwd=ROOT)
         wall = time.perf_counter() - t0
-    try:
-        return json.loads(p.stdout), wall
+    try:  # the JSON after any progress lines (the precompiled headers' note)
+        return json.loads(p.stdout[p.stdout.index("{\n"):] if "{\n" in p.stdout else p.stdout), wall
     except ValueError:
         raise SystemExit(f"jitlab check failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}") from None
 

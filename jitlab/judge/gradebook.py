@@ -34,6 +34,7 @@ class Grade:
         message: Why it failed, its first lines (the compile error at the solution's line, the checker's reasons).
         where: Where it failed, when known (the first wrong trial; the last kernel launched before a fault).
         build_s: Seconds its ``load_inline`` builds took in the compile phase.
+        build_cached: Whether those builds were all cache hits.
         seconds: Seconds its grading took in the worker.
         ms, eager_ms, compile_ms: Median times of the solution, of ``Model`` eager and under ``torch.compile``.
         time: When it was graded (Unix time).
@@ -48,6 +49,7 @@ class Grade:
     message: str = ""
     where: str = ""
     build_s: float | None = None
+    build_cached: bool = False
     seconds: float | None = None
     ms: float | None = None
     eager_ms: float | None = None
@@ -65,7 +67,8 @@ class Grade:
 
     def line(self, width: int = 0) -> str:
         """The one-line verdict: ``PASS 0.21 ms, 1.6x eager, 0.9x compile`` or ``FAIL [category] why``."""
-        built = f"  (build {self.build_s:.1f} s)" if self.build_s is not None else ""
+        built = "  (build: cache hit)" if self.build_cached else \
+            f"  (build {self.build_s:.1f} s)" if self.build_s is not None else ""
         if self.category == BUILT:
             return f"{self.pair:<{width}}  BUILT (not run){built}"
         if self.passed:

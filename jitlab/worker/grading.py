@@ -116,7 +116,7 @@ def _grade(pair: Pair, key: str, device: str, built: Compiled, out: Outcome) -> 
     elif out.category not in (jobs.PASS, jobs.COMPILE, BUILT) and out.output.strip():
         message = f"{message}\n--- output ---\n{out.output.strip()[-2000:]}"
     return Grade(key, pair.name, str(pair.problem), str(pair.solution), device, out.category, message.strip(),
-                 out.where, round(built.seconds, 3), round(out.seconds, 3) if out.seconds else None,
+                 out.where, round(built.seconds, 3), built.cached, round(out.seconds, 3) if out.seconds else None,
                  d.get("ms"), d.get("eager_ms"), d.get("compile_ms"))
 
 

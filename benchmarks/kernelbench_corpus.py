@@ -81,7 +81,8 @@ def child(loader: str, problem: str, solution: str, device: str, compile_only: b
     try:
         g = kernelbench.grade(problem, solution, loader=loader, device=device, compile_ref=False, imported=imported)
         out.update(right=g.verdict.passed, ms=g.data.get("ms"), eager_ms=g.data.get("eager_ms"),
-                   error="" if g.verdict.passed else first_line("\n".join(str(g.verdict).splitlines()[:2])))
+                   error="" if g.verdict.passed else first_line("\n".join([kernelbench.mismatch_message(g.verdict),
+                                                                          *str(g.verdict).splitlines()[1:2]])))
     except BaseException as e:  # noqa: BLE001
         out.update(right=False, error=why(e))
     return out
@@ -205,8 +206,9 @@ def table(pairs: list, out: dict, torch_res: dict, jit_res: dict) -> str:
     lines = [f"{'pair':<{width}}  {'torch':<16} {'jitlab':<16} first error"]
     for p in pairs:
         t, j = torch_res.get(p.name), jit_res[p.name]
-        err = (j["error"] or (t or {}).get("error") or "")[:110]
-        lines.append(f"{p.name:<{width}}  {row(t):<16} {row(j):<16} {err}")
+        lines.append(f"{p.name:<{width}}  {row(t):<16} {row(j):<16} {j['error'][:110]}")
+        if t and t.get("error"):  # torch's own, to compare: the same line and cause?
+            lines.append(f"{'':<{width}}  {'':<33} torch: {t['error'][:110]}")
     key = "built" if out["compile_only"] else "right"
     ok_j = sum(bool(r.get(key)) for r in jit_res.values())
     lines.append(f"\njitlab: {ok_j} of {len(pairs)} {key}, {out['jitlab_wall_s']:.0f} s for the side "

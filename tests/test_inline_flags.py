@@ -226,3 +226,16 @@ def test_the_users_arch_flags_replace_jitlabs(cache):
     b = torch_compat.build_inline("own_arch", cpp_sources=HOST, cuda_sources=LAUNCHER, compile_only=True, arch="sm_90",
                                   no_implicit_headers=True, extra_cuda_cflags=["-gencode arch=compute_80,code=sm_80"])
     assert _contents(b.artifact) == {"sm_80"}
+
+
+def test_two_owners_of_one_name_write_to_their_own_folders(cache):
+    """Inside names_of(owner), a name's sources go to the owner's folder: two graded solutions both naming
+    their extension "matmul" neither share files nor wait on one lock."""
+    with torch_compat.names_of("alice"):
+        a = torch_compat.materialize("matmul", "int a;")
+    with torch_compat.names_of("bob"):
+        b = torch_compat.materialize("matmul", "int b;")
+    mine = torch_compat.materialize("matmul", "int c;")
+    assert len({a.folder, b.folder, mine.folder}) == 3
+    assert a.files[0].read_text().endswith("int a;") and b.files[0].read_text().endswith("int b;")
+    assert mine.folder == cache / "inline" / "matmul"

@@ -239,3 +239,20 @@ def test_two_owners_of_one_name_write_to_their_own_folders(cache):
     assert len({a.folder, b.folder, mine.folder}) == 3
     assert a.files[0].read_text().endswith("int a;") and b.files[0].read_text().endswith("int b;")
     assert mine.folder == cache / "inline" / "matmul"
+
+
+def test_a_name_busy_elsewhere_builds_other_sources_in_a_folder_of_their_own(cache):
+    """While another build holds a name's folder, claimed() gives other sources their own folder (the same
+    sources the same one), so parallel builds of different solutions named alike do not wait in line."""
+    from jitlab.jit import locks
+
+    own = torch_compat.folder_of("matmul")
+    with locks.build_lock(own.name, root=own.parent):  # another build of "matmul" in progress
+        with torch_compat.claimed("matmul", "int a;") as a:
+            pass
+        with torch_compat.claimed("matmul", "int a;") as again, torch_compat.claimed("matmul", "int b;") as b:
+            pass
+    with torch_compat.claimed("matmul", "int a;") as free:
+        pass
+    assert a == again and len({a, b, own}) == 3 and a.name.startswith("matmul__")
+    assert free == own

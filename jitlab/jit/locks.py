@@ -27,7 +27,7 @@ _LOCK_POLL = 0.1  # seconds between tries of a held lock
 
 
 @contextlib.contextmanager
-def build_lock(name: str, root: Path | None = None, on_wait=None, timeout: float | None = None):
+def build_lock(name: str, root: Path | None = None, on_wait=None, timeout: float | None = None, wait: bool = True):
     """Hold an exclusive ``flock`` on ``<name>.lock`` while building ``name`` (the folder ``root/name``).
 
     The kernel releases the lock when the holder exits, so a lock file left by a killed build never
@@ -42,6 +42,10 @@ def build_lock(name: str, root: Path | None = None, on_wait=None, timeout: float
         on_wait: Called once if another process holds the lock.
         timeout: Seconds to wait for another holder; default ``$JITLAB_LOCK_TIMEOUT``
             (:func:`config.lock_timeout`).
+        wait: ``False``: when another holds the lock, take nothing and yield ``False`` at once.
+
+    Yields:
+        ``True`` while the lock is held (``False`` only with ``wait=False``, for a lock held elsewhere).
 
     Raises:
         CacheError: The cache cannot be written, or the lock is still held after ``timeout`` seconds
@@ -54,7 +58,10 @@ def build_lock(name: str, root: Path | None = None, on_wait=None, timeout: float
         make_root(trusted_root(root))
         f = open_lock(path)
     with f:
-        if not try_lock(f):
+        if not wait and not try_lock(f):
+            yield False
+            return
+        if wait and not try_lock(f):
             sibling = _ours(lock_holder(path))  # another thread of this process: its progress line says it all
             if on_wait and not sibling:
                 on_wait()
@@ -62,7 +69,7 @@ def build_lock(name: str, root: Path | None = None, on_wait=None, timeout: float
         try:
             _claim(f)
             with writing(root / name, discard=True):
-                yield
+                yield True
         finally:
             with contextlib.suppress(OSError):
                 os.ftruncate(f.fileno(), 0)  # no holder any more

@@ -5,8 +5,10 @@ the ``functions=`` bindings, as torch does) to ``<cache>/inline/<name>/`` and bu
 split units, the object cache, precompiled headers. The folder is named by ``name`` so an edit leaves
 the other units' text (which holds the file's path) and their cached objects unchanged; the build key
 is the content, so a new source under an old name is a new module in the same process, and a failed
-build leaves nothing behind. A per-name lock keeps two writers of one name from building each
-other's text. Compile errors are moved from the written files back to the strings they came from:
+build leaves nothing behind. A lock on the folder keeps two writers of one name from building each
+other's text: while another build holds it, other sources of that name are written to a folder of
+their own (the name and a hash of the sources), so graders running many solutions that all call
+their extension ``matmul`` build them side by side. Compile errors are moved from the written files back to the strings they came from:
 ``load_inline 'square' cuda_sources[0], line 7``, and the cell's line when the string is a literal in
 the calling notebook cell (or script).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import difflib
+import hashlib
 import re
 import sys
 from dataclasses import dataclass, field, replace
@@ -100,22 +103,24 @@ def _as_list(v) -> list[str]:
 
 
 def materialize(name: str, cpp_sources, cuda_sources=None, functions=None, with_pytorch_error_handling: bool = True,
-                no_implicit_headers: bool = False, python_module: bool = True, caller: str | None = None) -> InlineSnippet:
+                no_implicit_headers: bool = False, python_module: bool = True, caller: str | None = None,
+                folder: Path | None = None) -> InlineSnippet:
     """Write a ``load_inline`` call's sources as ``<name>.cpp`` (and ``<name>.cu``), as torch joins them.
 
     ``cpp_sources`` get ``#include <torch/extension.h>`` first and, for ``functions=``, the
     ``PYBIND11_MODULE`` torch generates; ``cuda_sources`` get ``torch/types.h``, ``cuda.h`` and
     ``cuda_runtime.h`` (none of these with ``no_implicit_headers``). A file is rewritten (atomically)
-    only when its text changed. The caller holds the name's lock (:func:`name_lock`).
+    only when its text changed. The caller holds the folder's lock (:func:`claimed`).
 
     Args:
         caller: The file (or IPython cell name in ``linecache``) of the call, to find the strings in.
+        folder: Where to write them (:func:`claimed`); default the name's own folder.
 
     Raises:
         ArgumentError: ``functions`` is neither a name, a list nor a dict; a source is not a string.
     """
     cpp, cuda = _strings("cpp_sources", cpp_sources), _strings("cuda_sources", cuda_sources)
-    folder = folder_of(name)
+    folder = folder or folder_of(name)
     folder.mkdir(parents=True, exist_ok=True)
     stem = folder.name
     parts = [] if no_implicit_headers else [(f"load_inline {name!r} implicit headers", "\n".join(CPP_PRELUDE))]
@@ -171,10 +176,21 @@ def folder_of(name: str) -> Path:
     return config.cache_dir() / "inline" / (f"{owner}__{safe}" if owner else safe)
 
 
-def name_lock(name: str):
-    """The lock that keeps a name's files from being rewritten while a build of this name reads them."""
+@contextlib.contextmanager
+def claimed(name: str, *texts):
+    """The folder to write and build a name's sources in, locked for the block: the name's own folder, or,
+    while another build holds that one (another process building other sources under this name), a
+    folder of the name and this content, so different sources build side by side and the same
+    sources wait for one build. The lock keeps a name's files from being rewritten while a build reads them."""
     folder = folder_of(name)
-    return locks.build_lock(folder.name, root=folder.parent)
+    with locks.build_lock(folder.name, root=folder.parent, wait=False) as held:
+        if held:
+            yield folder
+            return
+    digest = hashlib.sha256(repr(texts).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    other = folder.with_name(f"{folder.name}__{digest}")
+    with locks.build_lock(other.name, root=other.parent):
+        yield other
 
 
 def binding_source(functions, with_pytorch_error_handling: bool = True) -> str | None:
@@ -304,9 +320,9 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
     opts = torch_options(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths, Options(mode="torch"),
                          with_cuda)
     where = origins.caller_file()
-    with name_lock(name):
+    with claimed(name, cpp_sources, cuda_sources, functions) as folder:
         snip = materialize(name, cpp_sources, cuda_sources, functions, with_pytorch_error_handling,
-                           no_implicit_headers, is_python_module, where)
+                           no_implicit_headers, is_python_module, where, folder)
         try:
             mod = loader.load_or_rebuild(snip.files, opts)  # operators: the earlier build unloaded first
         except CompileError as e:
@@ -333,8 +349,8 @@ def build_inline(name, cpp_sources, cuda_sources=None, functions=None, *, compil
     base = Options(mode="torch", compile_only=compile_only, arch=[arch] if isinstance(arch, str) else arch)
     opts = torch_options(**flags, base=base)
     where = origins.caller_file()
-    with name_lock(name):
-        snip = materialize(name, cpp_sources, cuda_sources, functions, caller=where, **torch_kwargs)
+    with claimed(name, cpp_sources, cuda_sources, functions) as folder:
+        snip = materialize(name, cpp_sources, cuda_sources, functions, caller=where, folder=folder, **torch_kwargs)
         try:
             return builder.build(snip.files, opts)
         except CompileError as e:

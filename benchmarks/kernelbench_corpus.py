@@ -143,7 +143,8 @@ def jitlab_check(pairs: list, args, env: dict) -> tuple[dict, float]:
         cmd += ["--device", "cpu"] if args.device == "cpu" else []
         cmd += ["--compile-only", "--arch", args.arch] if args.compile_only else []
         t0 = time.perf_counter()
-        p = subprocess.run(cmd, env=dict(env, JITLAB_CACHE_DIR=str(Path(tmp) / "cache"), PYTHONPATH=str(ROOT)),
+        path = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))  # jitlab's, then the caller's
+        p = subprocess.run(cmd, env=dict(env, JITLAB_CACHE_DIR=str(Path(tmp) / "cache"), PYTHONPATH=path),
                            capture_output=True, text=True, cwd=ROOT)
         wall = time.perf_counter() - t0
     try:  # the JSON after any progress lines (the precompiled headers' note)

@@ -21,6 +21,7 @@ from jitlab.errors import (
     ArgumentError,
     CacheError,
     CompileError,
+    FlagError,
     JitlabError,
     LaunchError,
     SnippetError,
@@ -34,7 +35,7 @@ __version__ = config.VERSION
 __all__ = [
     "load", "load_inline", "build", "clean", "run_program", "check", "check_many", "bench", "ab", "roofline", "sanitize",
     "profile", "tune", "tuned", "playground", "Build", "Options", "Module",
-    "JitlabError", "CompileError", "SnippetError", "ToolchainError", "LaunchError", "ArgumentError", "CacheError",
+    "JitlabError", "CompileError", "SnippetError", "ToolchainError", "LaunchError", "ArgumentError", "FlagError", "CacheError",
 ]
 
 

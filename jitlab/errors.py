@@ -21,8 +21,14 @@ class LaunchError(JitlabError, RuntimeError):
     """A kernel launch or host call that CUDA reported as failed."""
 
 
-class ArgumentError(JitlabError, TypeError):
-    """A call with arguments that do not fit the kernel's signature."""
+class ArgumentError(JitlabError, TypeError, ValueError):
+    """A call with arguments that do not fit: the kernel's signature, or a keyword's type or value (a ``TypeError``
+    and a ``ValueError``, so code written against torch's ``load_inline``, which raises the latter, catches it)."""
+
+
+class FlagError(ArgumentError, RuntimeError):
+    """A compiler flag jitlab will not pass: one that only a shell would act on. A ``RuntimeError`` as well,
+    as torch's build fails with one for such a flag."""
 
 
 @dataclass
@@ -41,8 +47,9 @@ class Diagnostic:
 
 
 @dataclass
-class CompileError(JitlabError):
-    """A build that failed. ``str(err)`` shows the first errors with source excerpts.
+class CompileError(JitlabError, RuntimeError):
+    """A build that failed. ``str(err)`` shows the first errors with source excerpts. A ``RuntimeError``, as torch's
+    ``load_inline`` raises for a failed build.
 
     Attributes:
         summary: One line: which snippet failed and with which compiler.

@@ -25,6 +25,7 @@ from jitlab.jit import shellwords, toolchain, torch_compat
     ('-DQ="say \\"hi\\""', ['-DQ=say "hi"']),
     ("-DP=a\\ b", ["-DP=a b"]),
     ('""', [""]),
+    ("-g\n\n", ["-g"]),
 ])
 def test_an_entry_is_split_into_the_words_a_shell_makes(entry, expected):
     """Each flag entry becomes the arguments /bin/sh would make of it: blanks split, quotes and backslashes honoured."""
@@ -50,8 +51,9 @@ def test_a_leading_tilde_is_the_home_folder_unless_quoted(monkeypatch):
 ])
 def test_a_word_only_a_shell_would_act_on_is_refused_by_name(entry, named):
     """``;``, ``$(...)``, backquotes, redirections and the like are refused, the message naming the character."""
-    with pytest.raises(jitlab.ArgumentError) as e:
+    with pytest.raises(jitlab.FlagError) as e:  # an ArgumentError, and a RuntimeError as torch's failed build
         shellwords.flag_list([entry], "extra_cflags")
+    assert isinstance(e.value, jitlab.ArgumentError) and isinstance(e.value, RuntimeError)
     assert named in str(e.value) and "extra_cflags=" in str(e.value) and "without a shell" in str(e.value)
 
 
@@ -256,3 +258,15 @@ def test_a_name_busy_elsewhere_builds_other_sources_in_a_folder_of_their_own(cac
         pass
     assert a == again and len({a, b, own}) == 3 and a.name.startswith("matmul__")
     assert free == own
+
+
+@pytest.mark.parametrize("flags, archs", [
+    (["-gencode", "arch=compute_80,code=sm_80"], ["sm_80"]),
+    (["-gencode=arch=compute_90a,code=[sm_90a,compute_90a]"], ["sm_90a", "compute_90a"]),
+    (["-arch=sm_86"], ["sm_86"]),
+    (["-O3", "-arch", "sm_75"], ["sm_75"]),
+    (["-arch=native"], []),
+])
+def test_the_archs_a_users_nvcc_flags_name(flags, archs):
+    """The archs named by -gencode's code= or -arch are the build's archs (none for -arch=native: jitlab's default)."""
+    assert shellwords.archs_named(flags) == archs

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from jitlab import config, progress
 from jitlab.errors import SnippetError
-from jitlab.jit import cache, codegen, deps, diagnostics, inline, linker, nvrtc, objects, pch, toolchain, torch_headers
+from jitlab.jit import cache, codegen, deps, diagnostics, inline, linker, nvrtc, objects, pch, shellwords, toolchain, torch_headers
 from jitlab.jit import flags as flags_mod
 from jitlab.jit.flags import (
     ENGINES,
@@ -111,7 +111,8 @@ def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
     plan.units = with_header_deps(plan.units, per_file)
     archs: list[str] = []
     if plan.cuda:
-        archs = [toolchain.normalize_arch(a) for a in opts.arch] if opts.arch else [toolchain.current_arch()]
+        archs = ([toolchain.normalize_arch(a) for a in opts.arch] if opts.arch else
+                 shellwords.archs_named(opts.cuda_cflags) or [toolchain.current_arch()])  # the user's -gencode
         toolchain.check_archs(archs)
     parts = {
         "format": config.FORMAT_VERSION,

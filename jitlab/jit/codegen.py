@@ -183,7 +183,7 @@ def _require_something_to_call(files: list[SourceFile]) -> None:
     if any(f.functions or f.pybind_module for f in files):
         return
     f = files[0]
-    if any(x.has_main for x in files):
+    if any(x.has_main for x in files) and not any(x.parse_error for x in files):  # else the compiler speaks
         raise SnippetError(f"{f.path}: a program with only main(), nothing to call from Python: run it with "
                            f"jitlab.run_program({str(f.path)!r}) or `jitlab exec {f.path}`")
     hint = macros.hint(files)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 
-from jitlab.errors import ArgumentError
+from jitlab.errors import ArgumentError, FlagError
 
 #: Characters a shell acts on outside quotes (beyond spaces, quotes and backslashes, which split and quote).
 _OPERATORS = {";": "ends the command", "|": "pipes into another command", "&": "runs a command in the background",
@@ -30,21 +30,23 @@ _DQ_ESCAPES = '$`"\\\n'
 def words(entry: str, arg: str = "extra_cflags") -> list[str]:
     """The arguments a POSIX shell would make of ``entry``: split at unquoted blanks, quotes removed.
 
-    Single quotes keep everything, double quotes keep all but ``$``, backquote and their own
-    backslash escapes; a backslash outside quotes keeps the next character. An empty entry, or one
-    of blanks, gives no argument; ``'""'`` gives one empty argument, as in the shell.
+    The entry is stripped first, as torch strips it. Single quotes keep everything, double quotes
+    keep all but ``$``, backquote and their own backslash escapes; a backslash outside quotes keeps
+    the next character. An empty entry, or one of blanks, gives no argument; ``'""'`` gives one
+    empty argument, as in the shell.
 
     Args:
         entry: One item of a torch flag list.
         arg: The keyword it came from, for messages.
 
     Raises:
-        ArgumentError: A character the shell would act on (``;``, ``|``, ``&``, ``<``, ``>``, ``(``,
+        FlagError: A character the shell would act on (``;``, ``|``, ``&``, ``<``, ``>``, ``(``,
             ``)``, a backquote or ``$`` outside single quotes, a line break, or a ``#`` starting a
             comment), or an unclosed quote; the message names it and how to pass it as text.
     """
     if not isinstance(entry, str):
         raise ArgumentError(f"{arg}= takes strings (compiler flags), not {type(entry).__name__}: {entry!r}")
+    entry = entry.strip()  # torch strips each entry before its shell sees it: "-g\n\n" is -g
     out: list[str] = []
     word: list[str] | None = None  # None: between words
     quote = ""
@@ -76,7 +78,7 @@ def words(entry: str, arg: str = "extra_cflags") -> list[str]:
             quote, word = c, word if word is not None else []
         elif c == "\\":
             if i + 1 == len(entry):
-                raise ArgumentError(f"{arg}={entry!r}: ends in a backslash, which escapes nothing; remove it or "
+                raise FlagError(f"{arg}={entry!r}: ends in a backslash, which escapes nothing; remove it or "
                                     f"write it as '\\\\'")
             i += 1
             if entry[i] != "\n":  # backslash-newline joins lines
@@ -90,7 +92,7 @@ def words(entry: str, arg: str = "extra_cflags") -> list[str]:
             word = (word or []) + [c]
         i += 1
     if quote:
-        raise ArgumentError(f"{arg}={entry!r}: the {quote} quote is never closed; close it, or escape it as \\{quote}")
+        raise FlagError(f"{arg}={entry!r}: the {quote} quote is never closed; close it, or escape it as \\{quote}")
     if word is not None:
         out.append(_finish(word, tilde))
     return out
@@ -105,7 +107,7 @@ def _refuse(entry: str, arg: str, c: str, where: str) -> None:
     what = "starts a comment" if c == "#" else _OPERATORS[c]
     shown = "a line break" if c == "\n" else f"'{c}'"
     where = "starting a word" if c == "#" else where
-    raise ArgumentError(
+    raise FlagError(
         f"{arg}={entry!r}: {shown} {where} {what} in the shell torch's build runs its flags through; jitlab "
         f"passes flags to the compiler without a shell and does not do that. Pass the flag's own text instead"
         + ("" if c == "\n" else f" (to keep {shown} as text, put the flag inside single quotes)"))
@@ -163,3 +165,21 @@ def names_arch(cuda_flags) -> bool:
     """Whether nvcc flags choose the architectures themselves (``-arch``, ``-gencode``, ``-code``), in which
     case, as in torch, no architecture flags are added to them."""
     return any(_ARCH_FLAG.match(f) for f in cuda_flags)
+
+
+def archs_named(cuda_flags) -> list[str]:
+    """The architectures nvcc flags build code for: ``-gencode arch=compute_80,code=sm_80`` → ``["sm_80"]``,
+    ``-arch=sm_90`` → ``["sm_90"]`` (what it names beyond an arch, such as ``native``, is left out)."""
+    flags = list(cuda_flags)
+    out: list[str] = []
+    for i, f in enumerate(flags):
+        m = _ARCH_FLAG.match(f)
+        if not m:
+            continue
+        value = f[m.end():] if m.group(2) else (flags[i + 1] if i + 1 < len(flags) else "")
+        if "code=" in value:
+            value = value.split("code=", 1)[1] if m.group(1) in ("-gencode", "--generate-code") else value
+        for arch in re.findall(r"\b(?:sm|compute)_\d+[af]?\b", value):
+            if arch not in out:
+                out.append(arch)
+    return out

@@ -155,16 +155,20 @@ def test_unknown_function_name_says_to_declare_it(cache):
         jitlab.load_inline(name="undeclared", cpp_sources=SQUARE, functions=["cube"])
 
 
-def test_ignored_arguments_say_so_once(cache, capsys, monkeypatch):
-    """build_directory/keep_intermediates/use_pch are accepted and noted in one line each, once per process."""
+def test_ignored_arguments_say_so_once(cache, capsys, monkeypatch, tmp_path):
+    """keep_intermediates/use_pch are accepted and noted in one line each, once per process; build_directory
+    gets the library as <name>.so, where torch's would be."""
     monkeypatch.setattr(torch_compat, "_noted", set())
     for _ in range(2):
-        m = jitlab.load_inline(name="noted", cpp_sources=SQUARE, functions=["square"], build_directory="/nonexistent",
-                               keep_intermediates=False, use_pch=True, verbose=False)
+        m = jitlab.load_inline(name="noted", cpp_sources=SQUARE, functions=["square"],
+                               build_directory=str(tmp_path / "ext"), keep_intermediates=False, use_pch=True,
+                               verbose=False)
     assert m.square(torch.ones(1)).item() == 1.0
+    assert (tmp_path / "ext" / "noted.so").is_file() and list((tmp_path / "ext").iterdir()) == [tmp_path / "ext" / "noted.so"]
     err = capsys.readouterr().err
-    for arg in ("build_directory", "keep_intermediates", "use_pch"):
+    for arg in ("keep_intermediates", "use_pch"):
         assert err.count(f"load_inline({arg}=...) is accepted and means nothing here") == 1
+    assert "build_directory" not in err
 
 
 def test_sycl_sources_are_refused_naming_torch(cache):

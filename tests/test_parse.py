@@ -97,3 +97,14 @@ def test_parse_error_location(write):
     """tree-sitter's first syntax error is located for the 'nothing to call' message."""
     f = parse_file(write("bad.cu", "this is not CUDA at all\n"))
     assert f.parse_error is not None and f.functions == []
+
+
+def test_a_source_that_is_not_utf8_parses_and_keeps_its_bytes(tmp_path):
+    """A comment saved in GBK (not UTF-8) is no error: the functions are found and the text gives back the
+    file's very bytes, which the compiler then gets as torch's build would give them."""
+    raw = "// 注释 in GBK\nint forty_two() { return 42; }\n".encode("gbk")
+    src = tmp_path / "gbk.cpp"
+    src.write_bytes(raw)
+    f = parse_file(src)
+    assert [fn.name for fn in f.functions] == ["forty_two"]
+    assert f.text.encode("utf-8", "surrogateescape") == raw

@@ -276,8 +276,6 @@ def test_load_links_several_sources_and_finds_headers_on_odd_include_paths(use_s
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="jitlab gap: the parser refuses a source that is not UTF-8 (torch hands the "
-                   "bytes to the compiler); docs/torch-compat.md")
 def test_load_reads_a_source_that_is_not_utf8(use_shared_cache, tmp_path):
     """load() builds a source file saved in GBK, whose comment is not valid UTF-8."""
     src = tmp_path / "gbk.cpp"
@@ -496,8 +494,6 @@ def test_backward_from_cpp_needs_the_gil_released(kit):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="jitlab gap: a unit deriving torch::autograd::Function is compiled on a "
-                   "smaller header set and not retried on torch's full headers; docs/torch-compat.md")
 def test_cpp_autograd_function_is_refused_by_functorch(use_shared_cache):
     """A C++ torch::autograd::Function under torch.func.vmap or grad raises functorch's error."""
     kit = jitlab.load_inline(name="contract_passthrough", cpp_sources=PASSTHROUGH, functions=["passthrough"])

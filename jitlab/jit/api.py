@@ -54,7 +54,8 @@ def load(path=None, *more, mode: str = "auto", arch=None, defines=None, cflags=N
             unchanged: ``load(name="ext", sources=["ext.cpp", "ext.cu"], extra_cflags=[...],
             extra_cuda_cflags=[...], extra_ldflags=[...], extra_include_paths=[...], verbose=True,
             is_python_module=False)`` (the last loads a ``TORCH_LIBRARY`` library and returns its path, as torch's);
-            ``build_directory`` and ``keep_intermediates`` are accepted with a one-time note.
+            ``build_directory`` gets a copy of the library as ``<name>.so``, where torch's would be;
+            ``keep_intermediates`` is accepted with a one-time note.
 
     Returns:
         A module whose attributes are the snippet's kernels and host functions. Kernels take
@@ -85,7 +86,10 @@ def _load_torch_style(path, more, name, sources, opts: Options, kw: dict):
     mod = loader.load_or_rebuild(paths, opts)  # operators (TORCH_LIBRARY): the earlier build unloaded first
     if kw.get("verbose"):
         torch_compat.show_log(mod.build)
-    return mod if kw.get("is_python_module", True) else str(mod.build.artifact)  # torch's returns the library's path
+    library = mod.build.artifact
+    if kw.get("build_directory"):
+        library = torch_compat.place_library(kw["build_directory"], name or mod.build.plan.stem, library)
+    return mod if kw.get("is_python_module", True) else str(library)  # torch's returns the library's path
 
 
 def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None,

@@ -313,7 +313,7 @@ def _nvcc_reads(plan: codegen.Plan, folder: Path, opts: Options) -> list[str]:
     if not nvcc:
         return []
     src = folder / "nvrtc.cu"
-    src.write_text(nvrtc.source(plan))
+    src.write_text(nvrtc.source(plan), encoding="utf-8", errors="surrogateescape")
     defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
     return deps.preprocessor_deps([nvcc, "-x", "cu", *(f"-I{d}" for d in nvrtc.include_path(plan)), *defines],
                                   src, folder)

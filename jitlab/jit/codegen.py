@@ -431,8 +431,8 @@ def rename_module(f: SourceFile) -> str:
     if not f.pybind_module or f.pybind_module[0] == "TORCH_EXTENSION_NAME":
         return f.text
     _, start, end = f.pybind_module
-    raw = f.text.encode("utf-8")
-    return (raw[:start] + b"TORCH_EXTENSION_NAME" + raw[end:]).decode("utf-8")
+    raw = f.text.encode("utf-8", "surrogateescape")
+    return (raw[:start] + b"TORCH_EXTENSION_NAME" + raw[end:]).decode("utf-8", "surrogateescape")
 
 
 def _check_unique(fns: list[Function], fix: str) -> None:

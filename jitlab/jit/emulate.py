@@ -103,7 +103,7 @@ def translate(f: SourceFile) -> str:
     ``k<<<g, b, s, st>>>(args)`` a call of the runtime's launcher, and ``__noinline__`` GCC's attribute
     (a macro would break libstdc++, which spells the attribute so), each on the same line.
     """
-    src = f.text.encode()
+    src = f.text.encode("utf-8", "surrogateescape")
     edits: list[tuple[int, int, bytes]] = []
     stack = [syntax_tree(src).root_node]
     while stack:
@@ -123,7 +123,7 @@ def translate(f: SourceFile) -> str:
         out += [src[pos:start], new]
         pos = end
     out.append(src[pos:])
-    text = re.sub(r"\b__noinline__\b", "__attribute__((noinline))", b"".join(out).decode())
+    text = re.sub(r"\b__noinline__\b", "__attribute__((noinline))", b"".join(out).decode("utf-8", "surrogateescape"))
     return _EXTERN_SHARED.sub(
         lambda m: f"{m['type'].strip()}* const {m['name']} = "
                   f"reinterpret_cast<{m['type'].strip()}*>(::jitlab_simt::dynamic_shared());", text)
@@ -218,7 +218,7 @@ def build(paths, opts: Options | None = None) -> Build:
 
     def make(target: str, folder: Path) -> dict:
         unit, obj, lib = folder / "emulated.cpp", folder / "emulated.o", folder / f"{target}.so"
-        unit.write_text(text)
+        unit.write_text(text, encoding="utf-8", errors="surrogateescape")
         includes = ["-I", str(INCLUDE), *(f"-I{d}" for d in plan.include_dirs), *(f"-I{d}" for d in user_dirs)]
         debug = ["-g", "-O0"] if opts.debug else []
         _compile([cxx, *CXXFLAGS, *SNIPPET_FLAGS, *debug, *includes, "-include", "jitlab_simt.h", *defines, *opts.cflags,

@@ -160,7 +160,7 @@ def compile_only(plan: codegen.Plan, name: str, folder: Path, archs: list[str], 
     if not plan.cuda:
         raise SnippetError(f"{describe(plan, archs)}: compile_only applies to CUDA snippets; C++ snippets build and run here")
     src = folder / "cuda.cu"
-    src.write_text("\n".join(plan.cuda_sources))
+    src.write_text("\n".join(plan.cuda_sources), encoding="utf-8", errors="surrogateescape")
     depfile = folder / "cuda.d"
     cmd = nvcc_command(plan, name, archs, opts, ["-c", str(src), "-o", str(folder / "cuda.o"), "-MD", "-MF", str(depfile)])
     proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -57,12 +57,12 @@ def separate(host: str) -> tuple[str, str] | None:
     Only the user's part is read (after the first ``#line``): jitlab's prelude is inline and templates.
     """
     start = host.find("#line ")
-    prelude, src = host[:max(start, 0)].encode("utf-8"), host[max(start, 0):].encode("utf-8")
+    prelude, src = host[:max(start, 0)].encode("utf-8", "surrogateescape"), host[max(start, 0):].encode("utf-8", "surrogateescape")
     blocks, bodies, internal = [], [], set()
     if not _walk(syntax_tree(src).root_node, blocks, bodies, internal, top=True) or len(blocks) != 1:
         return None
     block = blocks[0]
-    if any(re.search(rf"\b{re.escape(name)}\b", block.text.decode()) for name in internal):
+    if any(re.search(rf"\b{re.escape(name)}\b", block.text.decode("utf-8", "surrogateescape")) for name in internal):
         return None  # the module unit would call its own copy of a static function (its own statics)
     functions = src[:block.start_byte] + _newlines(block.text) + src[block.end_byte:]
     module, pos = [prelude], 0
@@ -70,7 +70,7 @@ def separate(host: str) -> tuple[str, str] | None:
         module += [src[pos:body.start_byte], b";" + _newlines(body.text)]
         pos = body.end_byte
     module.append(src[pos:])
-    return (prelude + functions).decode("utf-8"), b"".join(module).decode("utf-8")
+    return (prelude + functions).decode("utf-8", "surrogateescape"), b"".join(module).decode("utf-8", "surrogateescape")
 
 
 def _walk(node: ts.Node, blocks: list, bodies: list, names: set, top: bool, internal: bool = False) -> bool:
@@ -95,7 +95,7 @@ def _walk(node: ts.Node, blocks: list, bodies: list, names: set, top: bool, inte
                 return False
         elif kind == "declaration" and not _constant_or_prototype(child):
             return False
-        elif kind == "template_declaration" and re.match(r"template\s*<\s*>", child.text.decode()):
+        elif kind == "template_declaration" and re.match(r"template\s*<\s*>", child.text.decode("utf-8", "surrogateescape")):
             return False  # an explicit specialization is an external definition: it cannot be in both units
         elif kind == "ERROR" or (kind == "expression_statement" and child.text.strip() != b";"):
             return False  # a macro that may define something (`DEFINE_OP(scale);`)
@@ -104,11 +104,11 @@ def _walk(node: ts.Node, blocks: list, bodies: list, names: set, top: bool, inte
 
 def _function(fn: ts.Node, blocks: list, bodies: list, names: set, top: bool, internal: bool) -> bool:
     declarator = fn.child_by_field_name("declarator")
-    name = declarator.text.decode() if declarator is not None else ""
+    name = declarator.text.decode("utf-8", "surrogateescape") if declarator is not None else ""
     if name.startswith("PYBIND11_MODULE"):
         blocks.append(fn)
         return top
-    words = {c.text.decode() for c in fn.children if c.type in ("storage_class_specifier", "type_qualifier")}
+    words = {c.text.decode("utf-8", "surrogateescape") for c in fn.children if c.type in ("storage_class_specifier", "type_qualifier")}
     words |= {c.type for c in fn.children}
     own = re.search(r"(\w+)\s*\(", name)
     if (internal or "static" in words) and own:
@@ -116,7 +116,7 @@ def _function(fn: ts.Node, blocks: list, bodies: list, names: set, top: bool, in
     if internal or words & {"static", "inline", "constexpr", "__forceinline__"}:
         return True  # internal or inline: defined in both units, as the file defines it
     kind = fn.child_by_field_name("type")
-    if kind is not None and re.search(r"\bauto\b", kind.text.decode()):
+    if kind is not None and re.search(r"\bauto\b", kind.text.decode("utf-8", "surrogateescape")):
         return False
     body = fn.child_by_field_name("body")
     if body is not None:
@@ -126,7 +126,7 @@ def _function(fn: ts.Node, blocks: list, bodies: list, names: set, top: bool, in
 
 def _constant_or_prototype(decl: ts.Node) -> bool:
     """A namespace-scope declaration both units may hold: a prototype, a constant, an ``extern``, a type."""
-    words = {c.text.decode() for c in decl.children if c.type in ("storage_class_specifier", "type_qualifier")}
+    words = {c.text.decode("utf-8", "surrogateescape") for c in decl.children if c.type in ("storage_class_specifier", "type_qualifier")}
     words |= {c.type for c in decl.children}
     if words & {"constexpr", "extern", "typedef"}:
         return True

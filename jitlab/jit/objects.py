@@ -273,7 +273,8 @@ def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, hea
     src = folder / unit.name
     obj = folder / (unit.name + ".o")
     depfile = folder / (unit.name + ".d")  # every file it read, for the entry's manifest (jit/deps.py)
-    src.write_text(f"#define TORCH_EXTENSION_NAME {extension}\n{text}" if extension else text)
+    src.write_text(f"#define TORCH_EXTENSION_NAME {extension}\n{text}" if extension else text,
+                   encoding="utf-8", errors="surrogateescape")  # a source's bytes as they were
     if unit.compiler == "nvcc":
         cmd = [toolchain.require_tool(toolchain.nvcc_path(), "nvcc"), "-c", str(src), "-o", str(obj), *cmd_flags,
                "-MD", "-MF", str(depfile)]

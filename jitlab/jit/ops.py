@@ -87,24 +87,24 @@ class Operator:
 @functools.lru_cache(maxsize=256)
 def _blocks_of(path: str, text: str) -> tuple[Block, ...]:
     out = []
-    for node in _descendants(syntax_tree(text.encode()).root_node, "function_definition"):
+    for node in _descendants(syntax_tree(text.encode("utf-8", "surrogateescape")).root_node, "function_definition"):
         decl = node.child_by_field_name("declarator")
         name = decl.child_by_field_name("declarator") if decl is not None and decl.type == "function_declarator" else None
-        if name is None or name.text.decode() not in MACROS:
+        if name is None or name.text.decode("utf-8", "surrogateescape") not in MACROS:
             continue
-        args = [p.text.decode().strip() for p in decl.child_by_field_name("parameters").named_children]
-        macro = name.text.decode()
+        args = [p.text.decode("utf-8", "surrogateescape").strip() for p in decl.child_by_field_name("parameters").named_children]
+        macro = name.text.decode("utf-8", "surrogateescape")
         defs, impls = [], []
         for call in _descendants(node.child_by_field_name("body"), "call_expression"):
             fn, arguments = call.child_by_field_name("function"), call.child_by_field_name("arguments")
             first = arguments.named_children[0] if arguments is not None and arguments.named_children else None
             if fn is None or fn.type != "field_expression" or first is None:
                 continue
-            method, literal = fn.child_by_field_name("field").text.decode(), _string(first)
+            method, literal = fn.child_by_field_name("field").text.decode("utf-8", "surrogateescape"), _string(first)
             if literal is not None and method == "def":
                 defs.append((literal, call.start_point[0] + 1))
             if literal is not None and (method == "impl" or (method == "def" and len(arguments.named_children) > 1)):
-                names = [n.text.decode() for a in arguments.named_children[1:] for n in _descendants(a, "identifier")]
+                names = [n.text.decode("utf-8", "surrogateescape") for a in arguments.named_children[1:] for n in _descendants(a, "identifier")]
                 impls.append((_op_name(literal), names[-1] if names else ""))
         out.append(Block(macro, args[0] if args else "", args[1] if "IMPL" in macro and len(args) > 2 else "",
                          path, node.start_point[0] + 1, tuple(defs), tuple(impls)))
@@ -165,7 +165,7 @@ def registry_unit() -> Unit:
 def _string(node) -> str | None:
     """The value of a string literal (or adjacent literals), or ``None`` for anything else."""
     if node.type == "string_literal":
-        return "".join(c.text.decode() for c in node.named_children if c.type in ("string_content", "escape_sequence"))
+        return "".join(c.text.decode("utf-8", "surrogateescape") for c in node.named_children if c.type in ("string_content", "escape_sequence"))
     if node.type == "concatenated_string":
         parts = [_string(c) for c in node.named_children]
         return None if any(p is None for p in parts) else "".join(parts)

@@ -203,14 +203,13 @@ def read_source(path: Path) -> str:
     unit the text is copied into (after a ``#line`` directive), where it is a stray character.
 
     Raises:
-        SnippetError: If the file is missing or not UTF-8 text, naming the fix.
+        SnippetError: If the file is missing, naming the fix.
     """
     if not path.is_file():
         raise SnippetError(f"{path}: no such file; check the path (relative paths start at {Path.cwd()})")
-    try:
-        return path.read_text(encoding="utf-8").removeprefix(BOM)
-    except UnicodeDecodeError as e:
-        raise SnippetError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from e
+    # Bytes that are not UTF-8 (a comment saved in GBK or Latin-1) are kept as they are, as the compiler
+    # gets them from torch's build: decoded as lone surrogates and written back byte for byte.
+    return path.read_text(encoding="utf-8", errors="surrogateescape").removeprefix(BOM)
 
 
 def line_directive(path: str | Path, line: int = 1) -> str:
@@ -225,7 +224,7 @@ def line_directive(path: str | Path, line: int = 1) -> str:
 
 def _parse(path: Path, text: str, language: str) -> SourceFile:
     text = text.removeprefix(BOM)
-    src = text.encode("utf-8")
+    src = text.encode("utf-8", "surrogateescape")
     tree = _parser().parse(src)
     out = SourceFile(path=path, text=text, language=language)
     _Walker(out, src).walk(tree.root_node, namespace="", extern_c=False, anonymous=False, guard="")
@@ -257,7 +256,7 @@ class _Walker:
                 self._scan_torch(child)
             elif kind == "namespace_definition":
                 name_node = child.child_by_field_name("name")
-                ns = name_node.text.decode() if name_node else ""
+                ns = name_node.text.decode("utf-8", "surrogateescape") if name_node else ""
                 body = child.child_by_field_name("body")
                 if ns in TORCH_NAMESPACES:
                     self.out.uses_torch = True
@@ -282,7 +281,7 @@ class _Walker:
         path = node.child_by_field_name("path")
         if path is None:
             return
-        text = path.text.decode()
+        text = path.text.decode("utf-8", "surrogateescape")
         if path.type == "string_literal":
             self.out.local_includes.append(text.strip('"'))
             target = text.strip('"')
@@ -298,7 +297,7 @@ class _Walker:
         while stack:
             n = stack.pop()
             t = n.type
-            if t == "namespace_identifier" and n.text.decode() in TORCH_NAMESPACES:
+            if t == "namespace_identifier" and n.text.decode("utf-8", "surrogateescape") in TORCH_NAMESPACES:
                 self.out.uses_torch = True
             elif t == "call_expression":
                 fn = n.child_by_field_name("function")
@@ -321,7 +320,7 @@ class _Walker:
         name_node = declarator.child_by_field_name("declarator")
         if name_node is None:
             return
-        name = name_node.text.decode()
+        name = name_node.text.decode("utf-8", "surrogateescape")
         if name == "PYBIND11_MODULE":
             self._pybind(declarator)
             return
@@ -333,9 +332,9 @@ class _Walker:
         if name_node.type not in ("identifier",) or name == "main":
             return  # methods, operators, destructors, main()
         type_node = node.child_by_field_name("type")
-        type_quals = [c.text.decode() for c in node.named_children
-                      if c.type == "type_qualifier" and c.text.decode() not in INTERNAL_SPECIFIERS]
-        returns = " ".join(type_quals + [_squash(type_node.text.decode()) if type_node else "int"]) + stars
+        type_quals = [c.text.decode("utf-8", "surrogateescape") for c in node.named_children
+                      if c.type == "type_qualifier" and c.text.decode("utf-8", "surrogateescape") not in INTERNAL_SPECIFIERS]
+        returns = " ".join(type_quals + [_squash(type_node.text.decode("utf-8", "surrogateescape")) if type_node else "int"]) + stars
         params_node = declarator.child_by_field_name("parameters")
         params = tuple(_params(params_node)) if params_node is not None else ()
         calls = _called_names(node.child_by_field_name("body"))
@@ -350,7 +349,7 @@ class _Walker:
                 line=node.start_point[0] + 1,
                 internal="anonymous namespace" if anonymous else _internal_specifier(node),
                 template=template,
-                params_text=params_node.text.decode() if params_node is not None else "()",
+                params_text=params_node.text.decode("utf-8", "surrogateescape") if params_node is not None else "()",
                 calls=tuple(sorted(calls - PRINT_FUNCTIONS)),
                 prints=bool(calls & PRINT_FUNCTIONS),
                 guard=guard,
@@ -364,18 +363,18 @@ class _Walker:
             fn = call.child_by_field_name("function")
             args = call.child_by_field_name("arguments")
             real = [a for a in args.named_children if a.type != "comment"] if args is not None else []
-            if fn is None or not fn.text.decode().endswith(".def") or len(real) < 2:
+            if fn is None or not fn.text.decode("utf-8", "surrogateescape").endswith(".def") or len(real) < 2:
                 continue
             name, target = real[0], real[1]
             if name.type == "string_literal":
                 ids = [target] if target.type == "identifier" else list(_descendants(target, "identifier"))
                 if ids:
-                    self.out.pybind_defs[name.text.decode().strip('"')] = ids[-1].text.decode()
+                    self.out.pybind_defs[name.text.decode("utf-8", "surrogateescape").strip('"')] = ids[-1].text.decode("utf-8", "surrogateescape")
         params = declarator.child_by_field_name("parameters")
         if params is None or not params.named_children or self.out.pybind_module is not None:
             return
         first = params.named_children[0]
-        self.out.pybind_module = (first.text.decode(), first.start_byte, first.end_byte)
+        self.out.pybind_module = (first.text.decode("utf-8", "surrogateescape"), first.start_byte, first.end_byte)
 
 
 def _internal_specifier(node: ts.Node) -> str:
@@ -389,7 +388,7 @@ def _internal_specifier(node: ts.Node) -> str:
     for c in node.children:
         if declarator is not None and c.start_byte >= declarator.start_byte:
             break
-        word = c.text.decode()
+        word = c.text.decode("utf-8", "surrogateescape")
         if word in INTERNAL_SPECIFIERS:
             return "inline" if word.startswith("__") else word  # __inline__, __forceinline__
     return ""
@@ -413,17 +412,17 @@ def _called_names(body: ts.Node | None) -> set[str]:
     for call in _descendants(body, "call_expression"):
         fn = call.child_by_field_name("function")
         if fn is not None and fn.type in ("identifier", "qualified_identifier", "template_function"):
-            names.add(fn.text.decode().split("<")[0].split("::")[-1])
+            names.add(fn.text.decode("utf-8", "surrogateescape").split("<")[0].split("::")[-1])
     return names
 
 
 def _params(node: ts.Node):
     named = [c for c in node.named_children if c.type in ("parameter_declaration", "optional_parameter_declaration")]
-    if len(named) == 1 and named[0].text.decode().strip() == "void":
+    if len(named) == 1 and named[0].text.decode("utf-8", "surrogateescape").strip() == "void":
         return
     for i, p in enumerate(named):
         type_node = p.child_by_field_name("type")
-        base = _squash(type_node.text.decode()) if type_node is not None else "int"
+        base = _squash(type_node.text.decode("utf-8", "surrogateescape")) if type_node is not None else "int"
         const = any(c.type == "type_qualifier" and c.text == b"const" for c in p.named_children)
         pointer, reference, function, name = 0, False, False, None
         d = p.child_by_field_name("declarator")
@@ -435,7 +434,7 @@ def _params(node: ts.Node):
             elif d.type in ("reference_declarator", "abstract_reference_declarator"):
                 reference = True
             elif d.type in ("identifier", "field_identifier"):
-                name = d.text.decode()
+                name = d.text.decode("utf-8", "surrogateescape")
                 break
             nxt = d.child_by_field_name("declarator")
             if nxt is None:  # reference_declarator keeps its inner declarator unnamed
@@ -445,12 +444,12 @@ def _params(node: ts.Node):
         default = p.child_by_field_name("default_value")
         yield Param(
             name=name or f"arg{i}",
-            text=_squash(p.text.decode()),
+            text=_squash(p.text.decode("utf-8", "surrogateescape")),
             base=base,
             pointer=pointer,
             const=const,
             reference=reference,
-            default=_squash(default.text.decode()) if default is not None else None,
+            default=_squash(default.text.decode("utf-8", "surrogateescape")) if default is not None else None,
             function=function,
         )
 

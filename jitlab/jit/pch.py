@@ -178,6 +178,9 @@ _LITERALS = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'')
 _MISSING = re.compile(r"not declared|not a member of|has not been declared|does not name a|not a namespace|"
                       r"incomplete type|no matching function|is not a template|undeclared identifier|no member named|"
                       r"no type named|not a class")
+# GCC's words for a template or class it does not know, which quote the next token, not the name
+# (``struct F : torch::autograd::Function<F>`` on a set without autograd's headers).
+_UNNAMED = re.compile(r"expected (?:template|class|type)-name before")
 # GCC quotes with ‘…’ in a UTF-8 locale and '…' otherwise; clang with '…'.
 _QUOTED = re.compile(r"[‘'`]([^’'`\n]+)[’']")
 _ERROR = re.compile(r"\berror\b")
@@ -199,6 +202,8 @@ def missing_names(log: str) -> list[Missing] | None:
     found: list[Missing] = []
     for line in log.splitlines():
         line = line.split("; did you mean", 1)[0]  # a suggestion is a name the set has
+        if _ERROR.search(line) and _UNNAMED.search(line):
+            return None  # a type the set lacks, named only by the token after it: try the next set
         if not _ERROR.search(line) or not _MISSING.search(line):
             continue
         quoted = _QUOTED.findall(line)

@@ -60,9 +60,9 @@ def _condition(node) -> str:
     ``!defined(X)``; line continuations joined."""
     name = node.child_by_field_name("name")
     if name is not None:
-        return f"{'!' if node.children[0].type.endswith('ndef') else ''}defined({name.text.decode()})"
+        return f"{'!' if node.children[0].type.endswith('ndef') else ''}defined({name.text.decode('utf-8', 'surrogateescape')})"
     cond = node.child_by_field_name("condition")
-    return " ".join(cond.text.decode().replace("\\\n", " ").split()) if cond is not None else "1"
+    return " ".join(cond.text.decode("utf-8", "surrogateescape").replace("\\\n", " ").split()) if cond is not None else "1"
 
 
 def _both(guard: str, cond: str) -> str:

@@ -95,7 +95,7 @@ def _compile(plan: codegen.Plan, folder: Path, archs: list[str], opts: Options) 
     inputs = []
     for i, f in enumerate(plan.files):
         copy = folder / f"{i}_{f.path.name}"
-        copy.write_text(line_directive(f.path) + f.text + "\n")
+        copy.write_text(line_directive(f.path) + f.text + "\n", encoding="utf-8", errors="surrogateescape")
         inputs.append(copy.name)
     cmd = [*command(plan, inputs, EXECUTABLE, archs, opts), "-MD"]  # a depfile per input: what the build read
     proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, errors="replace")

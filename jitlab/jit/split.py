@@ -189,7 +189,7 @@ def split(f: SourceFile, header_texts: dict[str, str] | None = None) -> Split:
     Returns:
         The split; ``reason`` is set instead when the file must stay one unit.
     """
-    src = f.text.encode("utf-8")
+    src = f.text.encode("utf-8", "surrogateescape")
     walker = _Walker(f, src, header_texts or {})
     try:
         walker.walk(syntax_tree(src).root_node, "")
@@ -223,7 +223,7 @@ def _apply(src: bytes, edits: list[tuple[int, int, bytes]]) -> str:
         out += [src[pos:start], new]
         pos = end
     out.append(src[pos:])
-    return b"".join(out).decode("utf-8")
+    return b"".join(out).decode("utf-8", "surrogateescape")
 
 
 def _line(node: ts.Node) -> int:
@@ -282,7 +282,7 @@ class _Walker:
 
     def _include(self, node: ts.Node) -> None:
         path = node.child_by_field_name("path")
-        target = path.text.decode().strip('"<>') if path is not None else ""
+        target = path.text.decode("utf-8", "surrogateescape").strip('"<>') if path is not None else ""
         if target.startswith(TORCH_INCLUDE_PREFIXES):
             self._host_only(node)
         elif path is not None and path.type == "string_literal" and target in self.headers:
@@ -300,11 +300,11 @@ class _Walker:
                 raise Unsplittable(f"line {_line(node)}: device code in an anonymous namespace")
             self._shared_or_host(node)
             return
-        if name.text.decode() in TORCH_NAMESPACES:
+        if name.text.decode("utf-8", "surrogateescape") in TORCH_NAMESPACES:
             self._host_only(node)
             return
         if body is not None:
-            self.walk(body, f"{ns}{name.text.decode()}::")
+            self.walk(body, f"{ns}{name.text.decode('utf-8', 'surrogateescape')}::")
 
     def _template(self, node: ts.Node, ns: str) -> None:
         inner = next((c for c in node.named_children if c.type in ("function_definition", "declaration")), None)
@@ -457,7 +457,7 @@ def _words(node: ts.Node) -> set[str]:
     out = set()
     for c in node.children:
         if c.type in ("storage_class_specifier", "type_qualifier"):
-            out.add(c.text.decode())
+            out.add(c.text.decode("utf-8", "surrogateescape"))
         elif c.type.startswith("__") or c.type in ("constexpr", "inline", "static", "extern"):
             out.add(c.type)
     return out
@@ -474,7 +474,7 @@ def _function_name(fn: ts.Node) -> str:
     name = d.child_by_field_name("declarator") if d is not None else None
     if name is None:
         return "?"
-    return name.text.decode().split("<")[0].split("::")[-1]
+    return name.text.decode("utf-8", "surrogateescape").split("<")[0].split("::")[-1]
 
 
 def _has_cuda(node: ts.Node) -> bool:
@@ -484,10 +484,10 @@ def _has_cuda(node: ts.Node) -> bool:
 def _torch_name(node: ts.Node) -> str:
     """The first torch namespace or macro the node names (``torch::``, ``at::``, ``TORCH_CHECK``), or ``""``."""
     for n in _descendants(node, "namespace_identifier"):
-        if n.text.decode() in TORCH_NAMESPACES:
-            return n.text.decode() + "::"
+        if n.text.decode("utf-8", "surrogateescape") in TORCH_NAMESPACES:
+            return n.text.decode("utf-8", "surrogateescape") + "::"
     for n in _descendants(node, "identifier"):
-        t = n.text.decode()
+        t = n.text.decode("utf-8", "surrogateescape")
         if t.startswith(("TORCH_", "AT_", "C10_")):
             return t
     return ""

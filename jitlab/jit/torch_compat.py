@@ -19,8 +19,11 @@ import contextlib
 import contextvars
 import difflib
 import hashlib
+import os
 import re
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -36,7 +39,6 @@ CUDA_PRELUDE = ["#include <torch/types.h>", "#include <cuda.h>", "#include <cuda
 
 #: torch arguments jitlab accepts but has no use for: (value that is not worth a note, why).
 IGNORED = {
-    "build_directory": (None, "jitlab builds in its own cache (JITLAB_CACHE_DIR), one folder per build"),
     "keep_intermediates": (True, "jitlab keeps each build in its cache; `jitlab clean` removes them"),
     "use_pch": (False, "jitlab always uses its own precompiled torch headers"),
     "with_sycl": (None, "jitlab builds C++ and CUDA only"),
@@ -262,6 +264,33 @@ def check_load_keywords(kwargs: dict) -> None:
     note_ignored("load", **{k: v for k, v in kwargs.items() if k in IGNORED})
 
 
+def place_library(build_directory, name: str, artifact: Path) -> Path:
+    """torch's ``build_directory``: the built library is also ``<build_directory>/<name>.so``, where torch's
+    would be (jitlab builds in its cache; this is a copy, replaced all at once, for whoever looks there).
+
+    Raises:
+        ArgumentError: The folder cannot be made or written, naming the reason and the fix.
+    """
+    folder = Path(build_directory).expanduser()
+    target = folder / f"{name}{artifact.suffix}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name[:100]}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            shutil.copyfile(artifact, tmp)
+            os.chmod(tmp, 0o755)
+            os.replace(tmp, target)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+    except OSError as e:
+        raise ArgumentError(f"build_directory={str(build_directory)!r}: the library cannot be put there ({e.strerror}); "
+                            f"give a folder you can write, or leave build_directory out (jitlab's cache, "
+                            f"JITLAB_CACHE_DIR, holds every build)") from None
+    return target
+
+
 def show_log(b) -> None:
     """``verbose=True``: the build's notes and compiler output on stderr."""
     for note in b.notes:
@@ -282,8 +311,9 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
     edit recompiles only the kernels. The build is keyed by content, so calling again under the same
     ``name`` with new sources gives the new module in this process, and a failed build never blocks
     the name. Flag entries mean what they mean to torch (split as its shell would; see
-    :func:`torch_options`), and ``TORCH_CUDA_ARCH_LIST`` chooses the architectures when set.
-    ``build_directory``, ``keep_intermediates``, ``use_pch`` and the SYCL options are accepted and
+    :func:`torch_options`), and ``TORCH_CUDA_ARCH_LIST`` chooses the architectures when set. The build
+    lives in jitlab's cache; with ``build_directory`` the library is also put there as ``<name>.so``,
+    as torch's would be. ``keep_intermediates``, ``use_pch`` and the SYCL options are accepted and
     have no effect (said once per process).
 
     Args:
@@ -315,7 +345,7 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
     if sycl_sources:
         raise ArgumentError("load_inline(sycl_sources=...): jitlab builds C++ and CUDA, not SYCL; "
                             "use torch.utils.cpp_extension.load_inline for SYCL")
-    note_ignored("load_inline", build_directory=build_directory, keep_intermediates=keep_intermediates,
+    note_ignored("load_inline", keep_intermediates=keep_intermediates,
                  use_pch=use_pch, with_sycl=with_sycl, extra_sycl_cflags=extra_sycl_cflags)
     opts = torch_options(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths, Options(mode="torch"),
                          with_cuda)
@@ -329,7 +359,8 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
             raise origins.relocate(e, snip.name, snip.origins) from None
     if verbose:
         show_log(mod.build)
-    return mod if is_python_module else str(mod.build.artifact)  # as torch's: the library's path; its operators are in torch.ops
+    library = place_library(build_directory, name, mod.build.artifact) if build_directory else mod.build.artifact
+    return mod if is_python_module else str(library)  # as torch's: the library's path; its operators are in torch.ops
 
 
 def build_inline(name, cpp_sources, cuda_sources=None, functions=None, *, compile_only: bool = False, arch=None,

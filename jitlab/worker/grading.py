@@ -5,9 +5,11 @@ The batch, in order (the tuner's engine, :mod:`jitlab.worker.tune`, with a Kerne
 1. **Pairs and keys.** The pairs the paths name (:func:`jitlab.judge.kernelbench.pairs`); those the results
    file already holds with the same sources, parameters and device model are taken from it, not graded.
 2. **Build, in parallel on the CPU.** Each solution's ``load_inline`` calls are built without loading
-   (:func:`jitlab.judge.kernelbench.compile_pair`), the first alone (it makes the precompiled torch
-   headers), the rest ``build_threads`` at a time; a compile error is that solution's grade, at its line.
-3. **Grade, one at a time per GPU.** Each built solution is a job for a warm worker process per device
+   (:func:`jitlab.judge.kernelbench.compile_pair`), ``build_threads`` at a time, all started together
+   (the first to need the precompiled torch headers makes them; device code compiles meanwhile); a
+   compile error is that solution's grade, at its line.
+3. **Grade, one at a time per GPU, while the rest build.** What has been built is graded as a batch
+   while the builds go on; each built solution is a job for a warm worker process per device
    (local, or Dask's as ``jitlab tune --cluster`` runs them): import it (its builds are cache hits), check
    it on the problem's inputs, time it against ``Model`` eager and compiled. A crash or a hang costs that
    worker, which is restarted for the next solution. Each grade is appended to the results file as it ends.
@@ -16,7 +18,10 @@ The batch, in order (the tuner's engine, :mod:`jitlab.worker.tune`, with a Kerne
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
+from collections.abc import Iterator
 from functools import partial
 
 from jitlab import config
@@ -81,26 +86,62 @@ def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster:
             pool.warm()  # the workers start (torch, a CUDA context) while the solutions build
         build = partial(_compile, arch=[arch or COMPILE_ONLY_ARCH] if compile_only else None, compile_only=compile_only)
         built: dict[int, Compiled] = {}
-        for batch in (todo[:1], todo[1:]):  # the first alone: it makes the precompiled headers the rest use
-            for (i, _), c in pool.builds(build, [(i, found[i]) for i in batch]):
+        for batch in _as_built(pool, build, [(i, found[i]) for i in todo]):
+            waiting, index = [], {}
+            for i, c in batch:
                 built[i] = c
-        queue, index = [], {}
-        for i in todo:
-            c = built[i]
-            if c.error or compile_only:
-                g = _grade(found[i], keys[i], model, built[i], Outcome(jobs.COMPILE if c.error else BUILT, c.error))
-                _keep(grades, i, g, book if c.error and not compile_only else None, on_grade)
-            else:
-                queue.append(Job(kernelbench.ACTION, str(found[i].solution), ref=str(found[i].problem),
-                                 params=params, cache_dir=str(config.cache_dir())))
-                index[id(queue[-1])] = i  # a job comes back as the same object (its id is the worker's)
-        for slot, job, out in pool.run({None: queue}, timeout):
-            i = index[id(job)]
-            _keep(grades, i, _grade(found[i], keys[i], slot.device, built[i], out), book, on_grade)
+                if c.error or compile_only:
+                    g = _grade(found[i], keys[i], model, c, Outcome(jobs.COMPILE if c.error else BUILT, c.error))
+                    _keep(grades, i, g, book if c.error and not compile_only else None, on_grade)
+                else:
+                    waiting.append(Job(kernelbench.ACTION, str(found[i].solution), ref=str(found[i].problem),
+                                       params=params, cache_dir=str(config.cache_dir())))
+                    index[id(waiting[-1])] = i  # a job comes back as the same object (its id is the worker's)
+            for slot, job, out in pool.run({None: waiting}, timeout) if waiting else ():
+                i = index[id(job)]
+                _keep(grades, i, _grade(found[i], keys[i], slot.device, built[i], out), book, on_grade)
     finally:
         pool.close()
     return Report([grades[i] for i in range(len(found)) if i in grades], len(todo), time.monotonic() - t0,
                   None if compile_only else book.path, compile_only)
+
+
+def _as_built(pool, build, items: list) -> Iterator[list[tuple[int, Compiled]]]:
+    """The builds of ``items``, all started at once on the pool's build threads, in batches of those that
+    ended since the last batch was taken: the GPUs grade what is built while the rest still builds.
+
+    All start together, not the first alone: the first to need the precompiled headers makes them while
+    the others wait for them in the cache, and device code (nvcc, which reads no precompiled header)
+    compiles meanwhile.
+    """
+    done: queue.SimpleQueue = queue.SimpleQueue()
+
+    def build_all() -> None:
+        try:
+            for (i, _), c in pool.builds(build, items):
+                done.put((i, c))
+        except BaseException as e:  # a bug, not a solution's failure: raised in the caller's thread
+            done.put(e)
+        finally:
+            done.put(None)
+
+    threading.Thread(target=build_all, daemon=True, name="jitlab-kernelbench-builds").start()
+    finished = False
+    while not finished:
+        batch, item = [], done.get()
+        while True:
+            if item is None:
+                finished = True
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                batch.append(item)
+            try:
+                item = done.get_nowait()
+            except queue.Empty:
+                break
+        if batch:
+            yield batch
 
 
 def _compile(item: tuple[int, Pair], *, arch, compile_only: bool) -> Compiled:

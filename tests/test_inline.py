@@ -239,3 +239,17 @@ def test_cuda_error_names_the_line_in_cuda_sources(cache):
     with pytest.raises(jitlab.CompileError, match=r"load_inline 'cuerr' cuda_sources\[0\], line 4: error"):
         torch_compat.build_inline("cuerr", [DECL], [CUDA_SQUARE.replace("x[i] * x[i]", "x[i] * zz")],
                                   ["square"], compile_only=True, arch=["sm_75"])
+
+
+@pytest.mark.slow
+def test_operators_and_functions_in_one_source(cache):
+    """A source registering a TORCH_LIBRARY operator and binding functions= gives both: the module's function
+    and torch.ops' operator (the unit needs pybind11 and torch/library.h at once)."""
+    src = """
+torch::Tensor twice(torch::Tensor x) { return x * 2; }
+TORCH_LIBRARY(jitlab_inline_both, m) { m.def("twice(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_IMPL(jitlab_inline_both, CPU, m) { m.impl("twice", &twice); }
+"""
+    m = jitlab.load_inline(name="both_kinds", cpp_sources=src, functions=["twice"])
+    assert m.twice(torch.ones(2)).tolist() == [2.0, 2.0]
+    assert torch.ops.jitlab_inline_both.twice(torch.ones(2)).tolist() == [2.0, 2.0]

@@ -319,7 +319,9 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         headers = split_mod.header_texts(f, dirs)
         umbrella = any(pch.includes_umbrella(h) for h in headers.values())  # the smallest set: pch.HEADERS
         if f.language == "cpp":
-            kind = "full" if umbrella else "host" if ops.blocks(f) else pch.binding_set(text, cuda and owns_module)
+            registers = bool(ops.blocks(f))  # operators need torch/library.h; a module of its own, pybind11: both, full
+            kind = ("full" if umbrella or (registers and owns_module) else "host" if registers
+                    else pch.binding_set(text, cuda and owns_module))
             units.append(Unit(f"{stem}.cpp", "cxx", checks + with_line_directive(f, text), torch=True, module=owns_module,
                               headers=kind, source=str(f.path)))
             continue

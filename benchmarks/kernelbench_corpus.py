@@ -8,8 +8,9 @@ Takes a folder of KernelBench pairs (``scripts/kernelbench-corpus MIRROR`` lays 
   (``torch.utils.cpp_extension.load_inline`` patched before the file runs, so every import style gets it;
   one fresh jitlab cache for the whole side). Each says: built, right (KernelBench's check: 5 trials of
   ``get_inputs()`` under seeds drawn from 42, ``atol = rtol = 1e-2``), build seconds, the first line of
-  any error. The jitlab side runs its first pair alone (it makes the precompiled torch headers), then the
-  rest ``-j`` at a time: the median build of those is "a new solution's cold build, headers made".
+  any error. The jitlab side runs its first pair alone (it makes the precompiled torch headers), the
+  next ``--cold`` one at a time (their median is "a new solution's cold build, headers made", on an idle
+  machine), then the rest ``-j`` at a time (their builds contend for the cores).
 * **the sample's wall time, KernelBench's way**: torch's side above over the sample (a fresh process per
   solution, ``-j`` builds in parallel, each graded and timed against ``Model`` eager) against
   ``jitlab check`` of the same pairs (parallel compile-only builds, then grading in a warm worker;
@@ -111,11 +112,13 @@ def run_child(loader: str, pair: kernelbench.Pair, args, env: dict) -> dict:
     return res
 
 
-def side(loader: str, pairs: list, args, env: dict, first_alone: bool) -> tuple[dict, float]:
-    """Every pair on one side, ``-j`` processes at a time (the first alone if asked); results and wall time."""
+def side(loader: str, pairs: list, args, env: dict, alone: int = 0) -> tuple[dict, float]:
+    """Every pair on one side, ``-j`` processes at a time, the first ``alone`` one at a time before them
+    (the first makes the headers; the next are new solutions' cold builds on an idle machine); results
+    and wall time."""
     t0 = time.perf_counter()
     results = {}
-    batches = [pairs[:1], pairs[1:]] if first_alone else [pairs]
+    batches = [*([p] for p in pairs[:alone]), pairs[alone:]]
     for batch in batches:
         with ThreadPoolExecutor(args.jobs) as ex:
             for pair, res in zip(batch, ex.map(lambda p: run_child(loader, p, args, env), batch)):
@@ -160,6 +163,9 @@ def main() -> int:
     ap.add_argument("--torch-sample", type=int, default=20,
                     help="pairs (evenly spread) run on torch's side and timed both ways (default 20; 0: none)")
     ap.add_argument("--jitlab-only", action="store_true", help="only jitlab's side: no torch runs, no wall-time ratio")
+    ap.add_argument("--cold", type=int, default=5,
+                    help="after the first (which makes the headers), this many pairs built one at a time on an idle "
+                         "machine: the median is a new solution's cold build (default 5)")
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count(), help="processes (builds) at a time")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="where the solutions are graded")
     ap.add_argument("--compile-only", action="store_true", help="build only, no GPU: no grading, no timing")
@@ -181,17 +187,20 @@ def main() -> int:
     sample = [] if args.jitlab_only else spread(pairs, args.torch_sample)
     env = {k: v for k, v in os.environ.items() if k not in ("JITLAB_CACHE_DIR", "JITLAB_PCH_DIR")}  # cold: headers too
     out = {"pairs": len(pairs), "sample": [p.name for p in sample], "jobs": args.jobs, "device": args.device,
-           "compile_only": args.compile_only}
+           "compile_only": args.compile_only, "cold": args.cold}
     torch_res: dict = {}
     if sample:
-        torch_res, out["torch_wall_s"] = side("torch", sample, args, env, first_alone=False)
+        torch_res, out["torch_wall_s"] = side("torch", sample, args, env)
         report, out["jitlab_check_wall_s"] = jitlab_check(sample, args, env)
         out["jitlab_check"] = {"counts": report["counts"], "seconds": report["seconds"]}
         out["ratio"] = out["torch_wall_s"] / out["jitlab_check_wall_s"]
     with tempfile.TemporaryDirectory(prefix="kb-jitlab-") as cache:
-        jit_res, out["jitlab_wall_s"] = side("jitlab", pairs, args, dict(env, JITLAB_CACHE_DIR=cache), first_alone=True)
+        jit_res, out["jitlab_wall_s"] = side("jitlab", pairs, args, dict(env, JITLAB_CACHE_DIR=cache),
+                                             alone=1 + args.cold)
     after_first = [jit_res[p.name]["build_s"] for p in pairs[1:] if jit_res[p.name].get("built")]
     out["median_build_after_first_s"] = statistics.median(after_first) if after_first else None
+    alone = [jit_res[p.name]["build_s"] for p in pairs[1:1 + args.cold] if jit_res[p.name].get("built")]
+    out["median_cold_build_alone_s"] = statistics.median(alone) if alone else None
     out["first_build_s"] = jit_res[pairs[0].name].get("build_s") if pairs else None
     out["results"] = {p.name: {"jitlab": jit_res[p.name], "torch": torch_res.get(p.name)} for p in pairs}
     if args.json:
@@ -214,7 +223,9 @@ def table(pairs: list, out: dict, torch_res: dict, jit_res: dict) -> str:
     ok_j = sum(bool(r.get(key)) for r in jit_res.values())
     lines.append(f"\njitlab: {ok_j} of {len(pairs)} {key}, {out['jitlab_wall_s']:.0f} s for the side "
                  f"({out['jobs']} processes at a time); first build (headers made) {out['first_build_s'] or 0:.1f} s, "
-                 f"median build after it {out['median_build_after_first_s'] or 0:.1f} s")
+                 f"median build after it {out['median_build_after_first_s'] or 0:.1f} s; a new solution's "
+                 f"cold build alone (the next {len(pairs[1:1 + out['cold']])}, one at a time), median "
+                 + (f"{out['median_cold_build_alone_s']:.1f} s" if out["median_cold_build_alone_s"] else "- (none built)"))
     if torch_res:
         ok_t = [n for n, r in torch_res.items() if r.get(key)]
         both = [n for n in ok_t if jit_res[n].get(key)]

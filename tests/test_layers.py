@@ -110,6 +110,14 @@ def test_the_import_graph_has_no_cycle():
     assert [g for g in groups if len(g) > 1] == []
 
 
+def test_the_data_spine_is_a_leaf():
+    """jit/plan.py, the data every stage passes on (units, flags, objects, manifests), imports nothing of jitlab,
+    and the planning stage takes its types from there, never from an engine (objects.py)."""
+    assert _imports("jitlab.jit.plan", MODULES["jitlab.jit.plan"]) == []
+    for stage in ("jitlab.jit.codegen", "jitlab.jit.module_unit", "jitlab.jit.ops"):
+        assert "jitlab.jit.objects" not in _graph()[stage], stage
+
+
 def test_layers_import_downwards_only():
     """A module imports modules of its own layer or lower ones: the pipeline reads top to bottom."""
     upward = [f"{m} (layer {_layer(m)}) imports {t} (layer {_layer(t)})"

@@ -16,7 +16,7 @@ import pytest
 import jitlab
 from conftest import run_dir
 from jitlab import CompileError
-from jitlab.jit import pch
+from jitlab.jit import pch, plan
 from jitlab.jit.flags import Options, object_flags
 
 FEATURES = Path(__file__).parent / "fixtures" / "split" / "features.cu"
@@ -301,13 +301,13 @@ def test_the_longest_unit_starts_first(monkeypatch):
 
     def fake(unit, *args, **kwargs):
         started.append(unit.name)
-        return objects.Object(unit=unit, path=Path(unit.name), cached=False, seconds=0.0, log="")
+        return plan.Object(unit=unit, path=Path(unit.name), cached=False, seconds=0.0, log="")
 
     monkeypatch.setattr(objects, "_compile", fake)
     monkeypatch.setattr(objects, "_compile_host", fake)
     monkeypatch.setattr(objects.os, "cpu_count", lambda: 2)
-    units = [objects.Unit("v.device.cu", "nvcc", ""), objects.Unit("v.host.cpp", "cxx", "", torch=True, headers="host"),
-             objects.Unit("plain.cpp", "cxx", ""), objects.Unit("bind.cpp", "cxx", "", torch=True, headers="bind")]
+    units = [plan.Unit("v.device.cu", "nvcc", ""), plan.Unit("v.host.cpp", "cxx", "", torch=True, headers="host"),
+             plan.Unit("plain.cpp", "cxx", ""), plan.Unit("bind.cpp", "cxx", "", torch=True, headers="bind")]
     objs = objects.compile_all(units, None, "v", {})
     assert set(started[:2]) == {"bind.cpp", "v.host.cpp"}  # two workers: the two costliest first
     assert [o.unit.name for o in objs] == [u.name for u in units]  # results in the units' order

@@ -16,7 +16,7 @@ import pytest
 
 import jitlab
 from jitlab import progress
-from jitlab.jit import objects
+from jitlab.jit import objects, plan
 from jitlab.judge import benchmark, runner
 from jitlab.judge.timing import Timing
 from jitlab.notebook import report
@@ -127,8 +127,8 @@ def test_units_name_themselves_in_the_step_from_the_compile_threads(cache, capsy
         return real(*args, **kwargs)
 
     monkeypatch.setattr(objects, "_run_compiler", slow_compiler)
-    unit = objects.Unit(name="tiny.cpp", compiler="cxx", text="int tiny() { return 1; }\n")
-    flags = objects.Flags(includes=(), cxx=("-fPIC",), cuda_include=(), cxx_user=(), nvcc=(), nvcc_torch=(), ld=(),
+    unit = plan.Unit(name="tiny.cpp", compiler="cxx", text="int tiny() { return 1; }\n")
+    flags = plan.Flags(includes=(), cxx=("-fPIC",), cuda_include=(), cxx_user=(), nvcc=(), nvcc_torch=(), ld=(),
                           toolchain=())
     with progress.Step("building tiny.cpp (c++)", "built tiny.cpp", after=0.1):
         objs = objects.compile_all([unit], flags, "tiny", {})

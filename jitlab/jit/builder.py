@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from jitlab.jit.flags import (
     Options,
     object_flags,
 )
+from jitlab.jit.plan import Manifest
 from jitlab.jit.parse import parse_file
 from jitlab.jit.resources import demangle, parse_resource_usage
 from jitlab.jit.sources import (
@@ -222,7 +224,7 @@ def _build_keyed(plan: codegen.Plan, archs: list[str], parts: dict, opts: Option
                  t0: float) -> Build:
     """Find the build of this key in the cache, or make it under the key's lock with ``engine``."""
 
-    def make(name: str, folder: Path) -> dict:
+    def make(name: str, folder: Path) -> Manifest:
         if engine == "nvrtc":
             return _build_nvrtc(plan, folder, archs, opts)
         if plan.units:
@@ -262,16 +264,15 @@ def find_or_build(plan: codegen.Plan, archs: list[str], parts: dict, make, *, co
     t0 = time.perf_counter() if t0 is None else t0
     name = cache.module_name(plan.stem, cache.build_key(parts))
 
-    def made(target: str, folder: Path) -> dict:
+    def made(target: str, folder: Path) -> Manifest:
         # Silent when quick; past $JITLAB_PROGRESS_AFTER seconds a line, a live line naming what compiles, a line.
         with progress.Step(f"building {describe(plan, archs, compiler)}", f"built {file_names(plan)}"):
             for note in notes:
                 progress.say(f"jitlab: {note}")
             manifest = make(target, folder)
-        manifest["notes"] = [*notes, *manifest.get("notes", [])]
-        manifest.update(seconds=round(time.perf_counter() - t0, 3), archs=archs, kind=plan.kind,
-                        sources=[str(f.path) for f in plan.files], built_at=time.time(), **(extra or {}))
-        return manifest
+        return dataclasses.replace(manifest, notes=[*notes, *(manifest.notes or [])], archs=archs, kind=plan.kind,
+                                   seconds=round(time.perf_counter() - t0, 3), built_at=time.time(),
+                                   sources=[str(f.path) for f in plan.files], **(extra or {}))
 
     entry = cache.find_or_make(name, made, known=parts.get("headers", {}), keep=plan.include_dirs,
                                reads=deps.ldflag_inputs(parts["flags"][3]), skip=[str(f.path) for f in plan.files],
@@ -281,7 +282,7 @@ def find_or_build(plan: codegen.Plan, archs: list[str], parts: dict, make, *, co
     return Build(entry.name, entry.folder, plan, entry.manifest, entry.cached, time.perf_counter() - t0, archs)
 
 
-def _build_nvrtc(plan: codegen.Plan, folder: Path, archs: list[str], opts: Options) -> dict:
+def _build_nvrtc(plan: codegen.Plan, folder: Path, archs: list[str], opts: Options) -> Manifest:
     """A kernel-only ``.cu`` compiled in process by NVRTC: one CUBIN per arch, the first one the artifact."""
     cubins = nvrtc.compile_cubins(plan, archs, opts.defines, opts.debug)
     cu = next(f for f in plan.files if f.language == "cuda")
@@ -301,9 +302,8 @@ def _build_nvrtc(plan: codegen.Plan, folder: Path, archs: list[str], opts: Optio
             for kernel, per_arch in nvrtc.resource_usage(folder / files[c.arch], c.arch).items():
                 resources.setdefault(demangle(kernel), {}).update(per_arch)
     first = folder / files[archs[0]]
-    return {"artifact": first.name, "size": first.stat().st_size, "sha256": cache.file_sha256(first),
-            "cubins": files, "kernels": cubins[0].names, "resources": resources,
-            "compile_only": opts.compile_only, "nvrtc": nvrtc.version(), "read": read}
+    return cache.made(first, cubins=files, kernels=cubins[0].names, resources=resources,
+                      compile_only=opts.compile_only, nvrtc=nvrtc.version(), read=read)
 
 
 def _nvcc_reads(plan: codegen.Plan, folder: Path, opts: Options) -> list[str]:
@@ -319,7 +319,7 @@ def _nvcc_reads(plan: codegen.Plan, folder: Path, opts: Options) -> list[str]:
                                   src, folder)
 
 
-def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> dict:
+def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
     """A torch-style build: each unit compiled once into the object cache, then linked (or, compile-only,
     kept as one relocatable object)."""
     for note in plan.notes:
@@ -345,10 +345,8 @@ def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str]
             artifact = linker.link(objs, name, folder, flags)
         except objects.UnitError as e:
             raise diagnostics.compile_error(f"{describe(plan, archs)} (link)", e.log, sources_by_path(plan)) from None
-    return {"artifact": artifact.name, "size": artifact.stat().st_size, "sha256": cache.file_sha256(artifact),
-            "resources": parse_resource_usage("\n".join(o.log for o in objs if o.unit.compiler == "nvcc")),
-            "compile_only": opts.compile_only, "notes": notes, "read": [p for o in objs for p in o.read or ()],
-            "link_seconds": round(time.perf_counter() - t_link, 3),
-            "unstable": any(o.read is None for o in objs),
-            "units": [{"name": o.unit.name, "compiler": o.unit.compiler, "cached": o.cached,
-                       "seconds": round(o.seconds, 3), "headers": o.headers} for o in objs]}
+    return cache.made(artifact, resources=parse_resource_usage("\n".join(o.log for o in objs if o.unit.compiler == "nvcc")),
+                      compile_only=opts.compile_only, notes=notes, read=[p for o in objs for p in o.read or ()],
+                      link_seconds=round(time.perf_counter() - t_link, 3), unstable=any(o.read is None for o in objs),
+                      units=[{"name": o.unit.name, "compiler": o.unit.compiler, "cached": o.cached,
+                              "seconds": round(o.seconds, 3), "headers": o.headers} for o in objs])

@@ -34,6 +34,7 @@ from pathlib import Path
 from jitlab import config
 from jitlab.errors import CacheError
 from jitlab.jit import cachedir, deps, locks
+from jitlab.jit.plan import Manifest
 from jitlab.jit.deps import file_sha256  # cache.file_sha256 to its callers: the artifacts' hash
 
 MANIFEST = "jitlab.json"
@@ -95,6 +96,11 @@ def read_manifest(folder: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and data.get("format") == config.FORMAT_VERSION else None
+
+
+def made(artifact: Path, **fields) -> Manifest:
+    """The :class:`~jitlab.jit.plan.Manifest` of an artifact just written: its name, size and hash, and ``fields``."""
+    return Manifest(artifact=artifact.name, size=artifact.stat().st_size, sha256=file_sha256(artifact), **fields)
 
 
 def write_manifest(folder: Path, data: dict) -> None:
@@ -248,7 +254,7 @@ def find_or_make(name: str, make, *, root: Path | None = None, content: bool = T
 
     Args:
         name: The key's entry name.
-        make: ``make(name, folder) -> manifest`` with ``artifact``, ``size``, ``sha256`` and ``read``.
+        make: ``make(name, folder) -> Manifest`` (:func:`made` makes one of the artifact it wrote).
         root: The cache folder (default the build cache).
         content: Check the artifact's hash on a hit, not only its size.
         known: Path → SHA-256 of the files the key hashed before the build.
@@ -277,10 +283,10 @@ def find_or_make(name: str, make, *, root: Path | None = None, content: bool = T
         folder = entry_dir(target, root)
         reset_dir(folder)
         started = time.time_ns()
-        manifest = make(target, folder)
-        read = [*manifest.pop("read", []), *reads]
-        rows = deps.stamp(read, started, known or {}, keep, folder, skip)
-        manifest["deps"] = None if manifest.pop("unstable", False) else rows
+        result = make(target, folder)
+        manifest = result.record()
+        rows = deps.stamp([*result.read, *reads], started, known or {}, keep, folder, skip)
+        manifest["deps"] = None if result.unstable else rows
         write_manifest(folder, manifest)
         if first is not None:
             kept = [o for o in first.get("others", []) if isinstance(o, str)]

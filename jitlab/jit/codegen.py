@@ -23,7 +23,7 @@ from pathlib import Path
 from jitlab.errors import SnippetError
 from jitlab.jit import ctypes_map, macros, module_unit, ops, pch, preproc
 from jitlab.jit import split as split_mod
-from jitlab.jit.objects import Unit
+from jitlab.jit.plan import Unit
 from jitlab.jit.parse import Function, SourceFile, line_directive
 from jitlab.jit.pyargs import declaration, pyargs, required_defaults
 from jitlab.jit.shims import shim_unit
@@ -319,9 +319,8 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         headers = split_mod.header_texts(f, dirs)
         umbrella = any(pch.includes_umbrella(h) for h in headers.values())  # the smallest set: pch.HEADERS
         if f.language == "cpp":
-            registers = bool(ops.blocks(f))  # operators need torch/library.h; a module of its own, pybind11: both, full
-            kind = ("full" if umbrella or (registers and owns_module) else "host" if registers
-                    else pch.binding_set(text, cuda and owns_module))
+            registers = bool(ops.blocks(f))  # torch/library.h; with a module of its own, pybind11 too: full
+            kind = ("full" if umbrella or registers and owns_module else "host" if registers else pch.binding_set(text, cuda and owns_module))
             units.append(Unit(f"{stem}.cpp", "cxx", checks + with_line_directive(f, text), torch=True, module=owns_module,
                               headers=kind, source=str(f.path)))
             continue

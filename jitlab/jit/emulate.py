@@ -31,6 +31,7 @@ from jitlab.jit.flags import Options
 from jitlab.jit.parse import Function, SourceFile, line_directive, parse_file, syntax_tree
 from jitlab.jit.shims import call_shim, runtime_helpers, shim_params
 from jitlab.jit.sources import collect_sources, local_headers, sources_by_path, user_include_dirs
+from jitlab.jit.plan import Manifest
 
 #: The engine name a build records (``Build.engine``), and what verdicts say the run was.
 ENGINE = "cpu emulator"
@@ -159,11 +160,11 @@ def runtime_object() -> Path:
         {"format": config.FORMAT_VERSION, "runtime": _digest_of_runtime(), "cxx": toolchain.fingerprint(False)["cxx"],
          "flags": CXXFLAGS}))
 
-    def make(target: str, folder: Path) -> dict:
+    def make(target: str, folder: Path) -> Manifest:
         obj = folder / "runtime.o"
         _compile([cxx, *CXXFLAGS, "-fvisibility=hidden", "-I", str(INCLUDE), "-c", str(RUNTIME), "-o", str(obj)],
                  "jitlab's CPU emulator runtime", {})
-        return {"artifact": obj.name, "size": obj.stat().st_size, "sha256": cache.file_sha256(obj), "read": []}
+        return cache.made(obj)
 
     entry = cache.find_or_make(name, make)
     return entry.folder / entry.manifest["artifact"]
@@ -216,7 +217,7 @@ def build(paths, opts: Options | None = None) -> Build:
     cxx = toolchain.cxx_path()
     name = cache.module_name(plan.stem, cache.build_key(parts))
 
-    def make(target: str, folder: Path) -> dict:
+    def make(target: str, folder: Path) -> Manifest:
         unit, obj, lib = folder / "emulated.cpp", folder / "emulated.o", folder / f"{target}.so"
         unit.write_text(text, encoding="utf-8", errors="surrogateescape")
         includes = ["-I", str(INCLUDE), *(f"-I{d}" for d in plan.include_dirs), *(f"-I{d}" for d in user_dirs)]
@@ -230,9 +231,7 @@ def build(paths, opts: Options | None = None) -> Build:
                   *toolchain.runtime_ldflags()],
                  f"{stem} (link, {ENGINE})", {})
         (folder / "build.log").write_text("")
-        return {"artifact": lib.name, "size": lib.stat().st_size, "sha256": cache.file_sha256(lib),
-                "engine": ENGINE, "read": [], "kind": "kernel", "archs": [],
-                "sources": [str(f.path) for f in files]}
+        return cache.made(lib, engine=ENGINE, kind="kernel", archs=[], sources=[str(f.path) for f in files])
 
     entry = cache.find_or_make(name, make, known=parts["headers"], keep=plan.include_dirs,
                                skip=[str(f.path) for f in files], warn=True)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import codegen, objects, shellwords, toolchain
+from jitlab.jit import codegen, shellwords, toolchain
+from jitlab.jit.plan import Flags
 
 
 @dataclass
@@ -182,7 +183,7 @@ def _nvcc_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> list[str
             "-std=c++20"]
 
 
-def object_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> objects.Flags:
+def object_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> Flags:
     """The flags of a torch-style build's units: the ones ``load_inline`` would use, split by compiler."""
     import torch
 
@@ -205,7 +206,7 @@ def object_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> objects
     if cuda:
         ld += [f"-L{toolchain.cuda_lib_dir()}", "-lcudart"]
     nvcc = [*_nvcc_flags(plan, archs, opts), *(f"-Xcompiler={f}" for f in unique)] if plan.cuda else []
-    return objects.Flags(includes=tuple(user), cxx=tuple(cxx), cuda_include=tuple(cuda_include),
+    return Flags(includes=tuple(user), cxx=tuple(cxx), cuda_include=tuple(cuda_include),
                          cxx_user=tuple(user_cflags), nvcc=tuple(nvcc), nvcc_torch=tuple(_torch_includes("-isystem=")),
                          ld=(*ld, *toolchain.runtime_ldflags(), *opts.ldflags), toolchain=tuple(sorted(toolchain.fingerprint(plan.cuda).items())))
 

@@ -25,9 +25,10 @@ from jitlab.jit import cache, codegen, deps, diagnostics, ninja_tool, toolchain
 from jitlab.jit.flags import Options, compile_flags, nvcc_command
 from jitlab.jit.resources import parse_resource_usage
 from jitlab.jit.sources import describe, sources_by_path
+from jitlab.jit.plan import Manifest
 
 
-def load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> dict:
+def load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
     """Compile and link with ``torch.utils.cpp_extension.load_inline`` into ``folder``."""
     from torch.utils import cpp_extension
 
@@ -64,8 +65,7 @@ def load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], o
                                  f"{_load_failure(folder / f'{name}.so') or err}") from err
         raise diagnostics.compile_error(describe(plan, archs), log or str(err), sources_by_path(plan)) from None
     so = folder / f"{name}.so"
-    return {"artifact": so.name, "size": so.stat().st_size, "sha256": cache.file_sha256(so),
-            "resources": parse_resource_usage(log), "compile_only": False, "read": _ninja_reads(folder, cflags)}
+    return cache.made(so, resources=parse_resource_usage(log), compile_only=False, read=_ninja_reads(folder, cflags))
 
 
 def _ninja_reads(folder: Path, cflags: list[str]) -> list[str]:
@@ -155,7 +155,7 @@ def _forget_name(name: str) -> None:
         entries.pop(name, None)
 
 
-def compile_only(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> dict:
+def compile_only(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
     """Compile the CUDA unit to an object with nvcc (the flags load_inline would use), no link, no load."""
     if not plan.cuda:
         raise SnippetError(f"{describe(plan, archs)}: compile_only applies to CUDA snippets; C++ snippets build and run here")
@@ -169,5 +169,4 @@ def compile_only(plan: codegen.Plan, name: str, folder: Path, archs: list[str], 
     if proc.returncode != 0:
         raise diagnostics.compile_error(describe(plan, archs), log, sources_by_path(plan))
     obj = folder / "cuda.o"
-    return {"artifact": obj.name, "size": obj.stat().st_size, "sha256": cache.file_sha256(obj),
-            "resources": parse_resource_usage(log), "compile_only": True, "read": deps.read_depfile(depfile)}
+    return cache.made(obj, resources=parse_resource_usage(log), compile_only=True, read=deps.read_depfile(depfile))

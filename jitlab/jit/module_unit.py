@@ -24,7 +24,7 @@ import re
 import tree_sitter as ts
 
 from jitlab.jit import pch
-from jitlab.jit.objects import Unit
+from jitlab.jit.plan import Unit
 from jitlab.jit.parse import syntax_tree
 
 _SCOPES = ("preproc_if", "preproc_ifdef", "preproc_else", "preproc_elif", "preproc_elifdef", "declaration_list")

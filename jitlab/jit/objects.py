@@ -24,97 +24,15 @@ import re
 import shlex
 import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab import config, progress
 from jitlab.jit import cache, deps, diagnostics, pch, toolchain, torch_headers
 from jitlab.jit.parse import line_directive
+from jitlab.jit.plan import Flags, Manifest, Object, Unit
 from jitlab.jit.symbols import instantiations, undefined_symbols
 
 GENERATED_CU = "jitlab-generated.cu"
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One translation unit to compile.
-
-    Attributes:
-        name: Its file name, which says what it is (``square_matrix.device.cu``, ``bind.cpp``).
-        compiler: ``"nvcc"`` or ``"cxx"``.
-        text: The source, ``#line`` directives included.
-        torch: Needs torch's headers: a host unit gets the precompiled header, an nvcc unit (a file
-            built as one unit) torch's include folders.
-        templates: Kernel templates it defines whose instantiations the host units name.
-        module: Holds ``PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)``: the object whose init the module calls.
-        headers: The smallest precompiled torch header set (:data:`HEADERS`) to try first (host units).
-        source: The user's file it was made from (``""`` for generated code).
-        deps: ``(path, SHA-256)`` of every header it includes from the snippet's or the user's
-            include folders: part of its object's key, so a header edit recompiles it.
-    """
-
-    name: str
-    compiler: str
-    text: str
-    torch: bool = False
-    templates: frozenset[str] = frozenset()
-    module: bool = False
-    headers: str = "full"
-    source: str = ""
-    deps: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class Flags:
-    """The command-line flags of one build (no inputs or outputs).
-
-    Attributes:
-        includes: The snippet's own include folders (``-I``), for every unit.
-        cxx: Host compiler flags for every host unit and the precompiled header.
-        cuda_include: The CUDA toolkit's include folder (``-isystem``), for CUDA snippets' host units.
-        cxx_user: The user's host flags and defines (after ``cxx``; not in the precompiled header).
-        nvcc: nvcc flags for device units.
-        nvcc_torch: What an nvcc unit that includes torch's headers adds (their include folders).
-        ld: Link flags (libraries, user ldflags).
-        toolchain: The toolchain fingerprint (part of every key).
-    """
-
-    includes: tuple[str, ...]
-    cxx: tuple[str, ...]
-    cuda_include: tuple[str, ...]
-    cxx_user: tuple[str, ...]
-    nvcc: tuple[str, ...]
-    nvcc_torch: tuple[str, ...]
-    ld: tuple[str, ...]
-    toolchain: tuple[tuple[str, str], ...]
-
-
-@dataclass
-class Object:
-    """A compiled unit in the object cache.
-
-    Attributes:
-        unit: What was compiled.
-        path: The object file.
-        cached: ``True`` when the object came from the cache.
-        seconds: Compile time (0 for a cache hit).
-        log: The compiler's output (commands, warnings, resource usage).
-        extension: ``TORCH_EXTENSION_NAME`` it was compiled with (host units).
-        undefined: Symbols it uses but does not define (mangled), for instantiation and linking.
-        headers: The precompiled header set it was compiled with (host units), else ``""``.
-        read: The files its compiler read (:mod:`jitlab.jit.deps`), which a build of it checks too;
-            ``None`` when one moved while it compiled.
-    """
-
-    unit: Unit
-    path: Path
-    cached: bool
-    seconds: float
-    log: str
-    extension: str = ""
-    undefined: list[str] = field(default_factory=list)
-    headers: str = ""
-    read: list[str] | None = field(default_factory=list)
 
 
 class UnitError(Exception):
@@ -251,7 +169,7 @@ def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: st
     name = f"{unit.name}-{key}"
     t0 = time.perf_counter()
 
-    def make(target: str, folder: Path) -> dict:
+    def make(target: str, folder: Path) -> Manifest:
         with progress.doing(f"compiling {unit.name}"):
             return _run_compiler(unit, text, cmd_flags, folder, header, extension)
 
@@ -269,7 +187,7 @@ def _object(unit: Unit, folder: Path, manifest: dict, cached: bool, seconds: flo
                   read=None if manifest.get("deps", []) is None else [row[0] for row in manifest.get("deps", [])])
 
 
-def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, header: Path | None, extension: str) -> dict:
+def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, header: Path | None, extension: str) -> Manifest:
     src = folder / unit.name
     obj = folder / (unit.name + ".o")
     depfile = folder / (unit.name + ".d")  # every file it read, for the entry's manifest (jit/deps.py)
@@ -287,9 +205,8 @@ def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, hea
     (folder / "build.log").write_text(log)
     if proc.returncode != 0:
         raise UnitError(unit, log)
-    return {"artifact": obj.name, "size": obj.stat().st_size, "sha256": cache.file_sha256(obj),
-            "extension": extension, "undefined": undefined_symbols(obj) if unit.compiler == "cxx" else [],
-            "read": deps.read_depfile(depfile)}
+    return cache.made(obj, extension=extension, undefined=undefined_symbols(obj) if unit.compiler == "cxx" else [],
+                      read=deps.read_depfile(depfile))
 
 
 def _identifier(stem: str) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from jitlab.jit.objects import Unit
+from jitlab.jit.plan import Unit
 from jitlab.jit.parse import SourceFile, syntax_tree
 
 DEFINING = ("TORCH_LIBRARY", "TORCH_LIBRARY_FRAGMENT", "STABLE_TORCH_LIBRARY", "STABLE_TORCH_LIBRARY_FRAGMENT")

@@ -37,10 +37,11 @@ from typing import Callable, NamedTuple, Protocol
 from jitlab import config, progress
 from jitlab.errors import ToolchainError
 from jitlab.jit import cache, toolchain
+from jitlab.jit.plan import Manifest
 
 
 class Flags(Protocol):
-    """What a header set depends on of a build's flags (:class:`jitlab.jit.objects.Flags` has them)."""
+    """What a header set depends on of a build's flags (:class:`jitlab.jit.plan.Flags` has them)."""
 
     cxx: tuple[str, ...]
     cuda_include: tuple[str, ...]
@@ -267,12 +268,11 @@ def _made_once(name: str, make: Callable[[Path], Path], content: bool = True, co
     only its size and stamp. ``companions``: names of small files ``make`` writes beside it, hashed on
     every use (the header text GCC would read if the precompiled header were spoiled)."""
 
-    def made(target: str, folder: Path) -> dict:
+    def made(target: str, folder: Path) -> Manifest:
         t0 = time.perf_counter()
         artifact = make(folder)
-        return {"artifact": artifact.name, "size": artifact.stat().st_size, "sha256": cache.file_sha256(artifact),
-                "stamp": cache.stamp_of(artifact), "companions": {c: cache.file_sha256(folder / c) for c in companions},
-                "seconds": round(time.perf_counter() - t0, 2)}
+        return cache.made(artifact, stamp=cache.stamp_of(artifact), seconds=round(time.perf_counter() - t0, 2),
+                          companions={c: cache.file_sha256(folder / c) for c in companions})
 
     def waiting():
         progress.say(f"jitlab: waiting for {name}, which another build is making ...", file=sys.stdout)

@@ -23,6 +23,7 @@ from jitlab.jit.flags import Options, arch_flags
 from jitlab.jit.parse import line_directive, parse_file
 from jitlab.jit.resources import parse_resource_usage
 from jitlab.jit.sources import collect_sources, describe, local_headers, sources_by_path, user_include_dirs
+from jitlab.jit.plan import Manifest
 
 #: The executable's name inside its build folder.
 EXECUTABLE = "program"
@@ -90,7 +91,7 @@ def _require_compiler(cuda: bool) -> None:
     toolchain.require_tool(toolchain.nvcc_path() if cuda else toolchain.cxx_path(), "nvcc" if cuda else "c++")
 
 
-def _compile(plan: codegen.Plan, folder: Path, archs: list[str], opts: Options) -> dict:
+def _compile(plan: codegen.Plan, folder: Path, archs: list[str], opts: Options) -> Manifest:
     """Write each file's text after its ``#line`` directive into ``folder``, compile and link them."""
     inputs = []
     for i, f in enumerate(plan.files):
@@ -104,7 +105,6 @@ def _compile(plan: codegen.Plan, folder: Path, archs: list[str], opts: Options) 
     exe = folder / EXECUTABLE
     if proc.returncode != 0 or not exe.is_file():
         raise diagnostics.compile_error(describe(plan, archs), proc.stdout + proc.stderr, sources_by_path(plan))
-    return {"artifact": exe.name, "size": exe.stat().st_size, "sha256": cache.file_sha256(exe),
-            "resources": parse_resource_usage(proc.stdout + proc.stderr) if plan.cuda else {},
-            "command": cmd, "compile_only": False,
-            "read": [p for d in sorted(folder.glob("*.d")) for p in deps.read_depfile(d)]}
+    return cache.made(exe, resources=parse_resource_usage(proc.stdout + proc.stderr) if plan.cuda else {},
+                      command=cmd, compile_only=False,
+                      read=[p for d in sorted(folder.glob("*.d")) for p in deps.read_depfile(d)])

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from jitlab import config
 from jitlab.errors import SnippetError
-from jitlab.jit import codegen, diagnostics, objects, toolchain
+from jitlab.jit import codegen, diagnostics, toolchain
+from jitlab.jit.plan import Unit
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import SourceFile, language_of, parse_header
 
@@ -159,8 +160,8 @@ def _toolchain_include_roots() -> list[Path]:
     return [r.resolve() for r in roots]
 
 
-def with_header_deps(units: list[objects.Unit], per_file: dict[str, dict[str, str]]) -> list[objects.Unit]:
-    """The units, each with the headers its own file includes (:attr:`objects.Unit.deps`), for its object's key."""
+def with_header_deps(units: list[Unit], per_file: dict[str, dict[str, str]]) -> list[Unit]:
+    """The units, each with the headers its own file includes (:attr:`jitlab.jit.plan.Unit.deps`), for its object's key."""
     return [replace(u, deps=tuple(sorted(per_file.get(u.source, {}).items()))) for u in units]
 
 

@@ -1,0 +1,150 @@
+"""The data that crosses the jit's stages, in one leaf module: what a build compiles and what it records.
+
+``Unit`` (one translation unit to compile), ``Flags`` (one build's command-line flags), ``Object`` (a
+compiled unit in the object cache) and ``Manifest`` (what a cache entry records of its artifact).
+The stages import these from here, never from an engine: planning a build needs no compiler module.
+Nothing here imports jitlab.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One translation unit to compile.
+
+    Attributes:
+        name: Its file name, which says what it is (``square_matrix.device.cu``, ``bind.cpp``).
+        compiler: ``"nvcc"`` or ``"cxx"``.
+        text: The source, ``#line`` directives included.
+        torch: Needs torch's headers: a host unit gets the precompiled header, an nvcc unit (a file
+            built as one unit) torch's include folders.
+        templates: Kernel templates it defines whose instantiations the host units name.
+        module: Holds ``PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)``: the object whose init the module calls.
+        headers: The smallest precompiled torch header set (:data:`HEADERS`) to try first (host units).
+        source: The user's file it was made from (``""`` for generated code).
+        deps: ``(path, SHA-256)`` of every header it includes from the snippet's or the user's
+            include folders: part of its object's key, so a header edit recompiles it.
+    """
+
+    name: str
+    compiler: str
+    text: str
+    torch: bool = False
+    templates: frozenset[str] = frozenset()
+    module: bool = False
+    headers: str = "full"
+    source: str = ""
+    deps: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Flags:
+    """The command-line flags of one build (no inputs or outputs).
+
+    Attributes:
+        includes: The snippet's own include folders (``-I``), for every unit.
+        cxx: Host compiler flags for every host unit and the precompiled header.
+        cuda_include: The CUDA toolkit's include folder (``-isystem``), for CUDA snippets' host units.
+        cxx_user: The user's host flags and defines (after ``cxx``; not in the precompiled header).
+        nvcc: nvcc flags for device units.
+        nvcc_torch: What an nvcc unit that includes torch's headers adds (their include folders).
+        ld: Link flags (libraries, user ldflags).
+        toolchain: The toolchain fingerprint (part of every key).
+    """
+
+    includes: tuple[str, ...]
+    cxx: tuple[str, ...]
+    cuda_include: tuple[str, ...]
+    cxx_user: tuple[str, ...]
+    nvcc: tuple[str, ...]
+    nvcc_torch: tuple[str, ...]
+    ld: tuple[str, ...]
+    toolchain: tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Object:
+    """A compiled unit in the object cache.
+
+    Attributes:
+        unit: What was compiled.
+        path: The object file.
+        cached: ``True`` when the object came from the cache.
+        seconds: Compile time (0 for a cache hit).
+        log: The compiler's output (commands, warnings, resource usage).
+        extension: ``TORCH_EXTENSION_NAME`` it was compiled with (host units).
+        undefined: Symbols it uses but does not define (mangled), for instantiation and linking.
+        headers: The precompiled header set it was compiled with (host units), else ``""``.
+        read: The files its compiler read (:mod:`jitlab.jit.deps`), which a build of it checks too;
+            ``None`` when one moved while it compiled.
+    """
+
+    unit: Unit
+    path: Path
+    cached: bool
+    seconds: float
+    log: str
+    extension: str = ""
+    undefined: list[str] = field(default_factory=list)
+    headers: str = ""
+    read: list[str] | None = field(default_factory=list)
+
+
+@dataclass
+class Manifest:
+    """What a cache entry records, written as its ``jitlab.json`` by :func:`jitlab.jit.cache.find_or_make`
+    once the artifact is complete (an entry without one, or with one that does not parse, is a miss).
+
+    An engine's ``make`` returns one (:func:`jitlab.jit.cache.made` fills the artifact's size and hash);
+    fields left ``None`` are not written. ``read`` and ``unstable`` are for ``find_or_make`` alone: it turns
+    ``read`` into the entry's dependency record (``deps``), none when ``unstable``.
+
+    Attributes:
+        artifact: The artifact's file name in the entry's folder.
+        size, sha256: The artifact's size and hash (a hit checks them).
+        read: Every file the compiler read.
+        unstable: A file it read moved while it compiled: record no dependencies (rebuild next time).
+        resources: ptxas's resource usage per kernel and arch.
+        compile_only: Compiled without linking or loading.
+        notes: One line per choice a user may want to know.
+        engine, kind, archs, sources, seconds, built_at: What built it, the snippet's kind, the archs,
+            the user's files, the build's seconds and when.
+        cubins, kernels, nvrtc: The NVRTC engine's cubin per arch, kernel names and NVRTC version.
+        units, link_seconds: The object engine's units (name, compiler, cached, seconds, headers) and link time.
+        extension, undefined: An object's ``TORCH_EXTENSION_NAME`` and undefined symbols.
+        command: A program's compile command.
+        stamp, companions: A precompiled header's stamp and its companion files' hashes.
+    """
+
+    artifact: str
+    size: int
+    sha256: str
+    read: list[str] = field(default_factory=list)
+    unstable: bool = False
+    resources: dict | None = None
+    compile_only: bool | None = None
+    notes: list[str] | None = None
+    engine: str | None = None
+    kind: str | None = None
+    archs: list[str] | None = None
+    sources: list[str] | None = None
+    seconds: float | None = None
+    built_at: float | None = None
+    cubins: dict[str, str] | None = None
+    kernels: dict[str, str] | None = None
+    nvrtc: object = None
+    units: list[dict] | None = None
+    link_seconds: float | None = None
+    extension: str | None = None
+    undefined: list[str] | None = None
+    command: list[str] | None = None
+    stamp: list | None = None
+    companions: dict[str, str] | None = None
+
+    def record(self) -> dict:
+        """The entry's JSON fields: every field set, less ``read`` and ``unstable`` (``find_or_make``'s)."""
+        return {k: v for k, v in asdict(self).items() if v is not None and k not in ("read", "unstable")}

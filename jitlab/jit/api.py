@@ -15,8 +15,14 @@ from jitlab.jit.torch_compat import load_inline  # noqa: F401  (jitlab.load_inli
 DEVICES = ("cuda", "cpu")
 
 
-def options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug=False, engine="auto",
-            device="cuda") -> Options:
+def options(*, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None, ldflags=None,
+            compile_only: bool = False, debug: bool = False, engine: str = "auto", device="cuda") -> Options:
+    """The :class:`Options` of the front door's keywords, checked and normalized: ``arch`` as a list (``"sm_75,sm_90"``
+    or ``90`` read too), ``defines`` as the compilers get them, ``device`` one of :data:`DEVICES`.
+
+    Raises:
+        SnippetError: An unknown ``device`` or a bad define.
+    """
     if isinstance(arch, (str, int, float)):  # "sm_75,sm_90", or arch=90
         arch = [a for a in str(arch).split(",") if a.strip()]
     arch = [str(a) for a in arch or ()]  # toolchain.normalize_arch reads 90, "9.0", "sm_90"
@@ -69,7 +75,8 @@ def load(path=None, *more, mode: str = "auto", arch=None, defines=None, cflags=N
     """
     from jitlab.jit.loader import load_or_rebuild  # loader imports builder: load it when first used
 
-    opts = options(mode, arch, defines, cflags, cuda_cflags, ldflags, False, debug, engine, device)
+    opts = options(mode=mode, arch=arch, defines=defines, cflags=cflags, cuda_cflags=cuda_cflags, ldflags=ldflags,
+                   debug=debug, engine=engine, device=device)
     if name is None and sources is None and not torch_keywords and path is not None and len(more) != 1:
         return load_or_rebuild([path, *more] if more else path, opts)
     return _load_torch_style(path, more, name, sources, opts, torch_keywords)
@@ -105,7 +112,8 @@ def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None,
     from jitlab.jit.builder import build as _build
 
     paths = [path, *more] if more else path
-    opts = options(mode, arch, defines, cflags, cuda_cflags, ldflags, compile_only, debug, engine, device)
+    opts = options(mode=mode, arch=arch, defines=defines, cflags=cflags, cuda_cflags=cuda_cflags, ldflags=ldflags,
+                   compile_only=compile_only, debug=debug, engine=engine, device=device)
     return emulate.build(paths, opts) if opts.device == "cpu" else _build(paths, opts)
 
 

@@ -160,7 +160,8 @@ def ptx(path, kernel: str | None = None, arch: str = "sm_90", mode: str = "auto"
         ArgumentError: No kernel of that name. CompileError, ToolchainError, SnippetError: as a build.
     """
 
-    opts = api.options(mode, [arch], defines, cflags, cuda_cflags, ldflags, True)  # builds carry -lineinfo
+    opts = api.options(mode=mode, arch=[arch], defines=defines, cflags=cflags, cuda_cflags=cuda_cflags, ldflags=ldflags,
+                       compile_only=True)  # builds carry -lineinfo
     plan, archs, parts = builder.prepare(path, opts)
     if not plan.cuda:
         raise ArgumentError(f"{path}: PTX is made from CUDA snippets (.cu); this one has none")

@@ -133,8 +133,7 @@ def build(path, **options) -> Build:
         raise ArgumentError(f"{path} is a program (it has main): {', '.join(unknown)} does not apply to it; "
                             f"its build options are {', '.join(BUILD_OPTIONS)}")
     o = {k: options.get(k) for k in BUILD_OPTIONS}
-    return program.build(path, api.options("auto", o["arch"], o["defines"], o["cflags"], o["cuda_cflags"],
-                                           o["ldflags"], False, bool(o["debug"])))
+    return program.build(path, api.options(**{**o, "debug": bool(o["debug"])}))
 
 
 def stream(command: list[str], *, stdin=None, timeout: float | None = DEFAULT_TIMEOUT, env: dict | None = None,

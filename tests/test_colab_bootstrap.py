@@ -61,7 +61,7 @@ import jitlab
 nvrtc = jitlab.build("kernels/saxpy.cu", compile_only=True, arch=["sm_75"], engine="nvrtc")
 nvcc = jitlab.build("kernels/add2.cu", compile_only=True, arch=["sm_75"])
 print(json.dumps({"cwd": __import__("os").getcwd(), "ninja": shutil.which("ninja"), "jitlab": jitlab.__file__,
-                  "engines": [nvrtc.manifest["engine"], nvcc.manifest["engine"]]}))
+                  "engines": [nvrtc.manifest.engine, nvcc.manifest.engine]}))
 """
 
 

@@ -50,7 +50,7 @@ def _build(path: Path) -> jitlab.Build:
 
 
 def _units(b: jitlab.Build) -> dict[str, dict]:
-    return {u["name"]: u for u in b.manifest["units"]}
+    return {u["name"]: u for u in b.manifest.units}
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ SIZES = [1, 127, 129, 100_003]
 
 
 def _units(m) -> dict[str, dict]:
-    return {u["name"]: u for u in m.build.manifest["units"]}
+    return {u["name"]: u for u in m.build.manifest.units}
 
 
 def _check(m, factor: int, dtypes=DTYPES) -> None:

@@ -837,7 +837,7 @@ def test_torch_style_header_edit_recompiles_its_unit(cache, write, tmp_path):
     (inc / "factor.h").write_text("#define FACTOR 5\n")
     m = jitlab.load(p, cflags=["-I" + str(inc)])
     assert m.scale(torch.ones(2)).tolist() == [5, 5]
-    assert {u["name"]: u["cached"] for u in m.build.manifest["units"]} == {"t.cpp": False, "bind.cpp": True}
+    assert {u["name"]: u["cached"] for u in m.build.manifest.units} == {"t.cpp": False, "bind.cpp": True}
 
 
 def test_toolchain_include_folders_are_not_user_folders(tmp_path):

@@ -225,12 +225,12 @@ def test_cuda_lecture_call_compiles_split_without_a_gpu(cache):
     only the device unit."""
     args = dict(cpp_sources=[DECL], functions=["square"], extra_cuda_cflags=["-O2"], compile_only=True, arch=["sm_75"])
     b = torch_compat.build_inline("lecture", cuda_sources=[CUDA_SQUARE], **args)
-    units = {u["name"]: u for u in b.manifest["units"]}
+    units = {u["name"]: u for u in b.manifest.units}
     assert b.compile_only and {"lecture.device.cu", "lecture.host.cpp", "lecture.cpp"} <= set(units)
     assert "square_kernel" in b.resources
     edited = torch_compat.build_inline("lecture", cuda_sources=[CUDA_SQUARE.replace("x[i] * x[i]", "x[i] + x[i]")],
                                        **args)
-    cached = {u["name"]: u["cached"] for u in edited.manifest["units"]}
+    cached = {u["name"]: u["cached"] for u in edited.manifest.units}
     assert cached == {"lecture.device.cu": False, "lecture.host.cpp": True, "lecture.cpp": True}
 
 

@@ -56,7 +56,7 @@ def test_square_edit_under_same_name_runs_the_new_kernel(cache):
     edited = jitlab.load_inline(**lecture_call("square", SQUARE_DECL, SQUARE_SRC.replace("x[i] * x[i]",
                                                                                          "x[i] * x[i] + 1.0f")))
     torch.testing.assert_close(edited.square(x), x * x + 1)
-    cached = {u["name"]: u["cached"] for u in edited.build.manifest["units"]}
+    cached = {u["name"]: u["cached"] for u in edited.build.manifest.units}
     assert cached == {"square.device.cu": False, "square.host.cpp": True, "square.cpp": True}
 
 

@@ -42,10 +42,10 @@ def test_compiles_cubins_for_each_arch(scale):
     """One CUBIN (an ELF file, not PTX) per arch, with ptxas' figures for each."""
     b = _nvrtc(scale, arch="sm_75,sm_90")
     assert b.engine == "nvrtc" and not b.cached
-    assert sorted(b.manifest["cubins"]) == ["sm_75", "sm_90"]
-    for arch, name in b.manifest["cubins"].items():
+    assert sorted(b.manifest.cubins) == ["sm_75", "sm_90"]
+    for arch, name in b.manifest.cubins.items():
         assert (b.folder / name).read_bytes()[:4] == b"\x7fELF", arch
-    assert b.manifest["kernels"] == {"scale": "_Z5scalePfPKfi"}
+    assert b.manifest.kernels == {"scale": "_Z5scalePfPKfi"}
     assert set(b.resources["scale"]) == {"sm_75", "sm_90"}
     assert all(r["registers"] > 0 for r in b.resources["scale"].values())
 
@@ -171,7 +171,7 @@ __global__ void halves(__half* h, __nv_bfloat16* b, int n) {
 }
 """)
     b = _nvrtc(p, arch="sm_90")
-    assert set(b.manifest["kernels"]) == {"block_sum", "halves"}
+    assert set(b.manifest.kernels) == {"block_sum", "halves"}
     assert b.resources["block_sum"]["sm_90"]["shared"] >= 128
 
 

@@ -55,7 +55,7 @@ def _build(path: Path) -> jitlab.Build:
 
 def _compiled(b: jitlab.Build) -> set[str]:
     """The units this build ran a compiler for (the rest came from the object cache)."""
-    return {u["name"] for u in b.manifest["units"] if not u["cached"]}
+    return {u["name"] for u in b.manifest.units if not u["cached"]}
 
 
 def _break(path: Path, marker: str, old: str, new: str) -> int:
@@ -74,9 +74,9 @@ def _nm(path: Path, *flags: str) -> str:
 def test_compile_only_builds_the_split_units(pristine):
     """Compile-only goes through the split: a device unit for nvcc, a host unit and a binding unit for c++."""
     b = pristine
-    assert [(u["name"], u["compiler"]) for u in b.manifest["units"]] == [
+    assert [(u["name"], u["compiler"]) for u in b.manifest.units] == [
         ("features.device.cu", "nvcc"), ("features.host.cpp", "cxx"), ("bind.cpp", "cxx")]
-    assert b.manifest["notes"] == []
+    assert b.manifest.notes == []
     assert {"affine_kernel", "square_kernel", "reverse_kernel"} <= set(b.resources)
 
 
@@ -175,7 +175,7 @@ def test_units_use_the_smallest_header_set(pristine):
     """Host functions compile on torch/types.h, the binding on torch's pybind casters alone: the
     umbrella include is blanked, so no unit parses torch/extension.h."""
     b = pristine
-    assert {u["name"]: u["headers"] for u in b.manifest["units"]} == {
+    assert {u["name"]: u["headers"] for u in b.manifest.units} == {
         "features.device.cu": "", "features.host.cpp": "host", "bind.cpp": "casters"}
     assert pch.pch_text("host", cuda=True, cuda_torch=False) == "#include <torch/types.h>\n#include <cuda_runtime.h>\n"
     assert "torch/csrc/utils/pybind.h" in pch.pch_text("bind", cuda=True, cuda_torch=True)
@@ -210,14 +210,14 @@ def test_a_module_unit_naming_aten_functions_builds_on_bind(tmp_path, use_shared
     hints = use_shared_cache / "objects" / "hints"
     src = tmp_path / "twice.cu"
     src.write_text(TWICE)
-    units = {u["name"]: u for u in _build(src).manifest["units"]}
+    units = {u["name"]: u for u in _build(src).manifest.units}
     assert (units["twice.module.cpp"]["headers"], units["twice.host.cpp"]["headers"]) == ("bind", "host")
     assert not (hints / "twice.twice.module.cpp.headers").exists()
     hidden = TWICE.replace("return torch::empty_like(x);", "using namespace at; return empty_like(x);")
     src = tmp_path / "hidden.cu"
     src.write_text(hidden.replace("twice", "hidden"))
     b = _build(src)
-    assert {u["name"]: u["headers"] for u in b.manifest["units"]}["hidden.module.cpp"] == "bind"
+    assert {u["name"]: u["headers"] for u in b.manifest.units}["hidden.module.cpp"] == "bind"
     hint = hints / "hidden.hidden.module.cpp.headers"
     assert hint.read_text() == "failed on the casters headers, built on bind\n" and "torch-full-" not in b.log
     src.write_text(hidden.replace("twice", "hidden").replace("int n)", "int count)").replace("i < n", "i < count"))
@@ -233,13 +233,13 @@ def test_names_outside_the_small_set_build_on_full(tmp_path, use_shared_cache):
     assert body != FEATURES.read_text()
     src.write_text(body)
     b = _build(src)
-    host = next(u for u in b.manifest["units"] if u["name"] == "nn_user.host.cpp")
+    host = next(u for u in b.manifest.units if u["name"] == "nn_user.host.cpp")
     assert host["headers"] == "full" and not host["cached"]
-    assert any("nn_user.host.cpp compiled with all of torch/extension.h" in n for n in b.manifest["notes"])
+    assert any("nn_user.host.cpp compiled with all of torch/extension.h" in n for n in b.manifest.notes)
     src.write_text(body.replace('"launch failed"', '"a launch failed"'))
     b = _build(src)
     assert _compiled(b) == {"nn_user.host.cpp"}
-    assert [u["headers"] for u in b.manifest["units"] if u["name"] == "nn_user.host.cpp"] == ["full"]
+    assert [u["headers"] for u in b.manifest.units if u["name"] == "nn_user.host.cpp"] == ["full"]
     host_log = next(o for o in b.log.split("\n/") if "nn_user.host.cpp -o" in o)
     assert "torch-full-" in host_log and "torch-host-" not in b.log
 

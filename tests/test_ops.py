@@ -170,7 +170,7 @@ def test_two_file_layout_runs_its_cpu_part_and_compiles_its_cuda_part(use_shared
     write(folder, "scale.cu", CUDA_PART, "jlt_two")
     b = jitlab.build(folder, compile_only=True, arch=["sm_75"])
     assert [o.describe() for o in b.plan.ops] == ["jlt_two::scale(Tensor x, float a) -> Tensor [CPU, CUDA]"]
-    assert {u["name"] for u in b.manifest["units"]} == {"scale.cpp", "scale.device.cu", "scale.host.cpp",
+    assert {u["name"] for u in b.manifest.units} == {"scale.cpp", "scale.device.cu", "scale.host.cpp",
                                                       "jitlab_ops.cpp"}
     assert "scale_kernel" in b.resources
     m = jitlab.load(folder / "scale.cpp")

@@ -68,7 +68,7 @@ def test_cpu_and_cuda_kernels_and_a_reload(cache, tmp_path):
 
     snippet(folder, "5")
     m2 = jitlab.load(folder)
-    compiled = [u["name"] for u in m2.build.manifest["units"] if not u["cached"]]
+    compiled = [u["name"] for u in m2.build.manifest.units if not u["cached"]]
     assert compiled == ["axpb.device.cu"]
     torch.testing.assert_close(torch.ops.jlt_gpu.axpb(x.cuda(), 2.0).cpu(), x * 2 + 5)
     torch.testing.assert_close(torch.ops.jlt_gpu.axpb(x, 2.0), x * 2 + 1)  # the CPU kernel is unchanged

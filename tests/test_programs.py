@@ -143,7 +143,7 @@ def test_cuda_program_links_without_a_gpu(cache, write):
     p = write("hello.cu", "#include <cstdio>\n__global__ void hi() { printf(\"hi %d\\n\", threadIdx.x); }\n"
               "int main() { hi<<<1, 2>>>(); return (int)cudaDeviceSynchronize(); }\n")
     b = program.build(p, Options(arch=["sm_75"]))
-    assert b.artifact.is_file() and "-lineinfo" in b.manifest["command"]
+    assert b.artifact.is_file() and "-lineinfo" in b.manifest.command
     assert "hi" in b.resources
 
 

@@ -22,7 +22,7 @@ def m():
 
 def test_features_split_and_load(m):
     """The features snippet builds split (device, host and binding units) and loads."""
-    assert [u["name"] for u in m.build.manifest["units"]] == ["features.device.cu", "features.host.cpp", "bind.cpp"]
+    assert [u["name"] for u in m.build.manifest.units] == ["features.device.cu", "features.host.cpp", "bind.cpp"]
     assert "one translation unit" not in repr(m)
 
 
@@ -71,7 +71,7 @@ def test_current_cuda_stream_header(write):
         }
         """)
     k = jitlab.load(path)
-    assert k.build.manifest["notes"] == []
+    assert k.build.manifest.notes == []
     x = torch.randn(5000, device="cuda")
     torch.testing.assert_close(k.f(x), (x + 1) * 2)
 

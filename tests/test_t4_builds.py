@@ -38,7 +38,7 @@ def _listing(cuobjdump: str, path: Path) -> tuple[str, str]:
 def test_nvrtc_build_is_a_cubin_with_sm75_sass(cache, cuobjdump):
     """NVRTC's build of a kernel-only snippet for sm_75 is one CUBIN holding sm_75 code and no PTX."""
     b = jitlab.build(KERNELS / "saxpy.cu", compile_only=True, arch=["sm_75"], engine="nvrtc")
-    assert b.manifest["engine"] == "nvrtc"
+    assert b.manifest.engine == "nvrtc"
     cubins = sorted(b.folder.glob("*.cubin"))
     assert [c.name for c in cubins] == ["saxpy.sm_75.cubin"]
     elf, ptx = _listing(cuobjdump, cubins[0])
@@ -50,8 +50,8 @@ def test_nvrtc_build_is_a_cubin_with_sm75_sass(cache, cuobjdump):
 def test_nvcc_build_embeds_sm75_sass_and_no_ptx(cache, cuobjdump):
     """nvcc's build (a snippet with a host launcher, which NVRTC cannot take) embeds sm_75 SASS and no PTX."""
     b = jitlab.build(KERNELS / "add2.cu", compile_only=True, arch=["sm_75"])
-    assert b.manifest["engine"] == "nvcc"
-    elf, ptx = _listing(cuobjdump, b.folder / b.manifest["artifact"])
+    assert b.manifest.engine == "nvcc"
+    elf, ptx = _listing(cuobjdump, b.folder / b.manifest.artifact)
     assert "sm_75" in elf, elf
     assert ptx.strip() == "", f"PTX embedded: {ptx}"
 

@@ -56,23 +56,23 @@ class Build:
     name: str
     folder: Path
     plan: codegen.Plan
-    manifest: dict
+    manifest: Manifest
     cached: bool
     seconds: float
     archs: list[str]
 
     @property
     def artifact(self) -> Path:
-        return self.folder / self.manifest["artifact"]
+        return self.folder / self.manifest.artifact
 
     @property
     def compile_only(self) -> bool:
-        return bool(self.manifest.get("compile_only"))
+        return bool(self.manifest.compile_only)
 
     @property
     def resources(self) -> dict:
         """Per-kernel resource usage from ptxas: registers, shared/local/constant memory, spills."""
-        return self.manifest.get("resources", {})
+        return self.manifest.resources or {}
 
     @property
     def registers(self) -> str:
@@ -83,12 +83,12 @@ class Build:
     @property
     def engine(self) -> str:
         """``"nvrtc"`` or ``"nvcc"``: what compiled the CUDA code; ``"c++"`` for a snippet without CUDA."""
-        return self.manifest.get("engine", "nvcc") if self.plan.cuda else "c++"
+        return (self.manifest.engine or "nvcc") if self.plan.cuda else "c++"
 
     @property
     def notes(self) -> list[str]:
         """One line for each choice the build made that a user may want to know (engine, split, headers)."""
-        return list(self.manifest.get("notes", self.plan.notes))
+        return list(self.plan.notes if self.manifest.notes is None else self.manifest.notes)
 
     @property
     def log(self) -> str:

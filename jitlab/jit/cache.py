@@ -209,7 +209,7 @@ class Entry:
 
     name: str
     folder: Path
-    manifest: dict
+    manifest: Manifest
     cached: bool
 
 
@@ -235,7 +235,7 @@ def lookup(name: str, root: Path | None = None, content: bool = True, warn: bool
             if warn:
                 warnings.warn(f"jitlab: cached build {cand} is corrupt ({problem}); rebuilding", stacklevel=4)
         elif deps.unchanged(found.get("deps", [])):
-            return Entry(str(cand), folder, found, True)
+            return Entry(str(cand), folder, Manifest.from_record(found), True)
     return None
 
 
@@ -291,7 +291,7 @@ def find_or_make(name: str, make, *, root: Path | None = None, content: bool = T
         if first is not None:
             kept = [o for o in first.get("others", []) if isinstance(o, str)]
             write_json(first_folder / MANIFEST, {**first, "others": [target, *kept][:MAX_CANDIDATES]})
-    return Entry(target, folder, manifest, False)
+    return Entry(target, folder, Manifest.from_record(manifest), False)
 
 
 def reset_dir(folder: Path) -> None:

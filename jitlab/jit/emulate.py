@@ -16,6 +16,7 @@ grid-wide cooperative sync, CUB/Thrust device code, textures.
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import re
 import subprocess
@@ -167,7 +168,7 @@ def runtime_object() -> Path:
         return cache.made(obj)
 
     entry = cache.find_or_make(name, make)
-    return entry.folder / entry.manifest["artifact"]
+    return entry.folder / entry.manifest.artifact
 
 
 def _compile(cmd: list[str], what: str, sources: dict[str, str]) -> None:
@@ -235,7 +236,7 @@ def build(paths, opts: Options | None = None) -> Build:
 
     entry = cache.find_or_make(name, make, known=parts["headers"], keep=plan.include_dirs,
                                skip=[str(f.path) for f in files], warn=True)
-    manifest = {**entry.manifest, "engine": ENGINE}
+    manifest = dataclasses.replace(entry.manifest, engine=ENGINE)
     return Build(entry.name, entry.folder, plan, manifest, entry.cached, time.perf_counter() - t0, [])
 
 

@@ -212,12 +212,12 @@ def _bind_nvrtc(mod: Module, b: build_mod.Build) -> None:
     from jitlab.jit.toolchain import current_arch
 
     arch = current_arch()
-    name = b.manifest["cubins"].get(arch)
+    name = b.manifest.cubins.get(arch)
     if name is None:
-        raise JitlabError(f"{b.name} was built for {', '.join(b.manifest['cubins'])}, not this GPU ({arch}); "
+        raise JitlabError(f"{b.name} was built for {', '.join(b.manifest.cubins)}, not this GPU ({arch}); "
                           f"load it without arch= to build for this GPU")
     code = (b.folder / name).read_bytes()
-    kernels = functools.cache(lambda: cubin.load(code, b.manifest["kernels"]))  # at the first launch
+    kernels = functools.cache(lambda: cubin.load(code, b.manifest.kernels))  # at the first launch
     for fn in b.plan.exported:
         _attach(mod, Callable(fn, None, "cuda", fn.name in b.plan.printing,
                               launcher=cubin.launcher(lambda q=fn.qualname: kernels()[q], fn)))

@@ -180,11 +180,11 @@ def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: st
                    headers)
 
 
-def _object(unit: Unit, folder: Path, manifest: dict, cached: bool, seconds: float, headers: str) -> Object:
-    return Object(unit=unit, path=folder / manifest["artifact"], cached=cached, seconds=seconds,
+def _object(unit: Unit, folder: Path, manifest: Manifest, cached: bool, seconds: float, headers: str) -> Object:
+    return Object(unit=unit, path=folder / manifest.artifact, cached=cached, seconds=seconds,
                   log=(folder / "build.log").read_text(errors="replace") if (folder / "build.log").is_file() else "",
-                  extension=manifest.get("extension", ""), undefined=manifest.get("undefined", []), headers=headers,
-                  read=None if manifest.get("deps", []) is None else [row[0] for row in manifest.get("deps", [])])
+                  extension=manifest.extension or "", undefined=manifest.undefined or [], headers=headers,
+                  read=None if manifest.deps is None else [row[0] for row in manifest.deps])
 
 
 def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, header: Path | None, extension: str) -> Manifest:

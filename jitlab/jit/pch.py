@@ -278,7 +278,7 @@ def _made_once(name: str, make: Callable[[Path], Path], content: bool = True, co
         progress.say(f"jitlab: waiting for {name}, which another build is making ...", file=sys.stdout)
 
     entry = cache.find_or_make(name, made, root=config.pch_dir(), content=content, on_wait=waiting)
-    return entry.folder / entry.manifest["artifact"]
+    return entry.folder / entry.manifest.artifact
 
 
 def _run(cmd: list[str], folder: Path, what: str) -> str:

@@ -8,7 +8,7 @@ Nothing here imports jitlab.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 
@@ -118,6 +118,9 @@ class Manifest:
         extension, undefined: An object's ``TORCH_EXTENSION_NAME`` and undefined symbols.
         command: A program's compile command.
         stamp, companions: A precompiled header's stamp and its companion files' hashes.
+        deps, others, format: Written by the cache (:func:`jitlab.jit.cache.find_or_make`): the files the
+            build read with their stamps (``None``: unknown, rebuild next time), its later candidates,
+            and jitlab's format version.
     """
 
     artifact: str
@@ -144,7 +147,18 @@ class Manifest:
     command: list[str] | None = None
     stamp: list | None = None
     companions: dict[str, str] | None = None
+    deps: list | None = field(default_factory=list)
+    others: list[str] | None = None
+    format: int | None = None
+
+    @classmethod
+    def from_record(cls, record: dict) -> Manifest:
+        """A complete entry's manifest from its JSON record (fields it does not know are left out)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in record.items() if k in known})
 
     def record(self) -> dict:
-        """The entry's JSON fields: every field set, less ``read`` and ``unstable`` (``find_or_make``'s)."""
-        return {k: v for k, v in asdict(self).items() if v is not None and k not in ("read", "unstable")}
+        """The entry's JSON fields an engine sets: every field set, less those the cache writes itself and
+        ``read`` and ``unstable``, which it turns into ``deps``."""
+        cache_own = ("read", "unstable", "deps", "others", "format")
+        return {k: v for k, v in asdict(self).items() if v is not None and k not in cache_own}

@@ -90,7 +90,7 @@ def cuobjdump_sass(cuobjdump: str, nvdisasm: str, artifact: Path, kernel: str | 
 
 def cubins(b, arch: str, tmp: Path) -> list[Path]:
     """The build's CUBINs for ``arch``: an NVRTC build's files, or those inside an nvcc build's object."""
-    own = b.manifest.get("cubins")
+    own = b.manifest.cubins
     if own:
         if arch not in own:
             raise ToolchainError(f"{b.folder}: no CUBIN for {arch} (built: {', '.join(own)})")

@@ -97,11 +97,22 @@ class Build:
         return p.read_text(errors="replace") if p.is_file() else ""
 
 
+def snippet_files(paths) -> tuple[list, str]:
+    """The front of every build: the snippet's files, parsed, and its name (its module's and folder's stem)."""
+    files = [parse_file(p) for p in collect_sources(paths)]
+    return files, codegen.stem_of([Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)])
+
+
+def flag_parts(opts: Options, with_cuda: bool = False) -> list:
+    """The key's part for what the command lines get from the user: defines, host, nvcc and linker flags
+    (:func:`find_or_build` reads the linker's, index 3, for the libraries it names)."""
+    return [sorted((k, str(v)) for k, v in opts.defines.items()), opts.cflags, opts.cuda_cflags, opts.ldflags,
+            *(["with_cuda"] if with_cuda else [])]
+
+
 def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
     """Parse and plan a snippet; return the plan, the archs and the key's parts. Compiles nothing."""
-    sources = collect_sources(paths)
-    files = [parse_file(p) for p in sources]
-    stem = codegen.stem_of([Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)])
+    files, stem = snippet_files(paths)
     try:
         plan = codegen.plan(files, stem, opts.mode, opts.defines)
     except codegen.NothingToCall:
@@ -125,8 +136,7 @@ def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
         "units": [(u.name, u.compiler, u.text, u.torch, u.module, sorted(u.templates)) for u in plan.units],
         "include_dirs": plan.include_dirs,
         "headers": {path: digest for headers in per_file.values() for path, digest in headers.items()},
-        "flags": [sorted((k, str(v)) for k, v in opts.defines.items()), opts.cflags, opts.cuda_cflags, opts.ldflags,
-                  *(["with_cuda"] if opts.with_cuda and not plan.cuda else [])],
+        "flags": flag_parts(opts, opts.with_cuda and not plan.cuda),
         "archs": archs,
         "compile_only": opts.compile_only,
         "debug": opts.debug,

@@ -16,7 +16,6 @@ grid-wide cooperative sync, CUB/Thrust device code, textures.
 
 from __future__ import annotations
 
-import dataclasses
 import platform
 import re
 import subprocess
@@ -193,11 +192,9 @@ def build(paths, opts: Options | None = None) -> Build:
     """
     opts = opts or Options()
     t0 = time.perf_counter()
-    sources = collect_sources(paths)
-    files = [parse_file(p) for p in sources]
+    files, stem = builder.snippet_files(paths)
     if not any(f.language == "cuda" for f in files):  # C++ runs on the CPU as it is: its own build
         return builder.build(paths, opts)
-    stem = codegen.stem_of([Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)])
     plan = codegen.plan(files, stem, "kernel" if opts.mode == "auto" and not any(f.uses_torch for f in files)
                         else opts.mode, opts.defines)
     if plan.kind != "kernel":
@@ -212,11 +209,10 @@ def build(paths, opts: Options | None = None) -> Build:
     defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
     parts = {"format": config.FORMAT_VERSION, "engine": ENGINE, "text": text, "runtime": _digest_of_runtime(),
              "compiler_flags": [*CXXFLAGS, *SNIPPET_FLAGS, "-Wl,-Bsymbolic-functions"],
-             "headers": local_headers(files, plan.include_dirs, user_dirs), "defines": defines, "cflags": opts.cflags,
+             "headers": local_headers(files, plan.include_dirs, user_dirs), "flags": builder.flag_parts(opts),
              "debug": opts.debug, "toolchain": toolchain.fingerprint(False)}
     runtime = runtime_object()
     cxx = toolchain.cxx_path()
-    name = cache.module_name(plan.stem, cache.build_key(parts))
 
     def make(target: str, folder: Path) -> Manifest:
         unit, obj, lib = folder / "emulated.cpp", folder / "emulated.o", folder / f"{target}.so"
@@ -232,12 +228,11 @@ def build(paths, opts: Options | None = None) -> Build:
                   *toolchain.runtime_ldflags()],
                  f"{stem} (link, {ENGINE})", {})
         (folder / "build.log").write_text("")
-        return cache.made(lib, engine=ENGINE, kind="kernel", archs=[], sources=[str(f.path) for f in files])
+        return cache.made(lib)
 
-    entry = cache.find_or_make(name, make, known=parts["headers"], keep=plan.include_dirs,
-                               skip=[str(f.path) for f in files], warn=True)
-    manifest = dataclasses.replace(entry.manifest, engine=ENGINE)
-    return Build(entry.name, entry.folder, plan, manifest, entry.cached, time.perf_counter() - t0, [])
+    # the one find-or-build: the progress line, the manifest's engine, kind, sources and notes
+    return builder.find_or_build(plan, [], parts, make, compiler=ENGINE, notes=list(plan.notes), t0=t0,
+                                 extra={"engine": ENGINE})
 
 
 def cannot_run(path) -> str:

@@ -114,6 +114,10 @@ class Callable:
         self.__name__ = fn.name
         self.__doc__ = self.describe()
 
+    def wrap(self, wrapper) -> None:
+        """Run every later call through ``wrapper(call)``, the typed call (the CPU emulator names bad addresses so)."""
+        self._call = wrapper(self._call)
+
     def __call__(self, *args, **kwargs):
         if self.capture_output:
             with output.forward_c_output(sync=self.device == "cuda"):

@@ -201,7 +201,7 @@ def _bind_kernel_only(mod: Module, b: build_mod.Build) -> None:
         call = Callable(fn, lib, "cuda" if in_cuda and not emulated else "cpu", prints,
                         "jitlab_last_exception" if in_cuda else "jitlab_cpp_last_exception")
         if emulated and fn.kind == "global":
-            call._call = emulate_run.wrap_kernel(call._call, fn, lib)
+            call.wrap(functools.partial(emulate_run.wrap_kernel, fn=fn, lib=lib))
         _attach(mod, call)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from jitlab import config
 from jitlab.errors import SnippetError
 from jitlab.jit import cache, codegen, deps, diagnostics, toolchain
-from jitlab.jit.builder import Build, find_or_build
+from jitlab.jit.builder import Build, find_or_build, flag_parts, snippet_files
 from jitlab.jit.flags import Options, arch_flags
 from jitlab.jit.parse import line_directive, parse_file
 from jitlab.jit.resources import parse_resource_usage
@@ -55,11 +55,10 @@ def build(paths, opts: Options | None = None) -> Build:
     """
     opts = opts or Options()
     t0 = time.perf_counter()
-    files = [parse_file(p) for p in collect_sources(paths)]
+    files, stem = snippet_files(paths)
     if not any(f.has_main for f in files):
         raise SnippetError(f"{', '.join(str(f.path) for f in files)}: no `int main` here, so nothing to run; "
                            f"a program defines main(), a snippet's kernels load with jitlab.load")
-    stem = codegen.stem_of([Path(p) for p in ([paths] if isinstance(paths, (str, Path)) else paths)])
     cuda = any(f.language == "cuda" for f in files)
     plan = codegen.Plan(stem=stem, kind="program", cuda=cuda, cpp_sources=[], cuda_sources=[], functions=None,
                         include_dirs=list(dict.fromkeys(str(f.path.parent) for f in files)), exported=[], files=files,
@@ -68,7 +67,7 @@ def build(paths, opts: Options | None = None) -> Build:
     headers = local_headers(files, plan.include_dirs, user_include_dirs(opts))
     parts = {"format": config.FORMAT_VERSION, "kind": "program", "sources": [(str(f.path), f.text) for f in files],
              "headers": headers, "archs": archs, "debug": opts.debug,
-             "flags": [sorted((k, str(v)) for k, v in opts.defines.items()), opts.cflags, opts.cuda_cflags, opts.ldflags],
+             "flags": flag_parts(opts),
              "toolchain": toolchain.fingerprint(cuda)}
     return find_or_build(plan, archs, parts, lambda name, folder: _compile(plan, folder, archs, opts),
                          compiler="nvcc" if cuda else "c++", t0=t0, before=lambda: _require_compiler(cuda))

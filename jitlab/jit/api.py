@@ -108,13 +108,12 @@ def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None,
     Returns:
         The :class:`Build`: ``.cached``, ``.seconds``, ``.folder``, ``.resources`` (per kernel, per arch).
     """
-    from jitlab.jit import emulate  # lazy, like the builder below
-    from jitlab.jit.builder import build as _build
+    from jitlab.jit.loader import build_for  # lazy, like load's: the loader brings the launch machinery
 
     paths = [path, *more] if more else path
     opts = options(mode=mode, arch=arch, defines=defines, cflags=cflags, cuda_cflags=cuda_cflags, ldflags=ldflags,
                    compile_only=compile_only, debug=debug, engine=engine, device=device)
-    return emulate.build(paths, opts) if opts.device == "cpu" else _build(paths, opts)
+    return build_for(paths, opts)
 
 
 def clean(older_than_days: float | None = None, headers: bool = False):

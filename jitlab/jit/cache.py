@@ -294,6 +294,15 @@ def find_or_make(name: str, make, *, root: Path | None = None, content: bool = T
     return Entry(target, folder, Manifest.from_record(manifest), False)
 
 
+def discard(name: str, root: Path | None = None) -> None:
+    """Empty the entry ``name`` (one whose artifact matched its manifest and still proved unusable, such as
+    a library that does not load), under its lock, so the next :func:`find_or_make` makes it again; a
+    process rebuilding it meanwhile is waited for, never emptied under."""
+    root = root or config.cache_dir()
+    with locks.build_lock(name, root):
+        reset_dir(entry_dir(name, root))
+
+
 def reset_dir(folder: Path) -> None:
     """Remove an unfinished or corrupt build folder and make it anew, empty."""
     if folder.exists():

@@ -16,7 +16,7 @@ import warnings
 from jitlab import output
 from jitlab.errors import ArgumentError, JitlabError, ToolchainError
 from jitlab.jit import builder as build_mod
-from jitlab.jit import cache, emulate, emulate_run, locks, macros, oplib
+from jitlab.jit import cache, emulate, emulate_run, macros, oplib
 from jitlab.jit.flags import Options
 from jitlab.jit.launch import Callable
 
@@ -275,24 +275,24 @@ def load_or_rebuild(paths, opts: Options) -> Module:
     Raises:
         ToolchainError: A binary built just now cannot be loaded (with the dynamic loader's reason).
     """
-    b = _build(paths, opts)
+    b = build_for(paths, opts)
     try:
         return load(b)
     except _UNLOADABLE as e:
         if not b.cached:
             raise _unloadable(b, e) from e
         warnings.warn(f"jitlab: cached build {b.name} could not be loaded ({e}); rebuilding", stacklevel=3)
-    with locks.build_lock(b.name):  # never under another process that is rebuilding it too
-        cache.reset_dir(b.folder)
-    b = _build(paths, opts)
+    cache.discard(b.name)
+    b = build_for(paths, opts)
     try:
         return load(b)
     except _UNLOADABLE as e:
         raise _unloadable(b, e) from e
 
 
-def _build(paths, opts: Options) -> build_mod.Build:
-    """A GPU build (NVRTC or nvcc), or the CPU emulator's for ``device="cpu"``."""
+def build_for(paths, opts: Options) -> build_mod.Build:
+    """The build for ``opts.device``, the one place that chooses: a GPU build (NVRTC or nvcc), or the CPU
+    emulator's for ``device="cpu"``."""
     return emulate.build(paths, opts) if opts.device == "cpu" else build_mod.build(paths, opts)
 
 

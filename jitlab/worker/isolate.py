@@ -243,7 +243,8 @@ def check_snippet(path, *, isolate: bool = True, timeout: float = config.CHECK_T
         raise needs_a_gpu(path, options)
     from jitlab.config import cache_dir
 
-    job = Job("check", str(path), ref=str(ref) if ref else None, variant=variant,
+    # absolute: a warm worker may have been started from another folder than this call's
+    job = Job("check", str(Path(path).absolute()), ref=str(Path(ref).absolute()) if ref else None, variant=variant,
               sizes=list(sizes) if sizes else None, options=options, cache_dir=str(cache_dir()))
     if not isolate:
         return jobs.run_job(job)

@@ -8,7 +8,6 @@ already graded with the same sources, and grades an edited one again.
 
 from __future__ import annotations
 
-import json
 import statistics
 import threading
 import time
@@ -97,20 +96,18 @@ class Gradebook:
     def known(self) -> dict[str, Grade]:
         """Every readable grade by key (the latest of each); torn or foreign lines are skipped."""
         out = {}
-        if self.path.is_file():
-            for line in self.path.read_text(errors="replace").splitlines():
-                try:
-                    g = Grade(**json.loads(line))
-                except (ValueError, TypeError):
-                    continue
-                out[g.key] = g
+        for d in results.read_lines(self.path):
+            try:
+                g = Grade(**d)
+            except TypeError:  # JSON, but not a grade
+                continue
+            out[g.key] = g
         return out
 
     def append(self, grade: Grade) -> None:
-        """Add a grade with one write (a line never interleaves with another thread's)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock, open(self.path, "a") as f:
-            f.write(json.dumps(asdict(grade)) + "\n")
+        """Add a grade as one line (:func:`jitlab.judge.results.append_line`)."""
+        with self._lock:
+            results.append_line(self.path, asdict(grade))
 
 
 @dataclass

@@ -4,6 +4,7 @@ and a matplotlib plot of GB/s (or time) over size, kernel vs torch, with the GPU
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -15,6 +16,37 @@ def results_dir() -> Path:
     d = config.cache_dir() / "results"
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def read_lines(path: Path) -> list:
+    """Every readable JSON line of an append-only file, oldest first (none if it is missing); a torn or
+    foreign line is skipped, never an error."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def append_line(path: Path, record: dict) -> None:
+    """Add ``record`` as one JSON line: a single ``write`` on an ``O_APPEND`` descriptor, after a newline if
+    the file ends in a torn line (a killed writer's), so the new line is never glued to it."""
+    line = json.dumps(record, default=str) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        end = os.lseek(fd, 0, os.SEEK_END)
+        if end and os.pread(fd, 1, end - 1) != b"\n":
+            line = "\n" + line
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
 
 
 def append(kernel: str, record: dict) -> Path:

@@ -11,12 +11,12 @@ lines=True)`` reads it.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from jitlab.judge import results
 from jitlab.judge.space import config_key
 
 #: What became of a point. Every status is final: a rerun does not try the point again.
@@ -98,14 +98,10 @@ class Store:
     def records(self) -> list[Record]:
         """Every readable record, oldest first; a torn or foreign line is skipped, never an error."""
         out = []
-        try:
-            text = self.path.read_text(errors="replace")
-        except FileNotFoundError:
-            return out
-        for line in text.splitlines():
+        for d in results.read_lines(self.path):
             try:
-                out.append(Record.from_dict(json.loads(line)))
-            except (ValueError, TypeError):
+                out.append(Record.from_dict(d))
+            except (AttributeError, TypeError):  # a line that is JSON but not a record (``42``, ``[1, 2]``)
                 continue
         return out
 
@@ -114,16 +110,6 @@ class Store:
         return {r.key: r for r in self.records() if r.kernel == kernel}
 
     def append(self, record: Record) -> None:
-        """Add one record as one line: a single ``write`` on an ``O_APPEND`` descriptor, after a newline
-        if the file ends in a torn line (a killed writer's), so the new record is never glued to it."""
-        line = json.dumps(asdict(record), default=str) + "\n"
+        """Add one record as one line (:func:`jitlab.judge.results.append_line`)."""
         with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                end = os.lseek(fd, 0, os.SEEK_END)
-                if end and os.pread(fd, 1, end - 1) != b"\n":
-                    line = "\n" + line
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
+            results.append_line(self.path, asdict(record))

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -137,23 +136,38 @@ def row(res: dict | None) -> str:
     return f"{state}{took}"
 
 
-def jitlab_check(pairs: list, args, env: dict) -> tuple[dict, float]:
-    """``jitlab check`` over the pairs from a fresh cache: its JSON report and the command's wall time."""
-    with tempfile.TemporaryDirectory(prefix="kb-check-") as tmp:
-        files = [str(f.resolve()) for p in pairs for f in (p.problem, p.solution)]  # each solution after its problem
-        cmd = [sys.executable, "-m", "jitlab", "check", *files, "--json",
-               "--no-compile", "--store", str(Path(tmp) / "grades.jsonl"), "-j", str(args.jobs)]
-        cmd += ["--device", "cpu"] if args.device == "cpu" else []
-        cmd += ["--compile-only", "--arch", args.arch] if args.compile_only else []
-        t0 = time.perf_counter()
-        path = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))  # jitlab's, then the caller's
-        p = subprocess.run(cmd, env=dict(env, JITLAB_CACHE_DIR=str(Path(tmp) / "cache"), PYTHONPATH=path),
-                           capture_output=True, text=True, cwd=ROOT)
-        wall = time.perf_counter() - t0
+def jitlab_check(pairs: list, args, env: dict, folder: Path, headers: Path | None = None) -> tuple[dict, float]:
+    """``jitlab check`` over the pairs from a fresh cache in ``folder``: its JSON report and the command's wall
+    time. ``headers``: a folder of precompiled headers made before (else they are made in ``folder/pch``)."""
+    files = [str(f.resolve()) for p in pairs for f in (p.problem, p.solution)]  # each solution after its problem
+    cmd = [sys.executable, "-m", "jitlab", "check", *files, "--json",
+           "--no-compile", "--store", str(folder / "grades.jsonl"), "-j", str(args.jobs)]
+    cmd += ["--device", "cpu"] if args.device == "cpu" else []
+    cmd += ["--compile-only", "--arch", args.arch] if args.compile_only else []
+    t0 = time.perf_counter()
+    path = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))  # jitlab's, then the caller's
+    p = subprocess.run(cmd, env=dict(env, JITLAB_CACHE_DIR=str(folder / "cache"), PYTHONPATH=path,
+                                     JITLAB_PCH_DIR=str(headers or folder / "pch")),
+                       capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
     try:  # the JSON after any progress lines (the precompiled headers' note)
         return json.loads(p.stdout[p.stdout.index("{\n"):] if "{\n" in p.stdout else p.stdout), wall
     except ValueError:
         raise SystemExit(f"jitlab check failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}") from None
+
+
+def checks(sample: list, args, env: dict, out: dict) -> None:
+    """``jitlab check`` of the sample twice: from nothing (the precompiled headers made in the run), then from a
+    fresh build cache with those headers (a machine that has built before: every solution still cold)."""
+    with tempfile.TemporaryDirectory(prefix="kb-check-") as tmp:
+        first, second = Path(tmp) / "fresh", Path(tmp) / "headers-made"
+        report, out["jitlab_check_wall_s"] = jitlab_check(sample, args, env, first)
+        out["jitlab_check"] = {"counts": report["counts"], "seconds": report["seconds"]}
+        out["ratio"] = out["torch_wall_s"] / out["jitlab_check_wall_s"]
+        if args.headers_made:
+            report, out["jitlab_check_headers_made_wall_s"] = jitlab_check(sample, args, env, second, first / "pch")
+            out["jitlab_check_headers_made"] = {"counts": report["counts"], "seconds": report["seconds"]}
+            out["ratio_headers_made"] = out["torch_wall_s"] / out["jitlab_check_headers_made_wall_s"]
 
 
 def main() -> int:
@@ -171,6 +185,11 @@ def main() -> int:
     ap.add_argument("--compile-only", action="store_true", help="build only, no GPU: no grading, no timing")
     ap.add_argument("--arch", default="sm_90", help="the arch of --compile-only CUDA builds (default sm_90)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one pair's process may take (default 600)")
+    ap.add_argument("--headers-made", action="store_true",
+                    help="time jitlab check of the sample a second time, from a fresh build cache with the precompiled "
+                         "headers the first made (a machine that has built before)")
+    ap.add_argument("--no-pairs", action="store_true",
+                    help="with a torch sample: only the wall times (torch's side, jitlab check), not jitlab's side pair by pair")
     ap.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     ap.add_argument("--child", choices=kernelbench.LOADERS, help=argparse.SUPPRESS)
     ap.add_argument("child_files", nargs="*", help=argparse.SUPPRESS)
@@ -191,9 +210,10 @@ def main() -> int:
     torch_res: dict = {}
     if sample:
         torch_res, out["torch_wall_s"] = side("torch", sample, args, env)
-        report, out["jitlab_check_wall_s"] = jitlab_check(sample, args, env)
-        out["jitlab_check"] = {"counts": report["counts"], "seconds": report["seconds"]}
-        out["ratio"] = out["torch_wall_s"] / out["jitlab_check_wall_s"]
+        checks(sample, args, env, out)
+    if args.no_pairs and sample:
+        print(json.dumps(out, indent=1) if args.json else walls(out))
+        return 0
     with tempfile.TemporaryDirectory(prefix="kb-jitlab-") as cache:
         jit_res, out["jitlab_wall_s"] = side("jitlab", pairs, args, dict(env, JITLAB_CACHE_DIR=cache),
                                              alone=1 + args.cold)
@@ -231,9 +251,19 @@ def table(pairs: list, out: dict, torch_res: dict, jit_res: dict) -> str:
         both = [n for n in ok_t if jit_res[n].get(key)]
         lines.append(f"torch's sample: {len(ok_t)} of {len(torch_res)} {key}; {len(both)} of those {key} under jitlab"
                      + (f" (not: {', '.join(n for n in ok_t if n not in both)})" if len(both) < len(ok_t) else ""))
-        lines.append(f"wall time, the sample KernelBench's way: torch {out['torch_wall_s']:.1f} s, jitlab check "
-                     f"{out['jitlab_check_wall_s']:.1f} s (cold cache, headers included): {out['ratio']:.2f}x")
+        lines.append(walls(out))
     return "\n".join(lines)
+
+
+def walls(out: dict) -> str:
+    """The sample's wall times, torch's way against jitlab check's (and with headers made, if timed)."""
+    text = (f"wall time, the sample ({len(out['sample'])} pairs) KernelBench's way: torch {out['torch_wall_s']:.1f} s, "
+            f"jitlab check {out['jitlab_check_wall_s']:.1f} s (cold cache, headers included): {out['ratio']:.2f}x "
+            f"(jitlab check: {out['jitlab_check']['counts']})")
+    if "ratio_headers_made" in out:
+        text += (f"\n  jitlab check, fresh build cache with the headers made: "
+                 f"{out['jitlab_check_headers_made_wall_s']:.1f} s: {out['ratio_headers_made']:.2f}x")
+    return text
 
 
 if __name__ == "__main__":

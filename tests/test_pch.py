@@ -112,3 +112,29 @@ def test_a_binding_unit_starts_on_the_casters_unless_it_names_more_of_torch():
     assert pch.binding_set(prelude + "bool h(torch::Tensor x) { return x.dtype() == torch::kFloat32; }\n") == "bind"
     assert pch.binding_set(prelude + "void k(torch::Tensor x) { AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), \"k\", [&] {}); }\n") == "bind"
     assert pch.binding_set(prelude + "torch::Tensor f(torch::Tensor x);\n", cuda=False) == "bind"
+
+
+@pytest.mark.parametrize("user", [["-O3"], ["-O2", "-ffast-math"], ["-fopenmp"], ["-g"], ["-march=x86-64-v2"],
+                                  ["-std=c++17"], ["-Wall", "-DLOCAL=1", "-O3"]])
+def test_a_set_made_with_the_users_set_flags_is_one_gcc_uses(tmp_path, user):
+    """GCC refuses a precompiled header made with other optimisation, -f, -m, -g or -std words
+    (-Winvalid-pch); made with :func:`pch.set_flags` of the user's flags, it is used, and a unit's other
+    words (-Wall, -D) stay out of the set's key."""
+    import shutil
+    import subprocess
+
+    cxx = shutil.which("c++") or pytest.fail("no host compiler")  # the CI image has one
+    (tmp_path / "h.h").write_text("#include <cstring>\n#include <cmath>\n#include <vector>\n#include <string>\n")
+    (tmp_path / "u.cpp").write_text('int main() { std::vector<std::string> v{"a"}; return int(std::strlen(v[0].c_str()) + std::sqrt(4.0)); }\n')
+    base = ["-fPIC", "-std=c++20"]
+    kept = pch.set_flags(user)
+    assert all(w in user for w in kept) and "-Wall" not in kept and not any(w.startswith("-D") for w in kept)
+
+    def used_with(set_words):
+        subprocess.run([cxx, "-x", "c++-header", "h.h", "-o", "h.h.gch", *base, *set_words], cwd=tmp_path, check=True)
+        proc = subprocess.run([cxx, "-Winvalid-pch", "-include", "h.h", "-c", "u.cpp", "-o", "u.o", *base, *user],
+                              cwd=tmp_path, capture_output=True, text=True, check=True)
+        return "-Winvalid-pch" not in proc.stderr
+
+    assert not used_with([]), f"GCC took a set made without {user}: the test shows nothing"
+    assert used_with(kept)

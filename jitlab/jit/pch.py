@@ -45,6 +45,7 @@ class Flags(Protocol):
 
     cxx: tuple[str, ...]
     cuda_include: tuple[str, ...]
+    cxx_user: tuple[str, ...]
     toolchain: tuple[tuple[str, str], ...]
 
 
@@ -55,6 +56,12 @@ HEADERS = ("host", "casters", "bind", "full")
 LARGER = {"host": ("full",), "casters": ("bind", "full"), "bind": ("full",), "full": ()}
 #: The sets without CUDA headers: one set for C++ and CUDA snippets.
 _NO_CUDA = ("casters", "bind")
+
+#: The beginnings of a user's host flags that a precompiled header must be made with to be used
+#: (``-Winvalid-pch``): ``-O3`` leaves ``__NO_INLINE__`` undefined, ``-ffast-math`` and ``-march=`` change
+#: ``-m`` settings, ``-fopenmp`` defines ``_OPENMP``, ``-g`` the debug info, ``-std=`` the language. A set
+#: is made for them (``-O3`` is one more set, once) rather than every unit parsing torch's headers again.
+_SET_FLAGS = ("-O", "-f", "-m", "-g", "-std=", "-ansi")
 
 _TORCH_UMBRELLAS = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|all|torch|python)\.h[>"][^\n]*$',
                               re.MULTILINE)
@@ -135,7 +142,7 @@ def precompiled_header(flags: Flags, cuda: bool, headers: str = "full") -> Path:
     Returns:
         The header to pass with ``-include``; its ``.gch`` lies beside it.
     """
-    text, cxx, name = _describe("torch", flags, cuda, headers)
+    text, cxx, name = _describe("torch", flags, cuda, headers, set_flags(flags.cxx_user))
 
     def make(folder: Path) -> Path:
         header = folder / "jitlab_torch.h"
@@ -249,14 +256,19 @@ def larger_set(log: str, flags: Flags, cuda: bool, small: str) -> str | None:
     return None
 
 
-def _describe(kind: str, flags: Flags, cuda: bool, headers: str) -> tuple[str, list[str], str]:
-    """A set's text, host flags and cache entry name (``<kind>-<headers>-<key>``)."""
+def set_flags(user) -> tuple[str, ...]:
+    """The words of a user's host flags that a header set is made with (:data:`_SET_FLAGS`), in order."""
+    return tuple(w for w in user if w.startswith(_SET_FLAGS))
+
+
+def _describe(kind: str, flags: Flags, cuda: bool, headers: str, user: tuple[str, ...] = ()) -> tuple[str, list[str], str]:
+    """A set's text, host flags (``user``'s last, as a unit has them) and cache entry name (``<kind>-<headers>-<key>``)."""
     import torch
 
     text = pch_text(headers, cuda, torch.version.cuda is not None)
     # `casters` and `bind` hold no CUDA header: one set for C++ and CUDA snippets (GCC does not check
     # include folders).
-    cxx = [*flags.cxx, *(flags.cuda_include if cuda and headers not in _NO_CUDA else ())]
+    cxx = [*flags.cxx, *(flags.cuda_include if cuda and headers not in _NO_CUDA else ()), *user]
     tools = [t for t in flags.toolchain if headers not in _NO_CUDA or t[0] not in ("nvcc", "torch_cuda")]
     key = cache.build_key({"format": config.FORMAT_VERSION, "pch": text, "flags": cxx, "toolchain": tools})
     return text, cxx, f"{kind}-{headers}-{key}"

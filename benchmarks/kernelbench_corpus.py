@@ -156,17 +156,24 @@ def jitlab_check(pairs: list, args, env: dict, folder: Path, headers: Path | Non
         raise SystemExit(f"jitlab check failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}") from None
 
 
+def summary(report: dict) -> dict:
+    """What a check's report says of its time: the counts, and each solution's build and grading seconds."""
+    return {"counts": report["counts"], "seconds": report["seconds"],
+            "grades": {g["pair"]: {"category": g["category"], "build_s": g["build_s"], "grade_s": g["seconds"],
+                                   "time": g["time"]} for g in report.get("grades", [])}}
+
+
 def checks(sample: list, args, env: dict, out: dict) -> None:
     """``jitlab check`` of the sample twice: from nothing (the precompiled headers made in the run), then from a
     fresh build cache with those headers (a machine that has built before: every solution still cold)."""
     with tempfile.TemporaryDirectory(prefix="kb-check-") as tmp:
         first, second = Path(tmp) / "fresh", Path(tmp) / "headers-made"
         report, out["jitlab_check_wall_s"] = jitlab_check(sample, args, env, first)
-        out["jitlab_check"] = {"counts": report["counts"], "seconds": report["seconds"]}
+        out["jitlab_check"] = summary(report)
         out["ratio"] = out["torch_wall_s"] / out["jitlab_check_wall_s"]
         if args.headers_made:
             report, out["jitlab_check_headers_made_wall_s"] = jitlab_check(sample, args, env, second, first / "pch")
-            out["jitlab_check_headers_made"] = {"counts": report["counts"], "seconds": report["seconds"]}
+            out["jitlab_check_headers_made"] = summary(report)
             out["ratio_headers_made"] = out["torch_wall_s"] / out["jitlab_check_headers_made_wall_s"]
 
 

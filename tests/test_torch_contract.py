@@ -626,13 +626,15 @@ def test_users_gencode_replaces_the_default_archs(cache, monkeypatch):
 
 
 @pytest.mark.gpu
-def test_non_arch_cuda_flags_keep_this_gpus_arch(cache):
-    """extra_cuda_cflags without an arch flag (-O2, --use_fast_math) still build for this GPU's arch."""
+def test_non_arch_cuda_flags_keep_this_gpus_arch(cache, monkeypatch):
+    """extra_cuda_cflags without an arch flag (-O2, --use_fast_math) still build for this GPU's arch (with no
+    TORCH_CUDA_ARCH_LIST: the lent H100's image sets one, 9.0a, which chose sm_90a there, as it would in torch)."""
     from jitlab.jit import toolchain
 
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
     m = jitlab.load_inline(name="contract_fast_math", cpp_sources=ADD_ONE_DECL, cuda_sources=ADD_ONE_CU,
                            functions="add_one", extra_cuda_cflags=["-O2", "--use_fast_math"])
-    assert m.build.archs == [toolchain.current_arch()]  # sm_90a on an H100: jitlab's arch for this GPU
+    assert m.build.archs == [toolchain.current_arch()]  # sm_90 on an H100
     assert m.add_one(torch.zeros(3, device="cuda")).tolist() == [1.0, 1.0, 1.0]
 
 

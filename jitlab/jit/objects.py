@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from jitlab import config, progress
-from jitlab.jit import cache, deps, diagnostics, pch, toolchain, torch_headers
+from jitlab.jit import cache, deps, diagnostics, header_sets, pch, toolchain, torch_headers
 from jitlab.jit.parse import line_directive
 from jitlab.jit.plan import Flags, Manifest, Object, Unit
 from jitlab.jit.symbols import instantiations, undefined_symbols
@@ -141,14 +141,14 @@ def _hinted(hint: Path) -> str | None:
     if not hint.is_file():
         return None
     found = re.search(r"built on (\w+)", hint.read_text(errors="replace"))
-    return found.group(1) if found and found.group(1) in pch.HEADERS else "full"
+    return found.group(1) if found and found.group(1) in header_sets.HEADERS else "full"
 
 
 def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: str = "", headers: str = "") -> Object:
     """One unit → its cached object; compiles only on a miss."""
     text = unit.text
     if headers and headers != "full":
-        text = pch.without_umbrellas(text)  # the set is precompiled; the umbrella would parse all of torch
+        text = header_sets.without_umbrellas(text)  # the set is precompiled; the umbrella would parse all of torch
     if extra:
         text = _with_instantiations(text, extra)
     if unit.compiler == "nvcc":

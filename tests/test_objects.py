@@ -16,7 +16,8 @@ import pytest
 import jitlab
 from conftest import run_dir
 from jitlab import CompileError
-from jitlab.jit import header_sets, pch, plan
+from jitlab.jit import header_sets, plan
+from jitlab.jit.engines import pch
 from jitlab.jit.flags import Options, object_flags
 
 FEATURES = Path(__file__).parent / "fixtures" / "split" / "features.cu"
@@ -295,7 +296,7 @@ def test_errors_on_the_small_set_are_not_retried(features, shared_pch):
 def test_the_longest_unit_starts_first(monkeypatch):
     """On 2 cores (2 workers) the binding unit, the costliest, starts before the host and device units,
     so that a short unit never delays it (a cold vector_add on 2 cores: 4.2 s -> 3.6 s)."""
-    from jitlab.jit import objects
+    from jitlab.jit.engines import objects
 
     started: list[str] = []
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import jitlab
-from jitlab.jit import header_sets, pch
+from jitlab.jit import header_sets
+from jitlab.jit.engines import pch
 
 GCC_LINE = ("cc1plus: warning: /p/torch-bind-1/jitlab_torch.h.gch: not used because `SCALE' is defined "
             "[-Winvalid-pch]\n")

@@ -14,7 +14,8 @@ import io
 import sys
 from dataclasses import dataclass, field
 
-from jitlab.jit import api, program, toolchain
+from jitlab.jit import api, toolchain
+from jitlab.jit.sources import is_program
 from jitlab.judge import refs
 from jitlab.worker import proc
 from jitlab.worker import program as runner
@@ -139,7 +140,7 @@ def profile(path, *, variant: str | None = None, size: int | None = None, kernel
     from jitlab.errors import SnippetError
 
     toolchain.require_gpu("Nsight Compute (ncu)")
-    whole = program.is_program(path)
+    whole = is_program(path)
     ref = None if whole else refs.load(refs.path_for(path))
     names = kernel_names(path)
     if kernel:

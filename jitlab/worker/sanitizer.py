@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import ArgumentError
-from jitlab.jit import api, program, toolchain
+from jitlab.jit import api, toolchain
+from jitlab.jit.sources import is_program
 from jitlab.judge import refs
 from jitlab.worker import proc
 from jitlab.worker import program as runner
@@ -244,7 +245,7 @@ def sanitize(path, tool: str = "memcheck", *, job: Job | None = None, variant: s
     if tool not in TOOLS:
         raise ArgumentError(f"unknown sanitizer tool {tool!r}: use one of {', '.join(TOOLS)}")
     toolchain.require_gpu("compute-sanitizer")
-    if job is None and program.is_program(path):
+    if job is None and is_program(path):
         return _sanitize_program(path, tool, args, stdin, timeout, options)
     refs.path_for(path, job.ref if job else None)  # a missing reference is an error now, not in the child
     job = job or Job("check", str(path), variant=variant, sizes=list(sizes) if sizes else None, options=options)

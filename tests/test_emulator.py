@@ -1,6 +1,6 @@
 """The CPU emulator (jitlab.jit.engines.emulator): each CUDA feature on one small kernel, each diagnostic at its line.
 
-The kernels are tests/fixtures/emulate/features.cu and faults.cu, each built once per run (one host
+The kernels are tests/fixtures/emulator/features.cu and faults.cu, each built once per run (one host
 compiler call each) in the run's shared cache. GPU twins at the end run the same kernels on a GPU and
 on the emulator and compare.
 """
@@ -20,13 +20,13 @@ from jitlab.jit import emulator_run, emulator_support
 from jitlab.judge import refs
 from jitlab.notebook import exercises
 
-FIXTURES = Path(__file__).parent / "fixtures" / "emulate"
+FIXTURES = Path(__file__).parent / "fixtures" / "emulator"
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     """The fixtures, copied once for the module (the diagnostics name this copy's path)."""
-    dst = tmp_path_factory.mktemp("emulate")
+    dst = tmp_path_factory.mktemp("emulator")
     for p in FIXTURES.iterdir():
         shutil.copy(p, dst / p.name)
     return dst

@@ -29,7 +29,7 @@ def key_parts(plan: codegen.Plan, archs: list[str], opts: Options, parts: dict) 
 
 def require_tools(plan: codegen.Plan, opts: Options) -> None:
     """nvcc and the host compiler; neither ninja nor a CUDA torch."""
-    toolchain.check(plan.cuda, compile_only=True, ninja=True)
+    toolchain.require_tools(plan.cuda, compile_only=True, ninja=True)
 
 
 def make(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:

@@ -40,7 +40,7 @@ def key_parts(plan: codegen.Plan, archs: list[str], opts: Options, parts: dict) 
 
 def require_tools(plan: codegen.Plan, opts: Options) -> None:
     """nvcc (CUDA snippets), the host compiler and ninja."""
-    toolchain.check(plan.cuda, opts.compile_only, ninja=True)
+    toolchain.require_tools(plan.cuda, opts.compile_only, ninja=True)
 
 
 def make(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:

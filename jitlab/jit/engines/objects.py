@@ -230,7 +230,7 @@ def key_parts(plan, archs: list[str], opts: Options, parts: dict) -> dict:
 
 def require_tools(plan, opts: Options) -> None:
     """nvcc (CUDA snippets) and the host compiler; no ninja: this engine drives the compilers itself."""
-    toolchain.check(plan.cuda, opts.compile_only, ninja=False)
+    toolchain.require_tools(plan.cuda, opts.compile_only, ninja=False)
 
 
 def make(plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:

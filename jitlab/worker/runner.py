@@ -110,7 +110,7 @@ def run_program(path, args=(), *, stdin=None, timeout: float | None = DEFAULT_TI
     if isinstance(args, (str, bytes)):
         raise ArgumentError(f"args={args!r}: give a list of arguments, e.g. args={args.split()!r} "
                             f"(shlex.split(line) splits a command line)")
-    b = build(path, arch=arch, defines=defines, cflags=cflags, cuda_cflags=cuda_cflags, ldflags=ldflags, debug=debug)
+    b = build_program(path, arch=arch, defines=defines, cflags=cflags, cuda_cflags=cuda_cflags, ldflags=ldflags, debug=debug)
     if b.plan.cuda and echo and not toolchain.gpu_available():
         print("jitlab: no CUDA GPU here: the program's CUDA calls will fail", file=sys.stderr, flush=True)
     run = stream([str(b.artifact), *map(str, args)], stdin=stdin, timeout=timeout, echo=echo, name=str(path))
@@ -122,7 +122,7 @@ def run_program(path, args=(), *, stdin=None, timeout: float | None = DEFAULT_TI
 BUILD_OPTIONS = ("arch", "defines", "cflags", "cuda_cflags", "ldflags", "debug")
 
 
-def build(path, **options) -> Build:
+def build_program(path, **options) -> Build:
     """Build a program with :func:`jitlab.load`'s keyword options (``arch``, ``defines``, ``cflags``, ...).
 
     Raises:

@@ -11,7 +11,7 @@ import jitlab
 from jitlab.errors import ArgumentError, CompileError, SnippetError
 from jitlab.jit import builder
 from jitlab.jit.flags import Options
-from jitlab.worker.runner import run_program
+from jitlab.worker.execute import run_program
 
 ECHO = """\
 #include <cstdio>

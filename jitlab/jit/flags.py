@@ -24,7 +24,7 @@ class Options:
 
     Attributes:
         mode: ``"auto"``, ``"kernel"`` or ``"torch"``; ``"program"`` for a whole program (``int main``),
-            built as nvcc builds it (:mod:`jitlab.jit.engines.program`) and run by :mod:`jitlab.worker.runner`.
+            built as nvcc builds it (:mod:`jitlab.jit.engines.program`) and run by :mod:`jitlab.worker.execute`.
         arch: Archs to build for (``["sm_90"]``); default: the current GPU.
         defines: Preprocessor macros (``{"BLOCK": 256}``).
         cflags: Extra host compiler flags.

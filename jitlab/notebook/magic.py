@@ -254,18 +254,18 @@ def run_program_cell(args, path: Path, cell: str, namespace: dict, ext: str):
     """A cell with ``main``: build the saved program and run it, its output streamed into the cell.
 
     Without a GPU (or with ``--compile-only``) a CUDA program is built, not run. Binds NAME to the
-    :class:`~jitlab.worker.runner.Run` (or the build); returns it, ``None`` on an error shown.
+    :class:`~jitlab.worker.execute.Run` (or the build); returns it, ``None`` on an error shown.
     """
-    from jitlab.worker import runner
+    from jitlab.worker import execute
 
     defines, flags = cell_options(args, ext)
     idle = args.compile_only or (ext == ".cu" and not toolchain.gpu_available())
 
     def make():
         if not idle:
-            return runner.run_program(path, shlex.split(args.args), timeout=args.timeout or None, arch=args.arch,
+            return execute.run_program(path, shlex.split(args.args), timeout=args.timeout or None, arch=args.arch,
                                       defines=defines, **flags)
-        b = runner.build_program(path, arch=compile_archs(args, ext), defines=defines, **flags)
+        b = execute.build_program(path, arch=compile_archs(args, ext), defines=defines, **flags)
         built = f"built ({'cache hit' if b.cached else f'{b.seconds:.2f} s'}) for {', '.join(b.archs)}"
         if args.compile_only:
             print(f"{args.name}: program {built}; not run: --compile-only")

@@ -18,7 +18,7 @@ from jitlab.jit import api, toolchain
 from jitlab.jit.sources import is_program
 from jitlab.judge import refs
 from jitlab.worker import proc
-from jitlab.worker import runner
+from jitlab.worker import execute
 from jitlab.worker.jobs import Job
 
 #: ncu metric → our field (``gpu__time_duration`` is in ns).
@@ -150,10 +150,10 @@ def profile(path, *, variant: str | None = None, size: int | None = None, kernel
     if not names:
         raise SnippetError(f"{path}: no __global__ kernel to profile")
     if whole:
-        b = runner.build_program(path, **options)
+        b = execute.build_program(path, **options)
 
         def measure() -> Profile:
-            run = runner.stream(tool_command(names, [str(b.artifact), *map(str, args)], PROGRAM_LAUNCHES),
+            run = execute.stream(tool_command(names, [str(b.artifact), *map(str, args)], PROGRAM_LAUNCHES),
                                 stdin=stdin, timeout=timeout, echo=False)
             return _profile_of(run.stdout + run.stderr, None if run.ok else f"the program {run.status}")
     else:

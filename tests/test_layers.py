@@ -3,7 +3,8 @@ the package root or another module's private names.
 
 Every ``import`` of a jitlab module counts, the ones inside functions too. The layers, lowest first:
 the shared modules at the top level (config, errors, output, progress, snippets), then ``jit``
-(parse → codegen → build and cache → load), ``judge`` (refs, check, time, run), ``worker``
+(parse → codegen/split → plan → build/cache → engines → load/launch; only ``jit`` imports ``jit.engines``),
+``judge`` (refs, check, time, run), ``worker``
 (subprocesses: the isolated worker, sanitizer, profiler), ``tools`` (inspect, export), ``notebook``
 (session, panel, magics, exercises, lessons), and the front doors (``cli``, ``jitlab/__init__``).
 """

@@ -138,6 +138,16 @@ def test_program_functions_still_load(cache, write):
     assert m.add(2, 3) == 5 and "main" in dict(m.build.plan.skipped)
 
 
+def test_a_program_builds_through_the_one_entrance(cache, write):
+    """jitlab.build(mode="program") builds the executable as run_program does (the same entry), and load refuses it."""
+    p = write("m.cpp", "int main() { return 0; }\n")
+    b = jitlab.build(p, mode="program")
+    assert b.plan.kind == "program" and b.artifact.name == "program" and b.engine == "c++"
+    assert builder.build(p, Options(mode="program")).cached
+    with pytest.raises(jitlab.JitlabError, match="run_program"):
+        jitlab.load(p, mode="program")
+
+
 def test_cuda_program_links_without_a_gpu(cache, write):
     """A .cu program compiles and links with nvcc for a named arch, -lineinfo included."""
     p = write("hello.cu", "#include <cstdio>\n__global__ void hi() { printf(\"hi %d\\n\", threadIdx.x); }\n"

@@ -3,8 +3,9 @@
 :func:`make` runs ``torch.utils.cpp_extension.load_inline`` in the build's cache folder (reached
 through a safe link when the folder's path has a character ninja cannot read), and turns a failure
 into a compile error or, for a library that built but does not load, the dynamic loader's own reason.
-It builds what the object engine does not: kernel-only snippets for nvcc (the torch-compatible
-``jitlab.load_inline`` is :mod:`jitlab.jit.torch_compat`'s, and plans like any other snippet).
+It builds kernel-only snippets, CUDA and C++, that NVRTC does not (a torch-style snippet's units go to
+the object engine); the torch-compatible ``jitlab.load_inline`` is :mod:`jitlab.jit.torch_compat`'s,
+and plans like any other snippet.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from jitlab.jit.flags import Options, compile_flags
 from jitlab.jit.resources import parse_resource_usage
 from jitlab.jit.sources import describe, sources_by_path
 from jitlab.jit.plan import Manifest
-
 
 #: What a build records as its engine (``Build.engine``), and what its progress line says compiles it.
 ENGINE = "nvcc"

@@ -24,8 +24,6 @@ from jitlab.jit.sources import describe, sources_by_path
 
 #: The executable's name inside its build folder.
 EXECUTABLE = "program"
-
-
 #: What a build records as its engine (``Build.engine``: ``c++`` for a ``.cpp``), and what its progress
 #: line says compiles it.
 ENGINE = "nvcc"

@@ -5,7 +5,7 @@ What it measures (median of ``--repeat`` runs, each result checked before its ti
 * launches of 2^20 threads (4096 blocks x 256): a vector add (no barrier), the lessons'
   shared-memory tree sum (9 ``__syncthreads`` and an ``atomicAdd`` per block) and a warp-shuffle sum
   (5 ``__shfl_down_sync`` per thread, an ``atomicAdd`` per warp); the target is 1 s with barriers
-* the same tree sum under ``emulate_run.checking()`` (what ``jitlab.check`` runs: two thread orders,
+* the same tree sum under ``emulator_run.checking()`` (what ``jitlab.check`` runs: two thread orders,
   guarded tensor copies)
 * builds in a fresh cache: the runtime object (once per toolchain), then one exercise's starting code
   (``vadd_bounds``, the target is 2 s) and its edit (a changed constant: a new build, runtime cached)
@@ -69,7 +69,7 @@ def launches(repeat: int) -> list[tuple[str, float]]:
     import torch
 
     import jitlab
-    from jitlab.jit import emulate_run
+    from jitlab.jit import emulator_run
 
     folder = Path(tempfile.mkdtemp())
     (folder / "bench.cu").write_text(KERNELS)
@@ -86,7 +86,7 @@ def launches(repeat: int) -> list[tuple[str, float]]:
         return run
 
     def checked():
-        with emulate_run.checking():
+        with emulator_run.checking():
             summed(k.tree_sum)()
 
     rows = [("vadd, 2^20 threads (no barrier)", median_seconds(lambda: k.vadd(c, a, b, n, **grid),
@@ -102,21 +102,22 @@ def launches(repeat: int) -> list[tuple[str, float]]:
 
 def builds() -> list[tuple[str, float]]:
     os.environ["JITLAB_CACHE_DIR"] = tempfile.mkdtemp()  # a fresh cache: nothing built yet
-    from jitlab.jit import emulate
+    import jitlab
+    from jitlab.jit.engines import emulator
 
     t0 = time.perf_counter()
-    emulate.runtime_object()
+    emulator.runtime_object()
     runtime = time.perf_counter() - t0
     src = (ROOT / "kernels" / "exercises" / "vadd_bounds.cu").read_text()
     folder = Path(tempfile.mkdtemp())
     path = folder / "vadd_bounds.cu"
     path.write_text(src)
     t0 = time.perf_counter()
-    emulate.build(path)
+    jitlab.build(path, device="cpu")
     first = time.perf_counter() - t0
     path.write_text(src + "\n// an edit\n")
     t0 = time.perf_counter()
-    emulate.build(path)
+    jitlab.build(path, device="cpu")
     edit = time.perf_counter() - t0
     return [("build: the runtime object (once per toolchain)", runtime),
             ("build: exercise vadd_bounds (runtime cached)", first),

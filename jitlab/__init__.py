@@ -49,7 +49,7 @@ def __getattr__(name):
 
         return Module
     if name == "run_program":
-        from jitlab.worker.program import run_program
+        from jitlab.worker.execute import run_program
 
         return run_program
     if name == "check":

@@ -203,7 +203,7 @@ def _profile(args) -> int:
 def _exec(args) -> int:
     from pathlib import Path
 
-    from jitlab.worker import program
+    from jitlab.worker import execute
 
     try:
         stdin = None if args.stdin is None else sys.stdin.buffer.read() if args.stdin == "-" else Path(args.stdin).read_bytes()
@@ -213,7 +213,7 @@ def _exec(args) -> int:
         return 1
     defines = defines_from(args.define)
     try:
-        run = program.run_program(args.path, args.args, stdin=stdin, timeout=args.timeout or None, arch=args.arch,
+        run = execute.run_program(args.path, args.args, stdin=stdin, timeout=args.timeout or None, arch=args.arch,
                                   defines=defines, cflags=args.cflag, cuda_cflags=args.nvcc_flag, ldflags=args.ldflag)
     except JitlabError as e:
         print(_about(args.path, e), file=sys.stderr)

@@ -1,4 +1,4 @@
-"""The cache folder's housekeeping: `clean` deletes only what jitlab made (CPU)."""
+"""The cache: `clean` deletes only what jitlab made, and `find_or_make` makes an unusable entry once more (CPU)."""
 
 from __future__ import annotations
 
@@ -317,3 +317,56 @@ def test_a_snippet_with_a_250_character_name_builds_and_loads(cache, write):
     """A snippet file named with 250 characters builds into a folder whose name fits, and its function runs."""
     m = jitlab.load(write("k" * 250 + ".cpp", "int seven() { return 7; }\n"))
     assert m.seven() == 7 and len(m.build.folder.name) < 100
+
+
+def counting_make():
+    """A ``make`` for :func:`jcache.find_or_make` that writes a small artifact and counts its calls."""
+    calls = []
+
+    def make(name, folder):
+        calls.append(name)
+        (folder / "x.so").write_bytes(b"library")
+        return jcache.made(folder / "x.so")
+
+    return make, calls
+
+
+def test_a_found_entry_that_cannot_be_used_is_made_once_more(tmp_path):
+    """With rebuild_once, an entry found in the cache that use() finds unusable is emptied, made again and used."""
+    make, calls = counting_make()
+    jcache.find_or_make("lib_0123456789abcdef", make, root=tmp_path)
+
+    def use(entry):
+        if entry.cached:
+            raise jcache.Unusable("cannot use it", "could not be loaded (invalid ELF header)")
+        return ("used", entry.cached)
+
+    with pytest.warns(UserWarning, match=r"cached build lib_0123456789abcdef could not be loaded \(invalid ELF header\); rebuilding"):
+        got = jcache.find_or_make("lib_0123456789abcdef", make, root=tmp_path, use=use, rebuild_once=True)
+    assert got == ("used", False) and len(calls) == 2
+
+
+def test_an_entry_made_just_now_that_cannot_be_used_is_an_error(tmp_path):
+    """An entry made by this call that use() cannot use raises use's error: it is not made a second time."""
+    make, calls = counting_make()
+
+    def use(entry):
+        raise jcache.Unusable("jitlab: lib was built but could not be loaded", "could not be loaded")
+
+    with pytest.raises(jitlab.ToolchainError, match="was built but could not be loaded"):
+        jcache.find_or_make("lib_0123456789abcdef", make, root=tmp_path, use=use, rebuild_once=True)
+    assert len(calls) == 1
+
+
+def test_without_rebuild_once_an_unusable_entry_is_an_error(tmp_path):
+    """Without rebuild_once, a found entry that use() cannot use raises; nothing is made again."""
+    make, calls = counting_make()
+    jcache.find_or_make("lib_0123456789abcdef", make, root=tmp_path)
+
+    def use(entry):
+        raise jcache.Unusable("jitlab: lib was built but could not be loaded", "could not be loaded")
+
+    with pytest.raises(jcache.Unusable):
+        jcache.find_or_make("lib_0123456789abcdef", make, root=tmp_path, use=use)
+    assert len(calls) == 1
+

@@ -138,7 +138,8 @@ def test_entries_are_trusted_by_hash_or_by_size_and_stamp_where_asked(tmp_path, 
     """An artifact changed in place is caught by its hash; a header-set entry made with content=False
     (the precompiled headers: hashing 0.5 GB took ~0.5 s per host unit) is trusted by its size and stamp
     (inode, change time) without reading it, so a write of the same size or a truncation is made again."""
-    from jitlab.jit import cache as jcache, pch
+    from jitlab.jit import cache as jcache
+    from jitlab.jit.engines import pch
 
     monkeypatch.setenv("JITLAB_PCH_DIR", str(tmp_path / "pch"))
     made = []

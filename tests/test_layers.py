@@ -3,7 +3,8 @@ the package root or another module's private names.
 
 Every ``import`` of a jitlab module counts, the ones inside functions too. The layers, lowest first:
 the shared modules at the top level (config, errors, output, progress, snippets), then ``jit``
-(parse → codegen → build and cache → load), ``judge`` (refs, check, time, run), ``worker``
+(parse → codegen/split → plan → build/cache → engines → load/launch; only ``jit`` imports ``jit.engines``),
+``judge`` (refs, check, time, run), ``worker``
 (subprocesses: the isolated worker, sanitizer, profiler), ``tools`` (inspect, export), ``notebook``
 (session, panel, magics, exercises, lessons), and the front doors (``cli``, ``jitlab/__init__``).
 """
@@ -112,10 +113,19 @@ def test_the_import_graph_has_no_cycle():
 
 def test_the_data_spine_is_a_leaf():
     """jit/plan.py, the data every stage passes on (units, flags, objects, manifests), imports nothing of jitlab,
-    and the planning stage takes its types from there, never from an engine (objects.py)."""
+    and the planning stage takes its types from there and its header sets from header_sets.py, never from an
+    engine (jit/engines/)."""
     assert _imports("jitlab.jit.plan", MODULES["jitlab.jit.plan"]) == []
-    for stage in ("jitlab.jit.codegen", "jitlab.jit.module_unit", "jitlab.jit.ops"):
-        assert "jitlab.jit.objects" not in _graph()[stage], stage
+    for stage in ("jitlab.jit.codegen", "jitlab.jit.module_unit", "jitlab.jit.ops", "jitlab.jit.header_sets"):
+        assert [t for t in _graph()[stage] if t.startswith("jitlab.jit.engines")] == [], stage
+
+
+def test_only_the_jit_imports_the_engines():
+    """Nothing outside jitlab/jit/ imports jitlab.jit.engines: the layers above build through jitlab.build
+    (jit/api.py) or jit/builder.py's build, the one entrance, which chooses the engine."""
+    offenders = [f"{m} imports {t}" for m, targets in _graph().items() for t in targets
+                 if t.startswith("jitlab.jit.engines") and not m.startswith("jitlab.jit.")]
+    assert offenders == []
 
 
 def test_layers_import_downwards_only():

@@ -83,7 +83,7 @@ def test_new_process_hit_reads_nvrtc_version_from_the_cache(scale):
     first = _nvrtc(scale, arch="sm_90")
     memo = config.cache_dir() / ".nvrtc.json"
     seen = json.loads(memo.read_text())
-    assert seen["version"] == jitlab.jit.nvrtc.version() and Path(seen["library"]).is_file()
+    assert seen["version"] == jitlab.jit.engines.nvrtc.version() and Path(seen["library"]).is_file()
     code = (f"import sys, jitlab; b = jitlab.build({str(scale)!r}, compile_only=True, arch='sm_90', engine='nvrtc'); "
             f"print(b.cached, b.name, 'cuda.bindings.nvrtc' in sys.modules)")
     run = lambda: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
@@ -195,7 +195,8 @@ def test_unknown_engine_names_the_choices(scale):
 
 
 def _suitable(p: Path) -> bool:
-    from jitlab.jit import builder, nvrtc
+    from jitlab.jit import builder
+    from jitlab.jit.engines import nvrtc
     from jitlab.jit.flags import Options
 
     return nvrtc.unsuitable(builder.prepare(p, Options(arch=["sm_90"]))[0]) is None
@@ -217,7 +218,7 @@ def test_bindings_for_another_cuda_than_torchs_are_refused(monkeypatch):
     reason names the extra that matches torch, jitlab[cu12]."""
     from importlib import metadata
 
-    from jitlab.jit import nvrtc
+    from jitlab.jit.engines import nvrtc
 
     assert metadata.version("cuda-bindings").startswith("13.")
     monkeypatch.setattr(nvrtc, "_torch_cuda_major", lambda: "12")

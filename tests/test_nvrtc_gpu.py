@@ -13,7 +13,8 @@ import torch
 
 import jitlab
 from jitlab.errors import LaunchError
-from jitlab.jit import builder, nvrtc
+from jitlab.jit import builder
+from jitlab.jit.engines import nvrtc
 from jitlab.jit.flags import Options
 from jitlab.worker import jobs
 

@@ -16,7 +16,8 @@ import pytest
 import jitlab
 from conftest import run_dir
 from jitlab import CompileError
-from jitlab.jit import pch, plan
+from jitlab.jit import header_sets, plan
+from jitlab.jit.engines import pch
 from jitlab.jit.flags import Options, object_flags
 
 FEATURES = Path(__file__).parent / "fixtures" / "split" / "features.cu"
@@ -177,11 +178,11 @@ def test_units_use_the_smallest_header_set(pristine):
     b = pristine
     assert {u["name"]: u["headers"] for u in b.manifest.units} == {
         "features.device.cu": "", "features.host.cpp": "host", "bind.cpp": "casters"}
-    assert pch.pch_text("host", cuda=True, cuda_torch=False) == "#include <torch/types.h>\n#include <cuda_runtime.h>\n"
-    assert "torch/csrc/utils/pybind.h" in pch.pch_text("bind", cuda=True, cuda_torch=True)
-    casters = pch.pch_text("casters", cuda=True, cuda_torch=True)
+    assert header_sets.pch_text("host", cuda=True, cuda_torch=False) == "#include <torch/types.h>\n#include <cuda_runtime.h>\n"
+    assert "torch/csrc/utils/pybind.h" in header_sets.pch_text("bind", cuda=True, cuda_torch=True)
+    casters = header_sets.pch_text("casters", cuda=True, cuda_torch=True)
     assert "torch/csrc/utils/pybind.h" in casters and "torch/types.h" not in casters
-    assert pch.pch_text("full", cuda=False, cuda_torch=False) == "#include <torch/extension.h>\n"
+    assert header_sets.pch_text("full", cuda=False, cuda_torch=False) == "#include <torch/extension.h>\n"
     host = next(Path(line.split(" -c ")[1].split()[0]) for line in b.log.splitlines() if "features.host.cpp -o" in line)
     assert "#include <torch/extension.h>" in FEATURES.read_text() and "torch/extension.h" not in host.read_text()
     assert re.search(r"-include \S*torch-host-\w+/jitlab_torch.h", b.log)
@@ -295,7 +296,7 @@ def test_errors_on_the_small_set_are_not_retried(features, shared_pch):
 def test_the_longest_unit_starts_first(monkeypatch):
     """On 2 cores (2 workers) the binding unit, the costliest, starts before the host and device units,
     so that a short unit never delays it (a cold vector_add on 2 cores: 4.2 s -> 3.6 s)."""
-    from jitlab.jit import objects
+    from jitlab.jit.engines import objects
 
     started: list[str] = []
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import jitlab
-from jitlab.jit import pch
+from jitlab.jit import header_sets
+from jitlab.jit.engines import pch
 
 GCC_LINE = ("cc1plus: warning: /p/torch-bind-1/jitlab_torch.h.gch: not used because `SCALE' is defined "
             "[-Winvalid-pch]\n")
@@ -106,14 +107,12 @@ def test_a_binding_unit_starts_on_the_casters_unless_it_names_more_of_torch():
     converts; an ATen function, a torch:: constant or a dispatch macro send it to bind; a C++ snippet's
     binding units stay on bind. jitlab's own prelude (before the #line) is not read."""
     prelude = "namespace torch { struct Pretend; }  // torch::empty\n#line 1 \"x.cpp\"\n"
-    assert pch.binding_set(prelude + "torch::Tensor f(torch::Tensor x, at::IntArrayRef s);\n"
+    assert header_sets.binding_set(prelude + "torch::Tensor f(torch::Tensor x, at::IntArrayRef s);\n"
                            'm.def("f", torch::wrap_pybind_function(f), "f");\n') == "casters"
-    assert pch.binding_set(prelude + "torch::Tensor g(torch::Tensor x) { return torch::empty_like(x); }\n") == "bind"
-    assert pch.binding_set(prelude + "bool h(torch::Tensor x) { return x.dtype() == torch::kFloat32; }\n") == "bind"
-    assert pch.binding_set(prelude + "void k(torch::Tensor x) { AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), \"k\", [&] {}); }\n") == "bind"
-    assert pch.binding_set(prelude + "torch::Tensor f(torch::Tensor x);\n", cuda=False) == "bind"
-
-
+    assert header_sets.binding_set(prelude + "torch::Tensor g(torch::Tensor x) { return torch::empty_like(x); }\n") == "bind"
+    assert header_sets.binding_set(prelude + "bool h(torch::Tensor x) { return x.dtype() == torch::kFloat32; }\n") == "bind"
+    assert header_sets.binding_set(prelude + "void k(torch::Tensor x) { AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), \"k\", [&] {}); }\n") == "bind"
+    assert header_sets.binding_set(prelude + "torch::Tensor f(torch::Tensor x);\n", cuda=False) == "bind"
 @pytest.mark.parametrize("user", [["-O3"], ["-O2", "-ffast-math"], ["-fopenmp"], ["-g"], ["-march=x86-64-v2"],
                                   ["-std=c++17"], ["-Wall", "-DLOCAL=1", "-O3"]])
 def test_a_set_made_with_the_users_set_flags_is_one_gcc_uses(tmp_path, user):

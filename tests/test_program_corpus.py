@@ -11,7 +11,7 @@ import pytest
 
 import jitlab
 from jitlab.jit.parse import parse_file
-from jitlab.worker.program import run_program
+from jitlab.worker.execute import run_program
 
 MAIN = 'int main() { std::printf("ok\\n"); return 0; }\n'
 

@@ -9,9 +9,9 @@ import pytest
 
 import jitlab
 from jitlab.errors import ArgumentError, CompileError, SnippetError
-from jitlab.jit import program
+from jitlab.jit import builder
 from jitlab.jit.flags import Options
-from jitlab.worker.program import run_program
+from jitlab.worker.execute import run_program
 
 ECHO = """\
 #include <cstdio>
@@ -51,7 +51,7 @@ def test_output_is_streamed_as_it_comes(cache, write, monkeypatch):
     """Each line reaches sys.stdout when the program prints it, not when it ends."""
     p = write("slow.cpp", "#include <cstdio>\n#include <unistd.h>\n"
               "int main() { std::printf(\"one\\n\"); usleep(1500000); std::printf(\"two\\n\"); return 0; }\n")
-    program.build(p, Options())  # the build's time is not the program's
+    builder.build(p, Options(mode="program"))  # the build's time is not the program's
     seen = []
 
     class Recorder:
@@ -79,7 +79,7 @@ def test_signal_is_said_plainly(cache, write):
 def test_hanging_program_is_stopped_at_its_timeout(cache, write, capfd):
     """A program that hangs is killed at its timeout; the message names the limit and how to raise it."""
     p = write("hang.cpp", "#include <cstdio>\nint main() { std::printf(\"start\\n\"); std::fflush(stdout); for (;;) {} }\n")
-    program.build(p, Options())
+    builder.build(p, Options(mode="program"))
     t0 = time.perf_counter()
     run = run_program(p, timeout=1)
     assert run.timed_out and time.perf_counter() - t0 < 5
@@ -138,11 +138,21 @@ def test_program_functions_still_load(cache, write):
     assert m.add(2, 3) == 5 and "main" in dict(m.build.plan.skipped)
 
 
+def test_a_program_builds_through_the_one_entrance(cache, write):
+    """jitlab.build(mode="program") builds the executable as run_program does (the same entry), and load refuses it."""
+    p = write("m.cpp", "int main() { return 0; }\n")
+    b = jitlab.build(p, mode="program")
+    assert b.plan.kind == "program" and b.artifact.name == "program" and b.engine == "c++"
+    assert builder.build(p, Options(mode="program")).cached
+    with pytest.raises(jitlab.JitlabError, match="run_program"):
+        jitlab.load(p, mode="program")
+
+
 def test_cuda_program_links_without_a_gpu(cache, write):
     """A .cu program compiles and links with nvcc for a named arch, -lineinfo included."""
     p = write("hello.cu", "#include <cstdio>\n__global__ void hi() { printf(\"hi %d\\n\", threadIdx.x); }\n"
               "int main() { hi<<<1, 2>>>(); return (int)cudaDeviceSynchronize(); }\n")
-    b = program.build(p, Options(arch=["sm_75"]))
+    b = builder.build(p, Options(mode="program", arch=["sm_75"]))
     assert b.artifact.is_file() and "-lineinfo" in b.manifest.command
     assert "hi" in b.resources
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import jitlab
-from jitlab.worker.program import run_program
+from jitlab.worker.execute import run_program
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,7 +16,8 @@ import pytest
 
 import jitlab
 from jitlab import progress
-from jitlab.jit import objects, plan
+from jitlab.jit import plan
+from jitlab.jit.engines import objects
 from jitlab.judge import benchmark, runner
 from jitlab.judge.timing import Timing
 from jitlab.notebook import report

@@ -70,7 +70,7 @@ def test_missing_ninja_names_pip_install(path_with, no_ninja_wheel):
     """Compilers present, ninja absent: the error says `pip install ninja`."""
     path_with("c++", "g++", "nvcc")
     with pytest.raises(jitlab.ToolchainError, match="pip install ninja"):
-        toolchain.check(cuda=False)
+        toolchain.require_tools(cuda=False)
 
 
 def test_missing_ninja_is_caught_before_building(path_with, no_ninja_wheel, cache, write):
@@ -88,7 +88,7 @@ def test_missing_cxx_names_how_to_install(path_with, monkeypatch):
     monkeypatch.setenv("CXX", "no-such-compiler-jitlab")
     _clear()
     with pytest.raises(jitlab.ToolchainError, match=r"(?s)no C\+\+ compiler.*apt-get install g\+\+"):
-        toolchain.check(cuda=False)
+        toolchain.require_tools(cuda=False)
 
 
 def test_missing_nvcc_for_compile_only(path_with):
@@ -96,7 +96,7 @@ def test_missing_nvcc_for_compile_only(path_with):
     path_with("c++", "g++", "ninja")
     assert toolchain.nvcc_path() is None
     with pytest.raises(jitlab.ToolchainError, match=r"(?s)nvcc not found.*CUDA_HOME"):
-        toolchain.check(cuda=True, compile_only=True)
+        toolchain.require_tools(cuda=True, compile_only=True)
 
 
 @pytest.mark.skipif(torch.version.cuda is not None, reason="needs a CPU build of torch")
@@ -104,7 +104,7 @@ def test_cpu_torch_cannot_build_cuda_to_run(path_with):
     """A full CUDA build on a CPU torch says so and names --compile-only."""
     path_with("c++", "g++", "ninja", "nvcc")
     with pytest.raises(jitlab.ToolchainError, match=r"(?s)CPU build.*--compile-only"):
-        toolchain.check(cuda=True, compile_only=False)
+        toolchain.require_tools(cuda=True, compile_only=False)
 
 
 def test_cuda_major_mismatch_names_both_versions(path_with, monkeypatch):
@@ -113,7 +113,7 @@ def test_cuda_major_mismatch_names_both_versions(path_with, monkeypatch):
     monkeypatch.setattr(torch.version, "cuda", "12.4")
     monkeypatch.setattr(toolchain, "nvcc_version", lambda: "13.0.88")
     with pytest.raises(jitlab.ToolchainError, match=r"(?s)13\.0\.88.*12\.4"):
-        toolchain.check(cuda=True, compile_only=False)
+        toolchain.require_tools(cuda=True, compile_only=False)
 
 
 def test_matching_cuda_major_passes(path_with, monkeypatch):
@@ -121,13 +121,13 @@ def test_matching_cuda_major_passes(path_with, monkeypatch):
     path_with("c++", "g++", "ninja", "nvcc")
     monkeypatch.setattr(torch.version, "cuda", "13.1")
     monkeypatch.setattr(toolchain, "nvcc_version", lambda: "13.0.88")
-    toolchain.check(cuda=True, compile_only=False)
+    toolchain.require_tools(cuda=True, compile_only=False)
 
 
 def test_compile_only_needs_no_ninja(path_with):
     """A compile-only CUDA build needs nvcc and a compiler, not ninja."""
     path_with("c++", "g++", "nvcc")
-    toolchain.check(cuda=True, compile_only=True)
+    toolchain.require_tools(cuda=True, compile_only=True)
 
 
 STATIC_ONLY_GXX = """#!/bin/sh
@@ -188,7 +188,7 @@ def test_ninja_wheel_off_path_is_found_and_put_on_path(path_with):
     ninja = pytest.importorskip("ninja")
     d = path_with("c++", "g++")
     assert shutil.which("ninja") is None
-    toolchain.check(cuda=False)
+    toolchain.require_tools(cuda=False)
     assert shutil.which("ninja") == str(Path(ninja.BIN_DIR) / "ninja")
     assert os.environ["PATH"].split(os.pathsep)[-1] == str(d)
 
@@ -196,6 +196,6 @@ def test_ninja_wheel_off_path_is_found_and_put_on_path(path_with):
 def test_split_build_check_needs_no_ninja(path_with, no_ninja_wheel):
     """A torch-style split build drives the compilers itself: its check passes with no ninja anywhere."""
     path_with("c++", "g++", "nvcc")
-    toolchain.check(cuda=False, ninja=False)
+    toolchain.require_tools(cuda=False, ninja=False)
     with pytest.raises(jitlab.ToolchainError, match="pip install ninja"):
-        toolchain.check(cuda=False, ninja=True)
+        toolchain.require_tools(cuda=False, ninja=True)

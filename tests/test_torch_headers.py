@@ -10,7 +10,7 @@ import torch
 
 import jitlab
 from jitlab import CompileError
-from jitlab.jit import torch_headers
+from jitlab.jit.engines import torch_headers
 
 
 def test_light_headers_are_torchs_without_ostream():

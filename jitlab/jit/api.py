@@ -7,6 +7,7 @@ import them from here, never from the package root.
 from __future__ import annotations
 
 from jitlab.errors import SnippetError
+from jitlab.jit import builder
 from jitlab.jit.builder import Build
 from jitlab.jit.flags import Options, normalize_defines
 from jitlab.jit.torch_compat import load_inline  # noqa: F401  (jitlab.load_inline: torch's, on this pipeline)
@@ -55,7 +56,7 @@ def load(path=None, *more, mode: str = "auto", arch=None, defines=None, cflags=N
         engine: ``"auto"`` (NVRTC, in process, for a kernel-only ``.cu`` it compiles; nvcc otherwise,
             with the reason in the build output), ``"nvrtc"`` or ``"nvcc"``.
         device: ``"cuda"``, or ``"cpu"``: a kernel-only ``.cu`` built for jitlab's CPU emulator and called
-            the same way with CPU tensors (no GPU needed; see :mod:`jitlab.jit.emulate`).
+            the same way with CPU tensors (no GPU needed; see :mod:`jitlab.jit.engines.emulator`).
         name, sources, **torch_keywords: ``torch.utils.cpp_extension.load``'s arguments, so its calls run
             unchanged: ``load(name="ext", sources=["ext.cpp", "ext.cu"], extra_cflags=[...],
             extra_cuda_cflags=[...], extra_ldflags=[...], extra_include_paths=[...], verbose=True,
@@ -108,12 +109,10 @@ def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None,
     Returns:
         The :class:`Build`: ``.cached``, ``.seconds``, ``.folder``, ``.resources`` (per kernel, per arch).
     """
-    from jitlab.jit.loader import build_for  # lazy, like load's: the loader brings the launch machinery
-
     paths = [path, *more] if more else path
     opts = options(mode=mode, arch=arch, defines=defines, cflags=cflags, cuda_cflags=cuda_cflags, ldflags=ldflags,
                    compile_only=compile_only, debug=debug, engine=engine, device=device)
-    return build_for(paths, opts)
+    return builder.build(paths, opts)
 
 
 def clean(older_than_days: float | None = None, headers: bool = False):
@@ -125,12 +124,12 @@ def clean(older_than_days: float | None = None, headers: bool = False):
             again: about a minute, several on 2 cores).
 
     Returns:
-        A :class:`jitlab.jit.cache.Cleaned`: ``removed``, ``busy`` (being built elsewhere) and ``left``
+        A :class:`jitlab.jit.cleaning.Cleaned`: ``removed``, ``busy`` (being built elsewhere) and ``left``
         (files jitlab did not make: never deleted).
 
     Raises:
         ValueError: A negative age. CacheError: The cache cannot be written.
     """
-    from jitlab.jit.cache import clean as _clean
+    from jitlab.jit.cleaning import clean as _clean
 
     return _clean(older_than_s=None if older_than_days is None else older_than_days * 86400, headers=headers)

@@ -1,33 +1,33 @@
 """Build and cache: a plan → a build folder named by its key → a binary, compiled at most once.
 
-``build()`` is the single entry point. A cache hit parses and hashes the snippet (milliseconds) and
-compiles nothing; a miss takes a per-build lock, compiles with the engine it chose (NVRTC in process,
-the object cache's units, or :mod:`jitlab.jit.inline`'s ``load_inline``/nvcc) and writes the manifest
-last. What goes into the key comes from :mod:`jitlab.jit.sources` (files and headers) and
-:mod:`jitlab.jit.flags` (options and flags).
+:func:`build` is the one entrance of every build kind. :func:`prepare` plans the snippet (kernel-only,
+torch-style, a whole program, a CPU-emulator build) and gives the key's parts; :func:`choose_engine`
+picks the engine (:mod:`jitlab.jit.engines`: NVRTC, the object cache, ninja, compile-only, program, the
+CPU emulator), the one place that chooses between the GPU and the CPU emulator; :func:`find_or_build`
+finds the key's entry, or has the engine make it under the key's lock (:func:`jitlab.jit.cache.find_or_make`).
+A cache hit parses and hashes the snippet (milliseconds) and compiles nothing. What goes into the key
+comes from :mod:`jitlab.jit.sources` (files and headers), :mod:`jitlab.jit.flags` (options and flags)
+and the engine's ``key_parts``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import time
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from jitlab import config, progress
 from jitlab.errors import SnippetError
-from jitlab.jit import cache, codegen, deps, diagnostics, inline, linker, nvrtc, objects, pch, shellwords, toolchain, torch_headers
+from jitlab.jit import cache, codegen, deps, diagnostics, emulator_support, shellwords, toolchain
 from jitlab.jit import flags as flags_mod
-from jitlab.jit.flags import (
-    ENGINES,
-    Options,
-    object_flags,
-)
-from jitlab.jit.plan import Manifest
+from jitlab.jit.engines import compile_only, emulator, ninja, nvrtc, objects, program
+from jitlab.jit.flags import ENGINES, Options
 from jitlab.jit.parse import parse_file
-from jitlab.jit.resources import demangle, parse_resource_usage
+from jitlab.jit.plan import Manifest
 from jitlab.jit.sources import (
     collect_sources,
     describe,
@@ -110,23 +110,36 @@ def flag_parts(opts: Options, with_cuda: bool = False) -> list:
             *(["with_cuda"] if with_cuda else [])]
 
 
+def on_emulator(files, opts: Options) -> bool:
+    """The CPU-or-GPU choice: whether the snippet builds for the CPU emulator (``device="cpu"`` and CUDA
+    code to emulate; a C++ snippet runs on the CPU either way, in its own build)."""
+    return opts.device == "cpu" and opts.mode != "program" and any(f.language == "cuda" for f in files)
+
+
 def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
-    """Parse and plan a snippet; return the plan, the archs and the key's parts. Compiles nothing."""
+    """Parse and plan a snippet; return the plan, the archs and the key's parts. Compiles nothing.
+
+    Every kind is planned here: a kernel-only or torch-style snippet (:func:`codegen.plan`), a whole
+    program (``mode="program"``, :func:`program_plan`), a build for the CPU emulator
+    (:func:`emulator_support.plan`). The engine adds its own parts to the key (``key_parts``).
+    """
     files, stem = snippet_files(paths)
-    try:
-        plan = codegen.plan(files, stem, opts.mode, opts.defines)
-    except codegen.NothingToCall:
-        if any(f.parse_error for f in files):
-            compiler_first(files, opts)  # a syntax error the parser stumbled on: the compiler's message
-        raise
+    emulated = on_emulator(files, opts)
+    if opts.mode == "program":
+        plan = program_plan(files, stem)
+    elif emulated:
+        plan = emulator_support.plan(files, stem, opts)
+    else:
+        try:
+            plan = codegen.plan(files, stem, opts.mode, opts.defines)
+        except codegen.NothingToCall:
+            if any(f.parse_error for f in files):
+                compiler_first(files, opts)  # a syntax error the parser stumbled on: the compiler's message
+            raise
     user_dirs = user_include_dirs(opts)
     per_file = {str(f.path): local_headers([f], plan.include_dirs, user_dirs) for f in files}
     plan.units = with_header_deps(plan.units, per_file)
-    archs: list[str] = []
-    if plan.cuda:
-        archs = ([toolchain.normalize_arch(a) for a in opts.arch] if opts.arch else
-                 shellwords.archs_named(opts.cuda_cflags) or [toolchain.current_arch()])  # the user's -gencode
-        toolchain.check_archs(archs)
+    archs = [] if emulated else _archs(plan, opts)
     parts = {
         "format": config.FORMAT_VERSION,
         "kind": plan.kind,
@@ -140,9 +153,38 @@ def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
         "archs": archs,
         "compile_only": opts.compile_only,
         "debug": opts.debug,
-        "toolchain": toolchain.fingerprint(plan.cuda),
+        "toolchain": toolchain.fingerprint(plan.cuda and not emulated),
     }
     return plan, archs, parts
+
+
+def program_plan(files, stem: str) -> codegen.Plan:
+    """The plan of a whole program: its files compiled as they are, nothing generated.
+
+    Raises:
+        SnippetError: No file defines ``main``.
+    """
+    if not any(f.has_main for f in files):
+        raise SnippetError(f"{', '.join(str(f.path) for f in files)}: no `int main` here, so nothing to run; "
+                           f"a program defines main(), a snippet's kernels load with jitlab.load")
+    return codegen.Plan(stem=stem, kind="program", cuda=any(f.language == "cuda" for f in files), cpp_sources=[],
+                        cuda_sources=[], functions=None, exported=[], files=files,
+                        include_dirs=list(dict.fromkeys(str(f.path.parent) for f in files)),
+                        has_printf=any(f.has_printf for f in files))
+
+
+def _archs(plan: codegen.Plan, opts: Options) -> list[str]:
+    """The archs a GPU build compiles for: ``arch=``, else the user's ``-gencode`` (a program's stand alone
+    in its command), else this GPU's."""
+    if not plan.cuda:
+        return []
+    if opts.arch:
+        archs = [toolchain.normalize_arch(a) for a in opts.arch]
+    else:
+        archs = (shellwords.archs_named(opts.cuda_cflags) if plan.kind != "program" else []) or [toolchain.current_arch()]
+    if plan.kind != "program":
+        toolchain.check_archs(archs)
+    return archs
 
 
 def compiler_first(files, opts: Options) -> None:
@@ -168,15 +210,17 @@ def compiler_first(files, opts: Options) -> None:
                                             {str(f.path): f.text})
 
 
-def build(paths, opts: Options | None = None) -> Build:
-    """Build a snippet, or find it in the cache.
+def build(paths, opts: Options | None = None, *, use=None, rebuild_once: bool = False):
+    """Build a snippet, or find it in the cache: the one entrance of every build kind.
 
     Args:
         paths: A ``.cu``/``.cpp`` file, a folder of them, or a list.
-        opts: Build options.
+        opts: Build options (``mode="program"`` for a whole program, ``device="cpu"`` for the CPU emulator).
+        use: Called with the build before it is returned (the loader's load); what it returns is returned.
+        rebuild_once: A cached build that ``use`` finds unusable (:class:`cache.Unusable`) is made once more.
 
     Returns:
-        The build; ``build.cached`` says whether anything was compiled.
+        The build (``build.cached`` says whether anything was compiled), or what ``use`` made of it.
 
     Raises:
         SnippetError: The snippet cannot be read or mapped.
@@ -187,42 +231,54 @@ def build(paths, opts: Options | None = None) -> Build:
     t0 = time.perf_counter()
     plan, archs, parts = prepare(paths, opts)
     engine, why = choose_engine(plan, opts)
-    if engine == "nvrtc":
+    if engine is nvrtc:
         try:
-            return _build_keyed(plan, archs, {**parts, "engine": "nvrtc", "nvrtc": nvrtc.version()}, opts, "nvrtc",
-                                [], t0)
+            return find_or_build(engine, plan, archs, parts, opts, t0=t0, use=use, rebuild_once=rebuild_once)
         except nvrtc.NvrtcError as e:
             # An error in the user's code is reported at once (nvcc would say the same, a second
             # later); one that only NVRTC has (a header it lacks, host code) goes to nvcc instead.
             if opts.engine == "nvrtc" or not nvrtc.only_nvrtc_fails(e.log, list(sources_by_path(plan))):
                 raise diagnostics.compile_error(describe(plan, archs, "NVRTC"), e.log, sources_by_path(plan)) from None
-            why = f"NVRTC could not compile it ({_first_error(e.log)})"
+            engine, why = nvcc_engine(plan, opts), f"NVRTC could not compile it ({_first_error(e.log)})"
     notes = [f"built with nvcc: {why}"] if why else []
-    return _build_keyed(plan, archs, parts, opts, "nvcc", notes, t0)
+    return find_or_build(engine, plan, archs, parts, opts, notes=notes, t0=t0, use=use, rebuild_once=rebuild_once)
 
 
-def choose_engine(plan: codegen.Plan, opts: Options) -> tuple[str, str]:
-    """Which compiler builds the plan's CUDA code, and (for nvcc, where NVRTC was a candidate) why.
+def choose_engine(plan: codegen.Plan, opts: Options) -> tuple[ModuleType, str]:
+    """The engine that builds the plan and, for nvcc where NVRTC was a candidate, why not NVRTC.
 
-    ``auto`` takes NVRTC for a kernel-only ``.cu`` it can compile (:func:`nvrtc.unsuitable`) and nvcc
-    for everything else; ``nvrtc`` refuses what NVRTC cannot build, naming why and the fix.
+    A program goes to the program engine; a CUDA snippet for ``device="cpu"`` to the CPU emulator
+    (:func:`on_emulator`); otherwise ``engine="auto"`` takes NVRTC for a kernel-only ``.cu`` it can
+    compile (:func:`nvrtc.unsuitable`) and nvcc (:func:`nvcc_engine`) for everything else, and
+    ``"nvrtc"`` refuses what NVRTC cannot build, naming why and the fix.
 
     Raises:
         SnippetError: ``engine`` is unknown, or ``"nvrtc"`` for a snippet NVRTC cannot build.
     """
+    if plan.kind == "program":
+        return program, ""
+    if on_emulator(plan.files, opts):
+        return emulator, ""
     if opts.engine not in ENGINES:
         raise SnippetError(f"engine={opts.engine!r}: use one of {', '.join(map(repr, ENGINES))}")
     if opts.engine == "nvcc" or not plan.cuda:
-        return "nvcc", ""
+        return nvcc_engine(plan, opts), ""
     flags = [*opts.cflags, *opts.cuda_cflags, *opts.ldflags]
     why = (nvrtc.unsuitable(plan) or (f"compiler flags given ({' '.join(flags)})" if flags else None)
            or nvrtc.unavailable())
     if why is None:
-        return "nvrtc", ""
+        return nvrtc, ""
     if opts.engine == "nvrtc":
         raise SnippetError(f"engine='nvrtc' cannot build {file_names(plan)}: {why}; "
                            f"use engine='auto' or 'nvcc'")
-    return "nvcc", why if plan.kind == "kernel" else ""
+    return nvcc_engine(plan, opts), why if plan.kind == "kernel" else ""
+
+
+def nvcc_engine(plan: codegen.Plan, opts: Options) -> ModuleType:
+    """The nvcc engine of a plan: the object cache for split (torch-style) units, compile-only, else ninja."""
+    if plan.units:
+        return objects
+    return compile_only if opts.compile_only else ninja
 
 
 def _first_error(log: str) -> str:
@@ -230,133 +286,48 @@ def _first_error(log: str) -> str:
     return line.strip()[:200]
 
 
-def _build_keyed(plan: codegen.Plan, archs: list[str], parts: dict, opts: Options, engine: str, notes: list[str],
-                 t0: float) -> Build:
-    """Find the build of this key in the cache, or make it under the key's lock with ``engine``."""
-
-    def make(name: str, folder: Path) -> Manifest:
-        if engine == "nvrtc":
-            return _build_nvrtc(plan, folder, archs, opts)
-        if plan.units:
-            return _build_objects(plan, name, folder, archs, opts)
-        if opts.compile_only:
-            return inline.compile_only(plan, name, folder, archs, opts)
-        return inline.load_inline(plan, name, folder, archs, opts)
-
-    return find_or_build(plan, archs, parts, make, compiler="NVRTC" if engine == "nvrtc" else "nvcc", notes=notes,
-                         t0=t0, before=(lambda: toolchain.check(plan.cuda, opts.compile_only, ninja=not plan.units)) if engine == "nvcc" else None,
-                         extra={"engine": engine})
-
-
-def find_or_build(plan: codegen.Plan, archs: list[str], parts: dict, make, *, compiler: str = "nvcc",
-                  notes: list[str] = (), t0: float | None = None, before=None, extra: dict | None = None) -> Build:
-    """The one find-or-build of every build kind: the entry of ``parts``' key, or ``make`` it under its lock.
+def find_or_build(engine: ModuleType, plan: codegen.Plan, archs: list[str], parts: dict, opts: Options, *,
+                  notes: list[str] = (), t0: float | None = None, use=None, rebuild_once: bool = False):
+    """The find-or-build of every build kind: the entry of the engine's key, or the engine makes it.
 
     :func:`cache.find_or_make` with a progress line: a hit is an entry whose artifact matches its
     manifest and whose recorded inputs (every file the compiler read, the libraries in ``ldflags``)
-    are unchanged; a miss compiles under the key's lock, into the key's folder or a new candidate's.
+    are unchanged; a miss checks the engine's tools, then compiles under the key's lock, into the
+    key's folder or a new candidate's.
 
     Args:
+        engine: A module of :mod:`jitlab.jit.engines` (``key_parts``, ``require_tools``, ``make``).
         plan: What is built (its files name the progress line and the errors).
         archs: The archs built for.
-        parts: Everything that changes the binary; hashed into the key.
-        make: ``make(name, folder) -> manifest``: compiles into ``folder``; the manifest names ``artifact``,
-            its ``size`` and ``sha256``, and under ``read`` the files the compiler reported reading.
-        compiler: What compiles it, for the progress line.
+        parts: The plan's key parts (:func:`prepare`); the engine's ``key_parts`` makes the key of them.
+        opts: Build options.
         notes: Lines shown while it builds and kept in the manifest.
         t0: When the build call started (default now).
-        before: Called before a miss takes the lock (a toolchain check).
-        extra: Further manifest entries.
+        use, rebuild_once: As :func:`build`'s.
 
     Returns:
-        The build; ``cached`` says whether anything was compiled.
+        The build (``cached`` says whether anything was compiled), or what ``use`` made of it.
     """
     t0 = time.perf_counter() if t0 is None else t0
-    name = cache.module_name(plan.stem, cache.build_key(parts))
+    key = engine.key_parts(plan, archs, opts, parts)
 
     def made(target: str, folder: Path) -> Manifest:
         # Silent when quick; past $JITLAB_PROGRESS_AFTER seconds a line, a live line naming what compiles, a line.
-        with progress.Step(f"building {describe(plan, archs, compiler)}", f"built {file_names(plan)}"):
+        with progress.Step(f"building {describe(plan, archs, engine.COMPILER)}", f"built {file_names(plan)}"):
             for note in notes:
                 progress.say(f"jitlab: {note}")
-            manifest = make(target, folder)
+            manifest = engine.make(plan, target, folder, archs, opts)
         return dataclasses.replace(manifest, notes=[*notes, *(manifest.notes or [])], archs=archs, kind=plan.kind,
                                    seconds=round(time.perf_counter() - t0, 3), built_at=time.time(),
-                                   sources=[str(f.path) for f in plan.files], **(extra or {}))
+                                   sources=[str(f.path) for f in plan.files], engine=engine.ENGINE)
 
-    entry = cache.find_or_make(name, made, known=parts.get("headers", {}), keep=plan.include_dirs,
-                               reads=deps.ldflag_inputs(parts["flags"][3]), skip=[str(f.path) for f in plan.files],
-                               before=before, warn=True)
-    if not entry.cached and config.verbose():
-        print((entry.folder / "build.log").read_text(errors="replace"), file=sys.stderr)
-    return Build(entry.name, entry.folder, plan, entry.manifest, entry.cached, time.perf_counter() - t0, archs)
+    def built(entry: cache.Entry) -> Build:
+        if not entry.cached and config.verbose():
+            print((entry.folder / "build.log").read_text(errors="replace"), file=sys.stderr)
+        b = Build(entry.name, entry.folder, plan, entry.manifest, entry.cached, time.perf_counter() - t0, archs)
+        return b if use is None else use(b)
 
-
-def _build_nvrtc(plan: codegen.Plan, folder: Path, archs: list[str], opts: Options) -> Manifest:
-    """A kernel-only ``.cu`` compiled in process by NVRTC: one CUBIN per arch, the first one the artifact."""
-    cubins = nvrtc.compile_cubins(plan, archs, opts.defines, opts.debug)
-    cu = next(f for f in plan.files if f.language == "cuda")
-    read = deps.scanned_includes(cu.text, cu.path.parent, nvrtc.include_path(plan), opts.defines)
-    if read is None:
-        read = _nvcc_reads(plan, folder, opts)
-    files = {}
-    for c in cubins:
-        path = folder / f"{plan.stem}.{c.arch}.cubin"
-        path.write_bytes(c.code)
-        files[c.arch] = path.name
-    log = "\n".join(c.log for c in cubins)
-    (folder / "build.log").write_text(log)
-    resources = parse_resource_usage(log)
-    for c in cubins:  # some cuda.core versions hand over no log for a clean compile: read the CUBIN
-        if not all(c.arch in resources.get(k, {}) for k in c.names):
-            for kernel, per_arch in nvrtc.resource_usage(folder / files[c.arch], c.arch).items():
-                resources.setdefault(demangle(kernel), {}).update(per_arch)
-    first = folder / files[archs[0]]
-    return cache.made(first, cubins=files, kernels=cubins[0].names, resources=resources,
-                      compile_only=opts.compile_only, nvrtc=nvrtc.version(), read=read)
-
-
-def _nvcc_reads(plan: codegen.Plan, folder: Path, opts: Options) -> list[str]:
-    """What an NVRTC build read, where a computed include names a macro jitlab cannot follow: nvcc's
-    ``-M`` on the same text (a tenth of a second or so)."""
-    nvcc = toolchain.nvcc_path()
-    if not nvcc:
-        return []
-    src = folder / "nvrtc.cu"
-    src.write_text(nvrtc.source(plan), encoding="utf-8", errors="surrogateescape")
-    defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
-    return deps.preprocessor_deps([nvcc, "-x", "cu", *(f"-I{d}" for d in nvrtc.include_path(plan)), *defines],
-                                  src, folder)
-
-
-def _build_objects(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
-    """A torch-style build: each unit compiled once into the object cache, then linked (or, compile-only,
-    kept as one relocatable object)."""
-    for note in plan.notes:
-        progress.say(f"jitlab: {note}")
-    flags = object_flags(plan, archs, opts)
-    if opts.compile_only and not plan.cuda:
-        raise SnippetError(f"{describe(plan, archs)}: compile_only applies to CUDA snippets; C++ snippets build and run here")
-    torch_headers.check_cuda_includes(sources_by_path(plan), (*flags.includes, *flags.cxx, *flags.cuda_include))
-    objs = objects.compile_all(plan.units, flags, plan.stem, sources_by_path(plan))
-    notes = [*plan.notes, *(f"{o.unit.name} compiled with all of torch/extension.h: it names something outside "
-                            f"jitlab's smaller precompiled header set ({o.unit.headers}), so its edits take longer"
-                            for o in objs if o.headers == "full" and o.unit.headers != "full")]
-    notes += [n for n in [pch.ignored_note({o.unit.name: o.log for o in objs})] if n]
-    for note in notes[len(plan.notes):]:
-        progress.say(f"jitlab: {note}")
-    log = "\n".join(o.log for o in objs)
-    (folder / "build.log").write_text(log)
-    t_link = time.perf_counter()
-    if opts.compile_only:
-        artifact = linker.relocatable(objs, folder)
-    else:
-        try:
-            artifact = linker.link(objs, name, folder, flags)
-        except objects.UnitError as e:
-            raise diagnostics.compile_error(f"{describe(plan, archs)} (link)", e.log, sources_by_path(plan)) from None
-    return cache.made(artifact, resources=parse_resource_usage("\n".join(o.log for o in objs if o.unit.compiler == "nvcc")),
-                      compile_only=opts.compile_only, notes=notes, read=[p for o in objs for p in o.read or ()],
-                      link_seconds=round(time.perf_counter() - t_link, 3), unstable=any(o.read is None for o in objs),
-                      units=[{"name": o.unit.name, "compiler": o.unit.compiler, "cached": o.cached,
-                              "seconds": round(o.seconds, 3), "headers": o.headers} for o in objs])
+    return cache.find_or_make(cache.module_name(plan.stem, cache.build_key(key)), made, known=key.get("headers", {}),
+                              keep=plan.include_dirs, reads=deps.ldflag_inputs(key["flags"][3]),
+                              skip=[str(f.path) for f in plan.files], before=lambda: engine.require_tools(plan, opts),
+                              warn=True, use=built, rebuild_once=rebuild_once)

@@ -14,7 +14,8 @@ process holding the lock wipes and rebuilds it. A manifest whose ``.so`` does no
 hash is a corrupt entry: it is rebuilt with a one-line warning. Other processes reuse every entry.
 
 The lock (:mod:`jitlab.jit.locks`) says whom a waiter waits for; the folder itself (whose it is, its
-tag, the errors of writing it) is :mod:`jitlab.jit.cachedir`'s. ``clean`` deletes only what jitlab made.
+tag, the errors of writing it) is :mod:`jitlab.jit.cachedir`'s; :mod:`jitlab.jit.cleaning` deletes only
+what jitlab made.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ import stat
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from jitlab import config
-from jitlab.errors import CacheError
+from jitlab.errors import CacheError, ToolchainError
 from jitlab.jit import cachedir, deps, locks
 from jitlab.jit.plan import Manifest
 from jitlab.jit.deps import file_sha256  # cache.file_sha256 to its callers: the artifacts' hash
@@ -240,7 +241,8 @@ def lookup(name: str, root: Path | None = None, content: bool = True, warn: bool
 
 
 def find_or_make(name: str, make, *, root: Path | None = None, content: bool = True, known: dict | None = None,
-                 keep=(), reads=(), skip=(), before=None, on_wait=None, warn: bool = False) -> Entry:
+                 keep=(), reads=(), skip=(), before=None, on_wait=None, warn: bool = False, use=None,
+                 rebuild_once: bool = False):
     """The one find-or-build of every cache entry (builds, objects, precompiled headers).
 
     A key's inputs are known before compiling, the files the compiler read only after, so the key
@@ -264,10 +266,33 @@ def find_or_make(name: str, make, *, root: Path | None = None, content: bool = T
         before: Called before a miss takes the lock (a toolchain check).
         on_wait: Called when another process holds the lock.
         warn: Warn about a corrupt entry.
+        use: Called with the entry found or made; what it returns is returned instead of the entry.
+        rebuild_once: An entry found in the cache that ``use`` finds unusable (it raises :class:`Unusable`:
+            a library that matches its manifest and still does not load) is emptied under its lock
+            (:func:`discard`), with a warning, and made once more; ``use``'s verdict on that one stands.
 
     Returns:
-        The entry; ``cached`` says whether it was found.
+        The entry (``cached`` says whether it was found), or what ``use`` made of it.
+
+    Raises:
+        Unusable: ``use`` could not use the entry (one made just now, or without ``rebuild_once``).
     """
+    args = (name, make, root, content, known, keep, reads, skip, before, on_wait)
+    entry = _found_or_made(*args, warn)
+    if use is None:
+        return entry
+    try:
+        return use(entry)
+    except Unusable as e:
+        if not (rebuild_once and entry.cached):
+            raise
+        warnings.warn(f"jitlab: cached build {entry.name} {e.reason}; rebuilding", stacklevel=6)  # the user's load
+    discard(entry.name, root)
+    return use(_found_or_made(*args, False))
+
+
+def _found_or_made(name: str, make, root, content, known, keep, reads, skip, before, on_wait, warn: bool) -> Entry:
+    """:func:`find_or_make`'s protocol, up to the entry."""
     entry = lookup(name, root, content, warn)
     if entry is not None:
         return entry
@@ -294,6 +319,18 @@ def find_or_make(name: str, make, *, root: Path | None = None, content: bool = T
     return Entry(target, folder, Manifest.from_record(manifest), False)
 
 
+class Unusable(ToolchainError):
+    """An entry whose artifact matches its manifest and still cannot be used (a library that does not load):
+    the message says what to do; ``reason`` says what went wrong, for the warning when it is made again."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message, reason)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 def discard(name: str, root: Path | None = None) -> None:
     """Empty the entry ``name`` (one whose artifact matched its manifest and still proved unusable, such as
     a library that does not load), under its lock, so the next :func:`find_or_make` makes it again; a
@@ -308,86 +345,3 @@ def reset_dir(folder: Path) -> None:
     if folder.exists():
         shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True, exist_ok=True)
-
-
-def made_by_jitlab(folder: Path, tagged: bool) -> bool:
-    """Whether ``folder`` is a build jitlab made: it has a jitlab manifest (any format version), or it
-    is named like an entry and sits in a tagged cache or beside its lock file (an unfinished build)."""
-    if folder.is_symlink() or not folder.is_dir():
-        return False
-    try:
-        data = json.loads((folder / MANIFEST).read_text())
-        if isinstance(data, dict) and "format" in data and "artifact" in data:
-            return True
-    except (OSError, ValueError):
-        pass
-    return bool(cachedir.ENTRY_NAME.match(folder.name)) and (tagged or (folder.parent / f"{folder.name}.lock").is_file())
-
-
-def entries(root: Path | None = None) -> list[tuple[Path, dict | None]]:
-    """Every build folder jitlab made in ``root`` with its manifest (``None`` if unfinished), newest first."""
-    root = root or config.cache_dir()
-    if not root.is_dir():
-        return []
-    tagged = cachedir.is_tagged(root)
-    found = [(p, read_manifest(p)) for p in root.iterdir()
-             if p.name not in SUBCACHES and made_by_jitlab(p, tagged)]
-    return sorted(found, key=lambda e: e[0].stat().st_mtime, reverse=True)
-
-
-@dataclass
-class Cleaned:
-    """What :func:`clean` did.
-
-    Attributes:
-        removed: How many build folders were deleted.
-        busy: Builds left because another process is building them.
-        left: Files and folders in the cache that jitlab did not make: never deleted, listed.
-    """
-
-    removed: int = 0
-    busy: int = 0
-    left: list[Path] = field(default_factory=list)
-
-
-def clean(root: Path | None = None, older_than_s: float | None = None, headers: bool = False) -> Cleaned:
-    """Delete the builds jitlab made in ``root`` (all, or those not used for ``older_than_s`` seconds).
-
-    Only folders :func:`made_by_jitlab` are deleted, with their lock files; anything else in the folder
-    (a user's files, where ``JITLAB_CACHE_DIR`` points at the wrong folder) is left and listed. The
-    object cache inside is cleaned by the same rule; the precompiled torch headers (minutes to make
-    again) only with ``headers=True``. Builds whose lock another process holds are left alone.
-
-    Raises:
-        ValueError: ``older_than_s`` is negative.
-        CacheError: The cache cannot be written (read-only, not this user's).
-    """
-    if older_than_s is not None and not older_than_s >= 0:
-        raise ValueError(f"older than {older_than_s} s: an age is 0 or more (0 deletes every build)")
-    root = root or config.cache_dir()
-    done = Cleaned()
-    if not root.is_dir():
-        return done
-    for sub in SUBCACHES:
-        if (root / sub).is_dir() and (sub != "pch" or headers):
-            inner = clean(root / sub, older_than_s)
-            done.removed, done.busy = done.removed + inner.removed, done.busy + inner.busy
-    builds = entries(root)
-    now = time.time()
-    with cachedir.writing(root):
-        for folder, _ in builds:
-            if older_than_s is not None and now - folder.stat().st_mtime < older_than_s:
-                continue
-            lock = root / f"{folder.name}.lock"
-            with locks.open_lock(lock) as f:
-                if not locks.try_lock(f):
-                    done.busy += 1
-                    continue
-                shutil.rmtree(folder)
-                done.removed += 1
-            lock.unlink(missing_ok=True)
-    tagged = cachedir.is_tagged(root)
-    done.left = sorted(p for p in root.iterdir()
-                       if p.name not in (*SUBCACHES, *OWN, cachedir.TAG, "README.md")
-                       and not made_by_jitlab(p, tagged) and not (p.suffix == ".lock" and cachedir.ENTRY_NAME.match(p.stem)))
-    return done

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import ctypes_map, macros, module_unit, ops, pch, preproc
+from jitlab.jit import ctypes_map, header_sets, macros, module_unit, ops, preproc
 from jitlab.jit import split as split_mod
 from jitlab.jit.plan import Unit
 from jitlab.jit.parse import Function, SourceFile, line_directive
@@ -317,10 +317,10 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         owns_module = bool(f.pybind_module)
         checks = CHECK_MACROS + ops.prelude(f)  # the prelude queues TORCH_LIBRARY registrations
         headers = split_mod.header_texts(f, dirs)
-        umbrella = any(pch.includes_umbrella(h) for h in headers.values())  # the smallest set: pch.HEADERS
+        umbrella = any(header_sets.includes_umbrella(h) for h in headers.values())  # the smallest set: header_sets.HEADERS
         if f.language == "cpp":
             registers = bool(ops.blocks(f))  # torch/library.h; with a module of its own, pybind11 too: full
-            kind = ("full" if umbrella or registers and owns_module else "host" if registers else pch.binding_set(text, cuda and owns_module))
+            kind = ("full" if umbrella or registers and owns_module else "host" if registers else header_sets.binding_set(text, cuda and owns_module))
             units.append(Unit(f"{stem}.cpp", "cxx", checks + with_line_directive(f, text), torch=True, module=owns_module,
                               headers=kind, source=str(f.path)))
             continue
@@ -341,7 +341,7 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         units.append(ops.registry_unit())
     elif not binds_itself:
         bind = binding_unit(exported)
-        units.append(Unit("bind.cpp", "cxx", bind, torch=True, module=True, headers=pch.binding_set(bind, cuda)))
+        units.append(Unit("bind.cpp", "cxx", bind, torch=True, module=True, headers=header_sets.binding_set(bind, cuda)))
     return units, notes + ([] if binds_itself else [n for n in map(required_defaults, exported) if n])
 
 

@@ -1,7 +1,7 @@
 """Running NVRTC's CUBINs: load one into torch's CUDA context and launch its kernels through the
 driver API (NVIDIA's cuda-python), with the calling convention of nvcc builds' launch shims.
 
-:mod:`jitlab.jit.nvrtc` compiles; this module is what a loaded build calls on every launch.
+:mod:`jitlab.jit.engines.nvrtc` compiles; this module is what a loaded build calls on every launch.
 """
 
 from __future__ import annotations

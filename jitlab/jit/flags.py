@@ -23,7 +23,8 @@ class Options:
     """Everything a user can set that changes the binary.
 
     Attributes:
-        mode: ``"auto"``, ``"kernel"`` or ``"torch"``.
+        mode: ``"auto"``, ``"kernel"`` or ``"torch"``; ``"program"`` for a whole program (``int main``),
+            built as nvcc builds it (:mod:`jitlab.jit.engines.program`) and run by :mod:`jitlab.worker.execute`.
         arch: Archs to build for (``["sm_90"]``); default: the current GPU.
         defines: Preprocessor macros (``{"BLOCK": 256}``).
         cflags: Extra host compiler flags.
@@ -34,7 +35,7 @@ class Options:
             with ``-g -O0``, and ``assert`` on even if a flag defines ``NDEBUG``.
         engine: ``"auto"``, ``"nvrtc"`` or ``"nvcc"`` (see :func:`jitlab.jit.builder.choose_engine`).
         device: ``"cuda"``, or ``"cpu"`` for a kernel-only ``.cu`` run by the CPU emulator
-            (:mod:`jitlab.jit.emulate`).
+            (:mod:`jitlab.jit.engines.emulator`).
         with_cuda: C++ sources without CUDA ones are compiled with CUDA's headers and linked with
             its libraries (torch's ``with_cuda=True``); CUDA sources always are.
 

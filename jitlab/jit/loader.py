@@ -11,12 +11,11 @@ import difflib
 import functools
 import importlib.util
 import sys
-import warnings
 
 from jitlab import output
-from jitlab.errors import ArgumentError, JitlabError, ToolchainError
+from jitlab.errors import ArgumentError, JitlabError
 from jitlab.jit import builder as build_mod
-from jitlab.jit import cache, emulate, emulate_run, macros, oplib
+from jitlab.jit import cache, emulator_run, emulator_support, macros, oplib
 from jitlab.jit.flags import Options
 from jitlab.jit.launch import Callable
 
@@ -156,6 +155,8 @@ def load(b: build_mod.Build) -> Module:
     """
     if b.compile_only:
         raise JitlabError(f"{b.name} was built compile-only (no GPU); it can be inspected but not called")
+    if b.plan.kind == "program":
+        raise JitlabError(f"{b.name} is a program (it has main): run it with jitlab.run_program, not load")
     if b.plan.ops:
         return _bind_ops(b)
     mod = _loaded.get(b.name)
@@ -194,14 +195,14 @@ def _bind_kernel_only(mod: Module, b: build_mod.Build) -> None:
         for sym in ("jitlab_error_name", "jitlab_error_string"):
             getattr(lib, sym).restype = ctypes.c_char_p
             getattr(lib, sym).argtypes = [ctypes.c_int]
-    emulated = b.engine == emulate.ENGINE
+    emulated = b.engine == emulator_support.ENGINE
     for fn in b.plan.exported:
         in_cuda = fn.path.endswith(".cu")
         prints = fn.name in b.plan.printing
         call = Callable(fn, lib, "cuda" if in_cuda and not emulated else "cpu", prints,
                         "jitlab_last_exception" if in_cuda else "jitlab_cpp_last_exception")
         if emulated and fn.kind == "global":
-            call.wrap(functools.partial(emulate_run.wrap_kernel, fn=fn, lib=lib))
+            call.wrap(functools.partial(emulator_run.wrap_kernel, fn=fn, lib=lib))
         _attach(mod, call)
 
 
@@ -270,33 +271,20 @@ def load_or_rebuild(paths, opts: Options) -> Module:
 
     A binary can match its manifest's hash and still not load (``invalid ELF header``: a build that
     wrote it wrong, a library it needs that changed): like a corrupt entry, it is rebuilt, not
-    reported for ever.
+    reported for ever (``rebuild_once``, :func:`jitlab.jit.cache.find_or_make`).
 
     Raises:
         ToolchainError: A binary built just now cannot be loaded (with the dynamic loader's reason).
     """
-    b = build_for(paths, opts)
+    return build_mod.build(paths, opts, use=_loaded_build, rebuild_once=True)
+
+
+def _loaded_build(b: build_mod.Build) -> Module:
+    """The build loaded, or :class:`cache.Unusable` when the dynamic loader refuses it."""
     try:
         return load(b)
     except _UNLOADABLE as e:
-        if not b.cached:
-            raise _unloadable(b, e) from e
-        warnings.warn(f"jitlab: cached build {b.name} could not be loaded ({e}); rebuilding", stacklevel=3)
-    cache.discard(b.name)
-    b = build_for(paths, opts)
-    try:
-        return load(b)
-    except _UNLOADABLE as e:
-        raise _unloadable(b, e) from e
-
-
-def build_for(paths, opts: Options) -> build_mod.Build:
-    """The build for ``opts.device``, the one place that chooses: a GPU build (NVRTC or nvcc), or the CPU
-    emulator's for ``device="cpu"``."""
-    return emulate.build(paths, opts) if opts.device == "cpu" else build_mod.build(paths, opts)
-
-
-def _unloadable(b: build_mod.Build, e: Exception) -> ToolchainError:
-    return ToolchainError(f"jitlab: {b.name} was built but could not be loaded: {e}. A missing symbol or library "
-                          f"comes from the snippet (a function declared but never defined, a library it needs "
-                          f"missing from ldflags=); anything else: delete {b.folder} and load again")
+        raise cache.Unusable(f"jitlab: {b.name} was built but could not be loaded: {e}. A missing symbol or library "
+                             f"comes from the snippet (a function declared but never defined, a library it needs "
+                             f"missing from ldflags=); anything else: delete {b.folder} and load again",
+                             f"could not be loaded ({e})") from e

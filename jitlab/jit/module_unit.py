@@ -23,7 +23,7 @@ import re
 
 import tree_sitter as ts
 
-from jitlab.jit import pch
+from jitlab.jit import header_sets
 from jitlab.jit.plan import Unit
 from jitlab.jit.parse import syntax_tree
 
@@ -48,7 +48,7 @@ def host_units(stem: str, host: str, owns_module: bool, umbrella: bool, source: 
     return [Unit(f"{stem}.host.cpp", "cxx", functions, torch=True, headers="full" if umbrella else "host",
                  source=source),
             Unit(f"{stem}.module.cpp", "cxx", module, torch=True, module=True,
-                 headers="full" if umbrella else pch.binding_set(module), source=source)]
+                 headers="full" if umbrella else header_sets.binding_set(module), source=source)]
 
 
 def separate(host: str) -> tuple[str, str] | None:

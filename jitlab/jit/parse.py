@@ -123,7 +123,7 @@ class SourceFile:
         pybind_defs: Python name → C++ function for each ``m.def("name", &function)`` in it.
         has_printf: Whether the file calls ``printf`` (its output is forwarded to Python).
         parse_error: ``(line, column)`` of the first syntax error tree-sitter found, if any.
-        has_main: Whether it defines ``main``: a whole program (:mod:`jitlab.jit.program` builds it).
+        has_main: Whether it defines ``main``: a whole program (:mod:`jitlab.jit.engines.program` builds it).
     """
 
     path: Path

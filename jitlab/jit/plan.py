@@ -1,6 +1,6 @@
 """The data that crosses the jit's stages, in one leaf module: what a build compiles and what it records.
 
-``Unit`` (one translation unit to compile), ``Flags`` (one build's command-line flags), ``Object`` (a
+``Unit`` (one translation unit to compile) and ``UnitError`` (one that failed), ``Flags`` (one build's command-line flags), ``Object`` (a
 compiled unit in the object cache) and ``Manifest`` (what a cache entry records of its artifact).
 The stages import these from here, never from an engine: planning a build needs no compiler module.
 Nothing here imports jitlab.
@@ -39,6 +39,14 @@ class Unit:
     headers: str = "full"
     source: str = ""
     deps: tuple[tuple[str, str], ...] = ()
+
+
+class UnitError(Exception):
+    """A unit failed to compile or link: its unit and the compiler's (or linker's) log."""
+
+    def __init__(self, unit: Unit, log: str):
+        super().__init__(unit.name)
+        self.unit, self.log = unit, log
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from jitlab.errors import SnippetError
 from jitlab.jit import codegen, diagnostics, toolchain
 from jitlab.jit.plan import Unit
 from jitlab.jit.flags import Options
-from jitlab.jit.parse import SourceFile, language_of, parse_header
+from jitlab.jit.parse import SourceFile, language_of, parse_file, parse_header
 
 
 def locate(path) -> Path:
@@ -179,3 +179,13 @@ def describe(plan: codegen.Plan, archs: list[str], compiler: str = "nvcc") -> st
 def sources_by_path(plan: codegen.Plan) -> dict[str, str]:
     """Each of the plan's files → its text, for a compile error to quote the lines it names."""
     return {str(f.path): f.text for f in plan.files}
+
+
+def is_program(paths) -> bool:
+    """Whether a snippet (a file, a folder or a list) defines ``int main``: a whole program, which builds
+    with ``mode="program"`` and runs with :func:`jitlab.run_program`.
+
+    Raises:
+        SnippetError: A file cannot be read.
+    """
+    return any(parse_file(p).has_main for p in collect_sources(paths))

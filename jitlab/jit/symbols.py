@@ -3,7 +3,7 @@
 ``undefined_symbols`` lists what an object uses but does not define (a host unit's launches of kernel
 templates, the device variables it names); ``instantiations`` turns the kernel templates among them
 into explicit instantiations for the device unit; ``local_symbols`` lists what an object keeps
-file-local, which :mod:`jitlab.jit.linker` makes global for the host units; ``demangle`` gives the
+file-local, which :mod:`jitlab.jit.engines.linker` makes global for the host units; ``demangle`` gives the
 C++ names all of these are matched by.
 """
 

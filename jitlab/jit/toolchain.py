@@ -203,7 +203,7 @@ def fingerprint(cuda: bool) -> dict[str, str]:
     return fp
 
 
-def check(cuda: bool, compile_only: bool = False, ninja: bool = True) -> None:
+def require_tools(cuda: bool, compile_only: bool = False, ninja: bool = True) -> None:
     """Check the tools a build needs, before it starts.
 
     Args:

@@ -270,7 +270,7 @@ def compile_pair(pair: Pair, *, arch=None, compile_only: bool = False) -> Compil
     out = Compiled()
     signature = inspect.signature(torch_compat.load_inline)
 
-    def build(*args, **kwargs):
+    def build_call(*args, **kwargs):
         a = signature.bind(*args, **kwargs).arguments
         cuda = bool(a.get("cuda_sources"))
         t0 = time.perf_counter()
@@ -287,7 +287,7 @@ def compile_pair(pair: Pair, *, arch=None, compile_only: bool = False) -> Compil
         out.cached = b.cached if out.calls == 1 else out.cached and b.cached
         return _Stub()
 
-    with swapped(build), torch_compat.names_of(owner(pair.solution)):
+    with swapped(build_call), torch_compat.names_of(owner(pair.solution)):
         try:
             import_file(pair.solution, "kernelbench_solution")
         except CompileError as e:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from jitlab import config
 from jitlab.errors import CompileError, JitlabError, SnippetError
-from jitlab.jit import api, emulate, toolchain
+from jitlab.jit import api, emulator_support, toolchain
 from jitlab.judge import refs
 from jitlab.worker import isolate, jobs
 
@@ -240,7 +240,7 @@ def check(name: str, path=None, device: str | None = None, timeout: float = conf
     cuda = src.suffix in config.CUDA_EXTS
     device = device or ("cuda" if cuda and toolchain.gpu_available() else "cpu")
     emulated = cuda and device == "cpu"
-    why_not = emulated and emulate.cannot_run(src)
+    why_not = emulated and emulator_support.cannot_run(src)
     if (device == "cuda" and not toolchain.gpu_available()) or why_not:
         r = compile(name, src)
         why = ("checking runs the kernel, and torch sees no CUDA GPU here (on Colab: Runtime > Change runtime "
@@ -258,10 +258,10 @@ def check(name: str, path=None, device: str | None = None, timeout: float = conf
     # a learner's kernel ends the worker, never the notebook (the build above is a cache hit there).
     out = isolate.check(src, ref=ex.ref, timeout=timeout, **({"device": "cpu"} if emulated else {}))
     verdict = next((v for v in out.verdicts if not v.passed), out.verdicts[0] if out.verdicts else None)
-    ran = f"{emulate.RUN_ON} ({emulate.NO_TIMING})" if emulated else ""
+    ran = f"{emulator_support.RUN_ON} ({emulator_support.NO_TIMING})" if emulated else ""
     if out.passed:
         return Result(ex, src, "pass", verdict=verdict, module=mod, note=ran)
-    message = out.message.strip().removeprefix(f"{emulate.RUN_ON}: ")
+    message = out.message.strip().removeprefix(f"{emulator_support.RUN_ON}: ")
     intro = "" if out.category == jobs.MISMATCH else (
         f"{out.category}: {message}" + (f"\nwhere: {out.where}" if out.where else ""))
     return Result(ex, src, "fail", verdict=verdict, intro=intro, module=mod, note=ran)

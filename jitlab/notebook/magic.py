@@ -30,9 +30,9 @@ from pathlib import Path
 
 from jitlab import config, snippets
 from jitlab.errors import CompileError, JitlabError
-from jitlab.jit import api, diagnostics, emulate, program, resources, toolchain
+from jitlab.jit import api, diagnostics, emulator_support, resources, toolchain
 from jitlab.jit.flags import defines_from
-from jitlab.jit.sources import locate
+from jitlab.jit.sources import is_program, locate
 from jitlab.notebook import nogpu
 
 HELP = """\
@@ -174,10 +174,10 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
     if args.exercise:
         return run_exercise(args, cell, namespace, ext)
     path = snippets.save(Path(args.dir) / f"{args.name}{ext}", cell)
-    if program.is_program(path):
+    if is_program(path):
         return run_program_cell(args, path, cell, namespace, ext)
     if ext == ".cu" and not args.compile_only and not toolchain.gpu_available():  # never loadable here
-        if args.check and not emulate.cannot_run(path):
+        if args.check and not emulator_support.cannot_run(path):
             return check_on_the_emulator(args, path, cell, namespace)
         nogpu.skipped([args.name], no_gpu_message(args, line))
         return None
@@ -230,7 +230,7 @@ def check_on_the_emulator(args, path: Path, cell: str, namespace: dict):
     except JitlabError as e:
         print(f"jitlab: cannot check {args.name}: {e}")
     if args.bench:
-        print(f"(--bench: {emulate.NO_TIMING})")
+        print(f"(--bench: {emulator_support.NO_TIMING})")
     return m
 
 
@@ -254,18 +254,18 @@ def run_program_cell(args, path: Path, cell: str, namespace: dict, ext: str):
     """A cell with ``main``: build the saved program and run it, its output streamed into the cell.
 
     Without a GPU (or with ``--compile-only``) a CUDA program is built, not run. Binds NAME to the
-    :class:`~jitlab.worker.program.Run` (or the build); returns it, ``None`` on an error shown.
+    :class:`~jitlab.worker.execute.Run` (or the build); returns it, ``None`` on an error shown.
     """
-    from jitlab.worker import program as runner
+    from jitlab.worker import execute
 
     defines, flags = cell_options(args, ext)
     idle = args.compile_only or (ext == ".cu" and not toolchain.gpu_available())
 
     def make():
         if not idle:
-            return runner.run_program(path, shlex.split(args.args), timeout=args.timeout or None, arch=args.arch,
+            return execute.run_program(path, shlex.split(args.args), timeout=args.timeout or None, arch=args.arch,
                                       defines=defines, **flags)
-        b = runner.build(path, arch=compile_archs(args, ext), defines=defines, **flags)
+        b = execute.build_program(path, arch=compile_archs(args, ext), defines=defines, **flags)
         built = f"built ({'cache hit' if b.cached else f'{b.seconds:.2f} s'}) for {', '.join(b.archs)}"
         if args.compile_only:
             print(f"{args.name}: program {built}; not run: --compile-only")

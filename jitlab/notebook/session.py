@@ -17,7 +17,7 @@ from pathlib import Path
 
 from jitlab import config, snippets
 from jitlab.errors import CompileError, JitlabError, SnippetError
-from jitlab.jit import api, emulate, emulate_run, toolchain
+from jitlab.jit import api, emulator_run, emulator_support, toolchain
 from jitlab.jit.sources import locate
 from jitlab.judge import benchmark, checker, refs, results, roofline, timing
 from jitlab.notebook.report import (
@@ -142,7 +142,7 @@ class Session:
         """Build the snippet (or find it in the cache) and keep the module for the other steps."""
 
         t0 = time.perf_counter()
-        self.emulated = self.device == "cuda" and not toolchain.gpu_available() and not emulate.cannot_run(self.path)
+        self.emulated = self.device == "cuda" and not toolchain.gpu_available() and not emulator_support.cannot_run(self.path)
         if self.device == "cuda" and not toolchain.gpu_available() and not self.emulated:
             return self._compile_only(t0)
         try:
@@ -157,7 +157,7 @@ class Session:
         self._origins.setdefault(m.build.name, self._built)
         self.module = m
         status = f"{self._built}; functions: {', '.join(m.functions) or 'none'}"
-        status += f" ({emulate.RUN_ON}: no CUDA GPU here)" if self.emulated else ""
+        status += f" ({emulator_support.RUN_ON}: no CUDA GPU here)" if self.emulated else ""
         return StepResult("build", True, status, log=m.build.log, seconds=time.perf_counter() - t0, value=m)
 
     def _compile_failed(self, e: CompileError, t0: float) -> StepResult:
@@ -242,12 +242,12 @@ class Session:
         if why:
             return why
         result = self._isolated_check(t0) if self.isolate else self._check_here(ref, t0)
-        result.status += f"; {emulate.RUN_ON}" if self.emulated else ""
+        result.status += f"; {emulator_support.RUN_ON}" if self.emulated else ""
         return result
 
     def _check_here(self, ref, t0: float) -> StepResult:
         """Check every version in this process (a fault here takes the notebook with it)."""
-        with emulate_run.checking(self.emulated):
+        with emulator_run.checking(self.emulated):
             verdicts = [v for _, v in refs.check_each(self.module, ref, "cpu" if self.emulated else self.device,
                                                       name=self.name)]
         ok = all(v.passed for v in verdicts)
@@ -276,7 +276,7 @@ class Session:
             return why
         if self.emulated:  # checked, never timed: an emulated kernel's time means nothing for a GPU
             c = self.check()
-            return StepResult("bench", c.ok, f"{c.status}; {emulate.NO_TIMING}", log=c.log, html=c.html, value=c.value)
+            return StepResult("bench", c.ok, f"{c.status}; {emulator_support.NO_TIMING}", log=c.log, html=c.html, value=c.value)
         rows = [self._bench_one(ref, version, size) for version, size in ref.bench_plan()]
         for r in rows:
             if r.timing:  # the same JSON history `jitlab run` keeps
@@ -312,7 +312,7 @@ class Session:
         if why:
             return why
         if self.emulated:
-            return StepResult("compare", False, f"not compared: {emulate.NO_TIMING}", seconds=time.perf_counter() - t0)
+            return StepResult("compare", False, f"not compared: {emulator_support.NO_TIMING}", seconds=time.perf_counter() - t0)
         try:
             old_mod = self._load_version(old)
         except JitlabError as e:

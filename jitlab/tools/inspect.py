@@ -165,7 +165,7 @@ def ptx(path, kernel: str | None = None, arch: str = "sm_90", mode: str = "auto"
     plan, archs, parts = builder.prepare(path, opts)
     if not plan.cuda:
         raise ArgumentError(f"{path}: PTX is made from CUDA snippets (.cu); this one has none")
-    toolchain.check(True, compile_only=True)
+    toolchain.require_tools(True, compile_only=True)
     name = cache.module_name(plan.stem, cache.build_key(parts))
     with tempfile.TemporaryDirectory(prefix="jitlab-ptx-") as tmp:
         src, out = Path(tmp) / "cuda.cu", Path(tmp) / "cuda.ptx"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import api, emulate, emulate_run
+from jitlab.jit import api, emulator_run, emulator_support
 from jitlab.judge import checker, kernelbench, refs
 from jitlab.worker import proc, tunejob
 
@@ -195,7 +195,7 @@ def _run(job: Job) -> Outcome:
     mod = api.load(job.path, **job.options)
     build = "cache hit" if mod.build.cached else f"built in {time.perf_counter() - t0:.2f} s"
     ref = refs.load(ref_path)
-    emulated = mod.build.engine == emulate.ENGINE
+    emulated = mod.build.engine == emulator_support.ENGINE
     device = "cuda" if mod.build.plan.cuda and not emulated else "cpu"
     try:
         chosen = ref.versions if job.action == "check" and job.variant is None else [ref.version(job.variant or "original")]
@@ -211,14 +211,14 @@ def _run(job: Job) -> Outcome:
         return Outcome(PASS, f"ran {version.name} {job.repeat}x at size {size}", build=build)
     out = _check(job, mod, ref, device, chosen, build, emulated)
     if emulated:  # the verdict says where it ran, and why it has no timing
-        out.message = f"{emulate.RUN_ON}: {out.message}" if out.message else f"{emulate.RUN_ON} ({emulate.NO_TIMING})"
+        out.message = f"{emulator_support.RUN_ON}: {out.message}" if out.message else f"{emulator_support.RUN_ON} ({emulator_support.NO_TIMING})"
     return out
 
 
 def _check(job: Job, mod, ref, device: str, chosen: list, build: str, emulated: bool) -> Outcome:
     """Check each chosen version against the reference; the CPU emulator runs each launch in two thread orders."""
     verdicts, fault = [], None
-    with emulate_run.checking(emulated):
+    with emulator_run.checking(emulated):
         for _, v in refs.check_each(mod, ref, device, name=Path(job.path).stem, versions=chosen, sizes=job.sizes,
                                     max_size=job.max_size):
             verdicts.append(v)

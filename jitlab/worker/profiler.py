@@ -14,10 +14,11 @@ import io
 import sys
 from dataclasses import dataclass, field
 
-from jitlab.jit import api, program, toolchain
+from jitlab.jit import api, toolchain
+from jitlab.jit.sources import is_program
 from jitlab.judge import refs
 from jitlab.worker import proc
-from jitlab.worker import program as runner
+from jitlab.worker import execute
 from jitlab.worker.jobs import Job
 
 #: ncu metric → our field (``gpu__time_duration`` is in ns).
@@ -139,7 +140,7 @@ def profile(path, *, variant: str | None = None, size: int | None = None, kernel
     from jitlab.errors import SnippetError
 
     toolchain.require_gpu("Nsight Compute (ncu)")
-    whole = program.is_program(path)
+    whole = is_program(path)
     ref = None if whole else refs.load(refs.path_for(path))
     names = kernel_names(path)
     if kernel:
@@ -149,10 +150,10 @@ def profile(path, *, variant: str | None = None, size: int | None = None, kernel
     if not names:
         raise SnippetError(f"{path}: no __global__ kernel to profile")
     if whole:
-        b = runner.build(path, **options)
+        b = execute.build_program(path, **options)
 
         def measure() -> Profile:
-            run = runner.stream(tool_command(names, [str(b.artifact), *map(str, args)], PROGRAM_LAUNCHES),
+            run = execute.stream(tool_command(names, [str(b.artifact), *map(str, args)], PROGRAM_LAUNCHES),
                                 stdin=stdin, timeout=timeout, echo=False)
             return _profile_of(run.stdout + run.stderr, None if run.ok else f"the program {run.status}")
     else:

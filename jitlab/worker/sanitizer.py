@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import ArgumentError
-from jitlab.jit import api, program, toolchain
+from jitlab.jit import api, toolchain
+from jitlab.jit.sources import is_program
 from jitlab.judge import refs
 from jitlab.worker import proc
-from jitlab.worker import program as runner
+from jitlab.worker import execute
 from jitlab.worker.jobs import PASS, Job, Outcome
 
 TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
@@ -244,7 +245,7 @@ def sanitize(path, tool: str = "memcheck", *, job: Job | None = None, variant: s
     if tool not in TOOLS:
         raise ArgumentError(f"unknown sanitizer tool {tool!r}: use one of {', '.join(TOOLS)}")
     toolchain.require_gpu("compute-sanitizer")
-    if job is None and program.is_program(path):
+    if job is None and is_program(path):
         return _sanitize_program(path, tool, args, stdin, timeout, options)
     refs.path_for(path, job.ref if job else None)  # a missing reference is an error now, not in the child
     job = job or Job("check", str(path), variant=variant, sizes=list(sizes) if sizes else None, options=options)
@@ -262,8 +263,8 @@ def sanitize(path, tool: str = "memcheck", *, job: Job | None = None, variant: s
 
 def _sanitize_program(path, tool: str, args, stdin, timeout: float, options: dict) -> Report:
     """A program under the tool: its exit status is the outcome, each finding at its file and line."""
-    b = runner.build(path, **options)
-    run = runner.stream(tool_command(tool, [str(b.artifact), *map(str, args)]), stdin=stdin, timeout=timeout, echo=False)
+    b = execute.build_program(path, **options)
+    run = execute.stream(tool_command(tool, [str(b.artifact), *map(str, args)]), stdin=stdin, timeout=timeout, echo=False)
     text = run.stdout + run.stderr
     findings, summary = parse(text, tool, [f.path for f in b.plan.files])
     category = PASS if run.ok else "timeout" if run.timed_out else "crashed" if (run.returncode or 0) < 0 else "error"

@@ -27,20 +27,17 @@ import time
 from pathlib import Path
 
 from jitlab import config, progress
-from jitlab.jit import cache, deps, diagnostics, pch, toolchain, torch_headers
+from jitlab.errors import SnippetError
+from jitlab.jit import cache, deps, diagnostics, header_sets, toolchain
+from jitlab.jit.engines import linker, pch, torch_headers
+from jitlab.jit.flags import Options, object_flags
 from jitlab.jit.parse import line_directive
-from jitlab.jit.plan import Flags, Manifest, Object, Unit
+from jitlab.jit.plan import Flags, Manifest, Object, Unit, UnitError
+from jitlab.jit.resources import parse_resource_usage
+from jitlab.jit.sources import describe, sources_by_path
 from jitlab.jit.symbols import instantiations, undefined_symbols
 
 GENERATED_CU = "jitlab-generated.cu"
-
-
-class UnitError(Exception):
-    """A unit failed to compile: its unit, log and (for messages) the one-line description."""
-
-    def __init__(self, unit: Unit, log: str):
-        super().__init__(unit.name)
-        self.unit, self.log = unit, log
 
 
 def objects_root() -> Path:
@@ -109,7 +106,7 @@ def _compile_host(unit: Unit, flags: Flags, stem: str, cuda: bool) -> Object:
     """A host unit's object, on the smallest precompiled header set that compiles it.
 
     A unit that fails on its set on a name a larger set declares is compiled on that set
-    (:func:`jitlab.jit.pch.larger_set`); the snippet's later builds of that unit start there (a hint in
+    (:func:`jitlab.jit.engines.pch.larger_set`); the snippet's later builds of that unit start there (a hint in
     the object cache). Other errors are reported from the set it failed on at once.
     """
     if not unit.torch:
@@ -141,18 +138,18 @@ def _hinted(hint: Path) -> str | None:
     if not hint.is_file():
         return None
     found = re.search(r"built on (\w+)", hint.read_text(errors="replace"))
-    return found.group(1) if found and found.group(1) in pch.HEADERS else "full"
+    return found.group(1) if found and found.group(1) in header_sets.HEADERS else "full"
 
 
 def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: str = "", headers: str = "") -> Object:
     """One unit → its cached object; compiles only on a miss."""
     text = unit.text
     if headers and headers != "full":
-        text = pch.without_umbrellas(text)  # the set is precompiled; the umbrella would parse all of torch
+        text = header_sets.without_umbrellas(text)  # the set is precompiled; the umbrella would parse all of torch
     if extra:
         text = _with_instantiations(text, extra)
     if unit.compiler == "nvcc":
-        # Instantiations for torch's scalar types: their headers, light (jitlab.jit.torch_headers).
+        # Instantiations for torch's scalar types: their headers, light (jitlab.jit.engines.torch_headers).
         light = torch_headers.light_scalar_dir() if "c10::" in extra and not unit.torch else None
         cmd_flags = [*flags.includes, *flags.nvcc, *([f"-I{light}"] if light else []),
                      *(flags.nvcc_torch if unit.torch or "c10::" in extra else ())]
@@ -219,3 +216,51 @@ def _identifier(stem: str) -> str:
 def _with_instantiations(text: str, extra: str) -> str:
     includes = "".join(f"#include <c10/util/{t}.h>\n" for t in sorted(set(re.findall(r"c10::(\w+)", extra))))
     return f"{includes}{text}\n{line_directive(GENERATED_CU)}{extra}\n"
+
+
+#: What a build records as its engine (``Build.engine``), and what its progress line says compiles it.
+ENGINE = "nvcc"
+COMPILER = "nvcc"
+
+
+def key_parts(plan, archs: list[str], opts: Options, parts: dict) -> dict:
+    """The plan's key parts as they are: its units, flags and toolchain say everything."""
+    return parts
+
+
+def require_tools(plan, opts: Options) -> None:
+    """nvcc (CUDA snippets) and the host compiler; no ninja: this engine drives the compilers itself."""
+    toolchain.require_tools(plan.cuda, opts.compile_only, ninja=False)
+
+
+def make(plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
+    """A torch-style build: each unit compiled once into the object cache, then linked (or, compile-only,
+    kept as one relocatable object)."""
+    for note in plan.notes:
+        progress.say(f"jitlab: {note}")
+    flags = object_flags(plan, archs, opts)
+    if opts.compile_only and not plan.cuda:
+        raise SnippetError(f"{describe(plan, archs)}: compile_only applies to CUDA snippets; C++ snippets build and run here")
+    torch_headers.check_cuda_includes(sources_by_path(plan), (*flags.includes, *flags.cxx, *flags.cuda_include))
+    objs = compile_all(plan.units, flags, plan.stem, sources_by_path(plan))
+    notes = [*plan.notes, *(f"{o.unit.name} compiled with all of torch/extension.h: it names something outside "
+                            f"jitlab's smaller precompiled header set ({o.unit.headers}), so its edits take longer"
+                            for o in objs if o.headers == "full" and o.unit.headers != "full")]
+    notes += [n for n in [pch.ignored_note({o.unit.name: o.log for o in objs})] if n]
+    for note in notes[len(plan.notes):]:
+        progress.say(f"jitlab: {note}")
+    log = "\n".join(o.log for o in objs)
+    (folder / "build.log").write_text(log)
+    t_link = time.perf_counter()
+    if opts.compile_only:
+        artifact = linker.relocatable(objs, folder)
+    else:
+        try:
+            artifact = linker.link(objs, name, folder, flags)
+        except UnitError as e:
+            raise diagnostics.compile_error(f"{describe(plan, archs)} (link)", e.log, sources_by_path(plan)) from None
+    return cache.made(artifact, resources=parse_resource_usage("\n".join(o.log for o in objs if o.unit.compiler == "nvcc")),
+                      compile_only=opts.compile_only, notes=notes, read=[p for o in objs for p in o.read or ()],
+                      link_seconds=round(time.perf_counter() - t_link, 3), unstable=any(o.read is None for o in objs),
+                      units=[{"name": o.unit.name, "compiler": o.unit.compiler, "cached": o.cached,
+                              "seconds": round(o.seconds, 3), "headers": o.headers} for o in objs])

@@ -1,6 +1,6 @@
-"""The CPU emulator (jitlab.jit.emulate): each CUDA feature on one small kernel, each diagnostic at its line.
+"""The CPU emulator (jitlab.jit.engines.emulator): each CUDA feature on one small kernel, each diagnostic at its line.
 
-The kernels are tests/fixtures/emulate/features.cu and faults.cu, each built once per run (one host
+The kernels are tests/fixtures/emulator/features.cu and faults.cu, each built once per run (one host
 compiler call each) in the run's shared cache. GPU twins at the end run the same kernels on a GPU and
 on the emulator and compare.
 """
@@ -16,17 +16,17 @@ import torch
 
 import jitlab
 from jitlab.errors import LaunchError, SnippetError
-from jitlab.jit import emulate, emulate_run
+from jitlab.jit import emulator_run, emulator_support
 from jitlab.judge import refs
 from jitlab.notebook import exercises
 
-FIXTURES = Path(__file__).parent / "fixtures" / "emulate"
+FIXTURES = Path(__file__).parent / "fixtures" / "emulator"
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     """The fixtures, copied once for the module (the diagnostics name this copy's path)."""
-    dst = tmp_path_factory.mktemp("emulate")
+    dst = tmp_path_factory.mktemp("emulator")
     for p in FIXTURES.iterdir():
         shutil.copy(p, dst / p.name)
     return dst
@@ -51,7 +51,7 @@ def bad(folder, shared_cache):
 # ---- the language ----------------------------------------------------------------------------------
 def test_a_build_says_it_is_for_the_emulator_and_takes_cpu_tensors(k):
     """The module is a CPU emulator build whose kernels take CPU tensors, as a GPU build takes CUDA ones."""
-    assert k.build.engine == emulate.ENGINE and "cpu emulator" in repr(k)
+    assert k.build.engine == emulator_support.ENGINE and "cpu emulator" in repr(k)
     assert "Tensor[float32, cpu, out]" in k.reverse_block.__doc__
 
 
@@ -150,7 +150,7 @@ def test_printf_reaches_stdout(k, capfd):
 
 def test_printf_is_silent_in_the_checks_second_run(k, capfd):
     """Under checking() a launch with an output runs twice, and its printf output is printed once."""
-    with emulate_run.checking():
+    with emulator_run.checking():
         k.hello(torch.zeros(32, dtype=torch.int32), 1, grid=1, block=32)
     assert capfd.readouterr().out.count("hello from thread 0 of block 0") == 1
 
@@ -243,14 +243,14 @@ def test_a_missing_barrier_is_found_by_the_second_thread_order(bad):
     x = torch.rand(4 * 64)
     out = torch.zeros(4)
     bad.missing_barrier(out, x, grid=4, block=64)  # unchecked: runs, silently wrong
-    with emulate_run.checking(), pytest.raises(LaunchError, match="a race .*`out` comes out different"):
+    with emulator_run.checking(), pytest.raises(LaunchError, match="a race .*`out` comes out different"):
         bad.missing_barrier(out, x, grid=4, block=64)
 
 
 def test_an_access_past_a_tensors_end_names_the_tensor_index_and_line(bad, folder):
     """Within checking(), each tensor ends at an unmapped page: a write past it names `y[1000]` and the line."""
     x, y = torch.ones(1000), torch.zeros(1000)
-    with emulate_run.checking(), pytest.raises(LaunchError, match=rf"out-of-bounds access at {_at(folder, 59)} "
+    with emulator_run.checking(), pytest.raises(LaunchError, match=rf"out-of-bounds access at {_at(folder, 59)} "
                                                              rf"\(thread \(232, 0, 0\) of block \(3, 0, 0\)\): "
                                                              rf"`x\[1000\]`, but `x` has 1000 elements"):
         bad.no_bounds_check(y, x, 1000, grid=4, block=256)
@@ -258,7 +258,7 @@ def test_an_access_past_a_tensors_end_names_the_tensor_index_and_line(bad, folde
 
 def test_a_lost_update_between_blocks_is_a_race_at_its_line(bad, folder):
     """`out[0] += v` from every block (no atomic): checking() names the element, both threads and the line."""
-    with emulate_run.checking(), pytest.raises(LaunchError, match=rf"a race at {_at(folder, 65)}: thread \(0, 0, 0\) "
+    with emulator_run.checking(), pytest.raises(LaunchError, match=rf"a race at {_at(folder, 65)}: thread \(0, 0, 0\) "
                                                                  rf"of block \(1, 0, 0\) reads `out\[0\]`, which "
                                                                  rf"thread \(0, 0, 0\) of block \(0, 0, 0\) wrote"):
         bad.lost_update(torch.zeros(1), torch.ones(512), grid=2, block=256)
@@ -268,7 +268,7 @@ def test_a_correct_kernel_passes_the_race_check(k):
     """The race check leaves a correct kernel's result as one run makes it."""
     x = torch.arange(256, dtype=torch.float32)
     y = torch.empty_like(x)
-    with emulate_run.checking():
+    with emulator_run.checking():
         k.reverse_block(y, x, grid=4, block=64)
     assert torch.equal(y, x.view(4, 64).flip(1).flatten())
 
@@ -362,7 +362,7 @@ MAX_SIZE = {"sgemm": 136, "layernorm": 1 << 14, "softmax": 1 << 14}
 def _verdicts(path: Path, ref: Path, name: str, max_size: int = 1 << 17) -> list:
     """Every version of the snippet at ``path`` checked on the emulator as jitlab.check does (here, in process)."""
     mod = jitlab.load(path, device="cpu")
-    with emulate_run.checking():
+    with emulator_run.checking():
         return [v for _, v in refs.check_each(mod, refs.load(ref), "cpu", name=name, max_size=max_size)]
 
 
@@ -396,4 +396,4 @@ def test_the_left_out_kernels_are_the_ones_the_emulator_refuses():
     """Every shipped .cu left out above is refused by the emulator or torch-style (so the list cannot go stale)."""
     for k in refs.find_kernels(KERNELS):
         if k.path.suffix == ".cu" and k.name in NOT_EMULATED:
-            assert emulate.cannot_run(k.path), k.name
+            assert emulator_support.cannot_run(k.path), k.name

@@ -15,8 +15,7 @@ from pathlib import Path
 
 from jitlab.errors import ToolchainError
 from jitlab.jit import toolchain
-from jitlab.jit.objects import UnitError
-from jitlab.jit.plan import Flags, Object, Unit
+from jitlab.jit.plan import Flags, Object, Unit, UnitError
 from jitlab.jit.symbols import demangle, local_symbols
 
 

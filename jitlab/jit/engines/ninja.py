@@ -1,10 +1,11 @@
-"""The builds without the object cache: torch's ``load_inline`` for a whole snippet, or nvcc alone.
+"""The ninja engine: a whole snippet compiled and linked by torch's ``cpp_extension`` ninja build.
 
-``load_inline`` compiles and links a snippet with torch's ninja build in its cache folder (reached
+:func:`make` runs ``torch.utils.cpp_extension.load_inline`` in the build's cache folder (reached
 through a safe link when the folder's path has a character ninja cannot read), and turns a failure
-into a compile error or, for a library that built but does not load, the dynamic loader's own reason;
-``compile_only`` compiles the CUDA unit to an object with nvcc's same flags, linking and loading
-nothing (machines without a GPU). Each returns the build's manifest fields.
+into a compile error or, for a library that built but does not load, the dynamic loader's own reason.
+It builds kernel-only snippets, CUDA and C++, that NVRTC does not (a torch-style snippet's units go to
+the object engine); the torch-compatible ``jitlab.load_inline`` is :mod:`jitlab.jit.torch_compat`'s,
+and plans like any other snippet.
 """
 
 from __future__ import annotations
@@ -20,15 +21,29 @@ import threading
 from pathlib import Path
 
 from jitlab import output
-from jitlab.errors import SnippetError, ToolchainError
+from jitlab.errors import ToolchainError
 from jitlab.jit import cache, codegen, deps, diagnostics, ninja_tool, toolchain
-from jitlab.jit.flags import Options, compile_flags, nvcc_command
+from jitlab.jit.flags import Options, compile_flags
 from jitlab.jit.resources import parse_resource_usage
 from jitlab.jit.sources import describe, sources_by_path
 from jitlab.jit.plan import Manifest
 
+#: What a build records as its engine (``Build.engine``), and what its progress line says compiles it.
+ENGINE = "nvcc"
+COMPILER = "nvcc"
 
-def load_inline(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
+
+def key_parts(plan: codegen.Plan, archs: list[str], opts: Options, parts: dict) -> dict:
+    """The plan's key parts as they are: its sources, flags and toolchain say everything."""
+    return parts
+
+
+def require_tools(plan: codegen.Plan, opts: Options) -> None:
+    """nvcc (CUDA snippets), the host compiler and ninja."""
+    toolchain.require_tools(plan.cuda, opts.compile_only, ninja=True)
+
+
+def make(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
     """Compile and link with ``torch.utils.cpp_extension.load_inline`` into ``folder``."""
     from torch.utils import cpp_extension
 
@@ -153,20 +168,3 @@ def _forget_name(name: str) -> None:
     entries = getattr(getattr(cpp_extension, "JIT_EXTENSION_VERSIONER", None), "entries", None)
     if isinstance(entries, dict):
         entries.pop(name, None)
-
-
-def compile_only(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
-    """Compile the CUDA unit to an object with nvcc (the flags load_inline would use), no link, no load."""
-    if not plan.cuda:
-        raise SnippetError(f"{describe(plan, archs)}: compile_only applies to CUDA snippets; C++ snippets build and run here")
-    src = folder / "cuda.cu"
-    src.write_text("\n".join(plan.cuda_sources), encoding="utf-8", errors="surrogateescape")
-    depfile = folder / "cuda.d"
-    cmd = nvcc_command(plan, name, archs, opts, ["-c", str(src), "-o", str(folder / "cuda.o"), "-MD", "-MF", str(depfile)])
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    log = " ".join(cmd) + "\n" + proc.stdout + proc.stderr
-    (folder / "build.log").write_text(log)
-    if proc.returncode != 0:
-        raise diagnostics.compile_error(describe(plan, archs), log, sources_by_path(plan))
-    obj = folder / "cuda.o"
-    return cache.made(obj, resources=parse_resource_usage(log), compile_only=True, read=deps.read_depfile(depfile))

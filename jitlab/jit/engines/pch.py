@@ -1,17 +1,9 @@
 """The precompiled torch header sets host units compile on, and the names each set declares.
 
 Torch's headers cost a host unit seconds even precompiled: GCC instantiates, in every unit, the
-templates that the headers' inline functions use. So there are four sets, each made once per
-toolchain and flag set in ``$JITLAB_PCH_DIR`` and used with ``-include``; a unit gets the smallest
-that covers what it uses (:data:`HEADERS`):
-
-- ``host``: ``torch/types.h`` (tensors, ATen ops, factories, ``TORCH_CHECK``, ``AT_DISPATCH``) and,
-  for CUDA snippets, the CUDA runtime and torch's CUDA context and guard headers: host functions;
-- ``casters``: torch's pybind11 casters and ``wrap_pybind_function``, without ``torch/types.h``'s ATen
-  functions: a CUDA snippet's binding units (an empty unit 1.8 s on 2 cores, against 3.2 s on ``bind``);
-- ``bind``: ``torch/types.h`` and torch's pybind11 casters: C++ snippets, and binding units that name
-  more than ``casters`` declares;
-- ``full``: ``torch/extension.h``, what ``load_inline`` gives: everything else.
+templates that the headers' inline functions use. So there are four sets (:mod:`jitlab.jit.header_sets`
+says what each holds and which a unit starts on), each made once per toolchain and flag set in
+``$JITLAB_PCH_DIR`` and used with ``-include``.
 
 A unit that fails on a smaller set is compiled again on a larger one (``casters`` → ``bind`` → ``full``,
 ``host`` → ``full``) only when the error names something that set declares and the smaller one may
@@ -37,6 +29,7 @@ from typing import Callable, NamedTuple, Protocol
 from jitlab import config, progress
 from jitlab.errors import ToolchainError
 from jitlab.jit import cache, toolchain
+from jitlab.jit.header_sets import HEADERS, LARGER, NO_CUDA, pch_text
 from jitlab.jit.plan import Manifest
 
 
@@ -49,74 +42,16 @@ class Flags(Protocol):
     toolchain: tuple[tuple[str, str], ...]
 
 
-# The header sets, smallest first. Measured on 2 cores with GCC 12, an empty unit on each costs 3.5 s,
-# 6 s and 9.5 s; making them ~30 s, ~45 s and ~55 s.
-HEADERS = ("host", "casters", "bind", "full")
-#: Where a unit that failed on a set may go, in order.
-LARGER = {"host": ("full",), "casters": ("bind", "full"), "bind": ("full",), "full": ()}
-#: The sets without CUDA headers: one set for C++ and CUDA snippets.
-_NO_CUDA = ("casters", "bind")
-
 #: The beginnings of a user's host flags that a precompiled header must be made with to be used
 #: (``-Winvalid-pch``): ``-O3`` leaves ``__NO_INLINE__`` undefined, ``-ffast-math`` and ``-march=`` change
 #: ``-m`` settings, ``-fopenmp`` defines ``_OPENMP``, ``-g`` the debug info, ``-std=`` the language. A set
 #: is made for them (``-O3`` is one more set, once) rather than every unit parsing torch's headers again.
 _SET_FLAGS = ("-O", "-f", "-m", "-g", "-std=", "-ansi")
 
-_TORCH_UMBRELLAS = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|all|torch|python)\.h[>"][^\n]*$',
-                              re.MULTILINE)
 
-
-def pch_text(headers: str, cuda: bool, cuda_torch: bool) -> str:
-    """What a header set holds.
-
-    ``host`` and ``full`` add, for CUDA snippets, the CUDA runtime and, with a CUDA build of torch,
-    its context and guard headers (what torch-style CUDA host code includes); ``casters`` and
-    ``bind`` are the same for every snippet.
-    """
-    if headers not in HEADERS:
-        raise ValueError(f"unknown header set {headers!r}: one of {', '.join(HEADERS)}")
-    if headers == "casters":  # torch::Tensor and the rest of at:: as torch/types.h names them
-        return ("#include <torch/csrc/utils/pybind.h>\n#include <torch/csrc/Exceptions.h>\n"
-                "namespace torch {\nusing namespace at;\n}\n")
-    if headers == "bind":
-        return ("#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n"
-                "#include <torch/csrc/Exceptions.h>\n")
-    text = "#include <torch/extension.h>\n" if headers == "full" else "#include <torch/types.h>\n"
-    if cuda:
-        text += "#include <cuda_runtime.h>\n"
-    if cuda and cuda_torch:
-        text += "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n"
-    return text
-
-
-# What a binding unit may name of torch and still compile on `casters`: the types its casters convert,
-# and the wrapper jitlab's binding unit puts around each function.
-_CASTER_TYPES = {"Tensor", "TensorOptions", "ScalarType", "IntArrayRef", "Scalar", "Device", "wrap_pybind_function"}
-_TORCH_NAME = re.compile(r"\b(?:torch|at)::(\w+)|\bAT_DISPATCH_\w+")
-
-
-def binding_set(text: str, cuda: bool = True) -> str:
-    """The set a binding unit starts on: ``bind`` for a C++ snippet (the one set its host units need
-    anyway); for a CUDA snippet's, ``casters``, unless its code (after the first ``#line``: jitlab's
-    prelude names nothing of torch) names torch beyond the types pybind11 converts (``torch::empty``,
-    ``torch::kFloat32``, an ``AT_DISPATCH`` macro), which ``bind`` declares. A wrong guess only costs
-    time: a unit that fails on ``casters`` goes to ``bind`` (:func:`larger_set`)."""
-    user = text[max(text.find("#line "), 0):]
-    if not cuda or any(m.group(1) not in _CASTER_TYPES for m in _TORCH_NAME.finditer(user)):
-        return "bind"
-    return "casters"
-
-
-def includes_umbrella(text: str) -> bool:
-    """Whether ``text`` includes ``torch/extension.h`` (or ``all.h``, ``torch.h``, ``python.h``): a local
-    header that does pulls all of torch into any unit, so the unit is built on ``full``."""
-    return _TORCH_UMBRELLAS.search(text) is not None
-
-
-def without_umbrellas(text: str) -> str:
-    """``text`` with its umbrella includes blanked: on a smaller set they would parse all of torch."""
-    return _TORCH_UMBRELLAS.sub("", text)
+def set_flags(user) -> tuple[str, ...]:
+    """The words of a user's host flags that a header set is made with (:data:`_SET_FLAGS`), in order."""
+    return tuple(w for w in user if w.startswith(_SET_FLAGS))
 
 
 # GCC's -Winvalid-pch line when a macro defined before the header is a name the header uses.
@@ -256,11 +191,6 @@ def larger_set(log: str, flags: Flags, cuda: bool, small: str) -> str | None:
     return None
 
 
-def set_flags(user) -> tuple[str, ...]:
-    """The words of a user's host flags that a header set is made with (:data:`_SET_FLAGS`), in order."""
-    return tuple(w for w in user if w.startswith(_SET_FLAGS))
-
-
 def _describe(kind: str, flags: Flags, cuda: bool, headers: str, user: tuple[str, ...] = ()) -> tuple[str, list[str], str]:
     """A set's text, host flags (``user``'s last, as a unit has them) and cache entry name (``<kind>-<headers>-<key>``)."""
     import torch
@@ -268,8 +198,8 @@ def _describe(kind: str, flags: Flags, cuda: bool, headers: str, user: tuple[str
     text = pch_text(headers, cuda, torch.version.cuda is not None)
     # `casters` and `bind` hold no CUDA header: one set for C++ and CUDA snippets (GCC does not check
     # include folders).
-    cxx = [*flags.cxx, *(flags.cuda_include if cuda and headers not in _NO_CUDA else ()), *user]
-    tools = [t for t in flags.toolchain if headers not in _NO_CUDA or t[0] not in ("nvcc", "torch_cuda")]
+    cxx = [*flags.cxx, *(flags.cuda_include if cuda and headers not in NO_CUDA else ()), *user]
+    tools = [t for t in flags.toolchain if headers not in NO_CUDA or t[0] not in ("nvcc", "torch_cuda")]
     key = cache.build_key({"format": config.FORMAT_VERSION, "pch": text, "flags": cxx, "toolchain": tools})
     return text, cxx, f"{kind}-{headers}-{key}"
 

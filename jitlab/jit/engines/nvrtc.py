@@ -3,7 +3,7 @@
 nvcc spends about a second per kernel-only edit (the compiler driver, a host pass, the host compiler,
 a link); NVRTC compiles the same kernels in tens of milliseconds, in process, without a GPU. This
 module decides whether a snippet can take that way (:func:`unsuitable`), compiles it for each arch
-(:func:`compile_cubins`), and loads a CUBIN through the driver (:func:`load`).
+(:func:`compile_cubins`) and makes a build of the CUBINs (:func:`make`); :mod:`jitlab.jit.cubin` loads one.
 
 What it compiles is the user's file after ``#line 1 "<file>"``, so NVRTC's messages (the same
 front end as nvcc's) name the user's file and line, with the caret. NVRTC has no C++ standard
@@ -21,8 +21,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from jitlab.jit import toolchain
+from jitlab.jit import cache, deps, toolchain
+from jitlab.jit.flags import Options
 from jitlab.jit.parse import line_directive
+from jitlab.jit.plan import Manifest
+from jitlab.jit.resources import demangle, parse_resource_usage
 
 SHIMS = Path(__file__).parent / "nvrtc_include"
 # System headers NVRTC compiles: its own and the toolkit's device headers, and jitlab's stand-ins.
@@ -120,8 +123,6 @@ def _read_memo(path: Path) -> dict | None:
 
 def _write_memo(path: Path, data: dict) -> None:
     """Best effort: a cache that cannot be written only costs the lookup next time."""
-    from jitlab.jit import cache
-
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         cache.write_json(path, data)
@@ -306,3 +307,58 @@ def _log_of(e: Exception, log: str) -> str:
     if "compilation log:" in text:
         text = text.split("compilation log:", 1)[1]
     return (log + "\n" + text).replace("\x00", "").strip()
+
+
+#: What a build records as its engine (``Build.engine``), and what its progress line says compiles it.
+ENGINE = "nvrtc"
+COMPILER = "NVRTC"
+
+
+def key_parts(plan, archs: list[str], opts: Options, parts: dict) -> dict:
+    """The plan's key parts and NVRTC's version: an NVRTC build is keyed apart from nvcc's."""
+    return {**parts, "engine": ENGINE, "nvrtc": version()}
+
+
+def require_tools(plan, opts: Options) -> None:
+    """NVRTC needs no tool besides itself (:func:`unavailable` said it is there)."""
+
+
+def make(plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
+    """A kernel-only ``.cu`` compiled in process by NVRTC: one CUBIN per arch, the first one the artifact.
+
+    Raises:
+        NvrtcError: NVRTC rejected the code (the caller reports it, or hands the plan to nvcc).
+    """
+    cubins = compile_cubins(plan, archs, opts.defines, opts.debug)
+    cu = next(f for f in plan.files if f.language == "cuda")
+    read = deps.scanned_includes(cu.text, cu.path.parent, include_path(plan), opts.defines)
+    if read is None:
+        read = _nvcc_reads(plan, folder, opts)
+    files = {}
+    for c in cubins:
+        path = folder / f"{plan.stem}.{c.arch}.cubin"
+        path.write_bytes(c.code)
+        files[c.arch] = path.name
+    log = "\n".join(c.log for c in cubins)
+    (folder / "build.log").write_text(log)
+    resources = parse_resource_usage(log)
+    for c in cubins:  # some cuda.core versions hand over no log for a clean compile: read the CUBIN
+        if not all(c.arch in resources.get(k, {}) for k in c.names):
+            for kernel, per_arch in resource_usage(folder / files[c.arch], c.arch).items():
+                resources.setdefault(demangle(kernel), {}).update(per_arch)
+    first = folder / files[archs[0]]
+    return cache.made(first, cubins=files, kernels=cubins[0].names, resources=resources,
+                      compile_only=opts.compile_only, nvrtc=version(), read=read)
+
+
+def _nvcc_reads(plan, folder: Path, opts: Options) -> list[str]:
+    """What an NVRTC build read, where a computed include names a macro jitlab cannot follow: nvcc's
+    ``-M`` on the same text (a tenth of a second or so)."""
+    nvcc = toolchain.nvcc_path()
+    if not nvcc:
+        return []
+    src = folder / "nvrtc.cu"
+    src.write_text(source(plan), encoding="utf-8", errors="surrogateescape")
+    defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
+    return deps.preprocessor_deps([nvcc, "-x", "cu", *(f"-I{d}" for d in include_path(plan)), *defines],
+                                  src, folder)

@@ -1,7 +1,7 @@
 """Run a whole program (a ``.cu``/``.cpp`` with ``int main``) in a child process, its output streamed.
 
 :func:`run_program` is ``nvcc prog.cu -o prog && ./prog`` through the build cache: the executable is
-built (or found) by :func:`jitlab.jit.program.build`, then run in a child process of its own session
+built (or found) by :func:`jitlab.build` (``mode="program"``), then run in a child process of its own session
 with a timeout. Its stdout and stderr are written to this process's ``sys.stdout``/``sys.stderr`` as
 they come, from the calling thread (so an ipykernel cell shows them live; reader threads only move
 bytes), line-buffered through ``stdbuf`` where it exists, as a terminal would have them. A program
@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 from jitlab.errors import ArgumentError
-from jitlab.jit import api, program, toolchain
+from jitlab.jit import api, toolchain
 from jitlab.jit.builder import Build
 
 #: Seconds a program may run when no ``timeout`` is given.
@@ -110,7 +110,7 @@ def run_program(path, args=(), *, stdin=None, timeout: float | None = DEFAULT_TI
     if isinstance(args, (str, bytes)):
         raise ArgumentError(f"args={args!r}: give a list of arguments, e.g. args={args.split()!r} "
                             f"(shlex.split(line) splits a command line)")
-    b = build(path, arch=arch, defines=defines, cflags=cflags, cuda_cflags=cuda_cflags, ldflags=ldflags, debug=debug)
+    b = build_program(path, arch=arch, defines=defines, cflags=cflags, cuda_cflags=cuda_cflags, ldflags=ldflags, debug=debug)
     if b.plan.cuda and echo and not toolchain.gpu_available():
         print("jitlab: no CUDA GPU here: the program's CUDA calls will fail", file=sys.stderr, flush=True)
     run = stream([str(b.artifact), *map(str, args)], stdin=stdin, timeout=timeout, echo=echo, name=str(path))
@@ -122,7 +122,7 @@ def run_program(path, args=(), *, stdin=None, timeout: float | None = DEFAULT_TI
 BUILD_OPTIONS = ("arch", "defines", "cflags", "cuda_cflags", "ldflags", "debug")
 
 
-def build(path, **options) -> Build:
+def build_program(path, **options) -> Build:
     """Build a program with :func:`jitlab.load`'s keyword options (``arch``, ``defines``, ``cflags``, ...).
 
     Raises:
@@ -133,7 +133,7 @@ def build(path, **options) -> Build:
         raise ArgumentError(f"{path} is a program (it has main): {', '.join(unknown)} does not apply to it; "
                             f"its build options are {', '.join(BUILD_OPTIONS)}")
     o = {k: options.get(k) for k in BUILD_OPTIONS}
-    return program.build(path, api.options(**{**o, "debug": bool(o["debug"])}))
+    return api.build(path, mode="program", **{**o, "debug": bool(o["debug"])})
 
 
 def stream(command: list[str], *, stdin=None, timeout: float | None = DEFAULT_TIMEOUT, env: dict | None = None,

@@ -1,0 +1,169 @@
+"""The CPU emulator engine: kernel-only ``.cu`` snippets built by the host C++ compiler, run exactly, no GPU.
+
+``jitlab.load(path, device="cpu")`` builds the snippet against jitlab's SIMT header
+(``simt/include/jitlab_simt.h``: CUDA's qualifiers, built-in variables, barriers, warp collectives,
+atomics, math, ``__half``/``__nv_bfloat16``) and links the scheduler (``simt/runtime.cpp``, compiled
+once per toolchain into the cache). The kernels are called exactly as on a GPU, with CPU tensors:
+``k.saxpy(y, x, 2.0, n, grid=..., block=...)``. What a GPU never tells, the emulator reports at the
+user's line as a :class:`jitlab.LaunchError`: a ``__syncthreads()`` some threads never reach, a warp
+mask naming lanes that returned, an index past a ``__shared__`` array, a failed ``assert``, a bad
+address; and, within :func:`jitlab.jit.emulator_run.checking` (what ``jitlab.check`` runs), a result
+that depends on the order the threads run (a missing barrier) and an access past a tensor's end.
+
+What it refuses (before compiling, naming the feature: :mod:`jitlab.jit.emulator_support`, the plan
+stage): inline PTX, tensor cores (WMMA, wgmma, TMA), grid-wide cooperative sync, CUB/Thrust device code,
+textures. Running the kernels is :mod:`jitlab.jit.emulator_run`'s job.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from jitlab import config, progress
+from jitlab.jit import cache, codegen, diagnostics, toolchain
+from jitlab.jit.emulator_support import ENGINE
+from jitlab.jit.flags import Options
+from jitlab.jit.parse import Function, SourceFile, line_directive, syntax_tree
+from jitlab.jit.plan import Manifest
+from jitlab.jit.shims import call_shim, runtime_helpers, shim_params
+from jitlab.jit.sources import sources_by_path, user_include_dirs
+
+#: What its progress line says compiles it (``ENGINE``, what a build records, is the plan stage's word).
+COMPILER = ENGINE
+SIMT = Path(__file__).parent / "simt"
+INCLUDE = SIMT / "include"
+RUNTIME = SIMT / "runtime.cpp"
+#: Host compiler flags of every emulated build: optimised, line tables (-g1: a bad address's line), and
+#: -fsanitize=bounds so an index past a fixed-size (``__shared__`` or local) array calls the runtime's
+#: handler with the user's line.
+CXXFLAGS = ["-O2", "-g1", "-std=c++17", "-fPIC", "-fno-strict-aliasing", "-w",
+            "-fsanitize=bounds", "-fno-sanitize-recover=bounds"]
+#: The snippet's unit also gets -fsanitize=thread: its loads, stores and atomics call the runtime's hooks
+#: (not libtsan), which find lost updates in the checked mode and cost a branch otherwise; and
+#: -fno-builtin-printf, so every printf reaches the runtime's (silent in the check's second run).
+SNIPPET_FLAGS = ["-fsanitize=thread", "-fno-builtin-printf"]
+
+_EXTERN_SHARED = re.compile(
+    r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s*)?(?P<type>[A-Za-z_][\w:\s]*?)\s*"
+    r"(?:__align__\s*\(\s*\d+\s*\)\s*)?(?P<name>\w+)\s*\[\s*\]\s*;")
+
+
+def translate(f: SourceFile) -> str:
+    """The file's text as the host compiler takes it, every line where it was.
+
+    ``extern __shared__ T name[];`` becomes a pointer to the block's dynamic shared memory, a launch
+    ``k<<<g, b, s, st>>>(args)`` a call of the runtime's launcher, and ``__noinline__`` GCC's attribute
+    (a macro would break libstdc++, which spells the attribute so), each on the same line.
+    """
+    src = f.text.encode("utf-8", "surrogateescape")
+    edits: list[tuple[int, int, bytes]] = []
+    stack = [syntax_tree(src).root_node]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.named_children)
+        if node.type != "call_expression":
+            continue
+        config_ = next((c for c in node.children if c.type == "kernel_call_syntax"), None)
+        callee = node.child_by_field_name("function")
+        if config_ is None or callee is None:
+            continue
+        open_, close = config_.children[0], config_.children[-1]
+        edits += [(callee.start_byte, callee.start_byte, b"::jitlab_simt::launcher("),
+                  (open_.start_byte, open_.end_byte, b", "), (close.start_byte, close.end_byte, b")")]
+    out, pos = [], 0
+    for start, end, new in sorted(edits):
+        out += [src[pos:start], new]
+        pos = end
+    out.append(src[pos:])
+    text = re.sub(r"\b__noinline__\b", "__attribute__((noinline))", b"".join(out).decode("utf-8", "surrogateescape"))
+    return _EXTERN_SHARED.sub(
+        lambda m: f"{m['type'].strip()}* const {m['name']} = "
+                  f"reinterpret_cast<{m['type'].strip()}*>(::jitlab_simt::dynamic_shared());", text)
+
+
+def launch_shim(fn: Function) -> str:
+    """The ``extern "C"`` launcher of one kernel, with the prototype a GPU build's shim has."""
+    decls, args = shim_params(fn)
+    head = [f"unsigned jitlab_{v}" for v in ("gx", "gy", "gz", "bx", "by", "bz", "smem")] + ["void* jitlab_stream"]
+    return (f'extern "C" int jitlab_launch_{fn.name}({", ".join(head + decls)}) {{\n'
+            f"  auto jitlab_body = [&]() {{ {fn.qualname}({', '.join(args)}); }};\n"
+            f"  return jitlab_simt_launch(jitlab_gx, jitlab_gy, jitlab_gz, jitlab_bx, jitlab_by, jitlab_bz, jitlab_smem,\n"
+            f"      [](void* c) {{ (*static_cast<decltype(jitlab_body)*>(c))(); }}, &jitlab_body, \"{fn.name}\");\n"
+            f"}}\n")
+
+
+def unit_text(files: list[SourceFile], exported: list[Function]) -> str:
+    """The one translation unit of an emulated build: the user's files at their lines, then the shims."""
+    parts = [line_directive(f.path) + translate(f) + "\n" for f in files]
+    shims = [launch_shim(fn) if fn.kind == "global" else call_shim(fn, cuda=True) for fn in exported]
+    # The GPU unit's error helpers: the header's cudaGetErrorName/String answer for the emulator.
+    return "".join(parts) + line_directive(f"{codegen.GENERATED}.cpp") + runtime_helpers(cuda=True) + "\n".join(shims)
+
+
+def _digest_of_runtime() -> str:
+    return cache.build_key({"files": {p.name: p.read_text() for p in [RUNTIME, *sorted(INCLUDE.iterdir())]}})
+
+
+def runtime_object() -> Path:
+    """The scheduler compiled once per toolchain and runtime text (a cache entry like any build)."""
+    cxx = toolchain.require_tool(toolchain.cxx_path(), "a C++ compiler")
+    name = cache.module_name("jitlab_simt_runtime", cache.build_key(
+        {"format": config.FORMAT_VERSION, "runtime": _digest_of_runtime(), "cxx": toolchain.fingerprint(False)["cxx"],
+         "flags": CXXFLAGS}))
+
+    def make(target: str, folder: Path) -> Manifest:
+        obj = folder / "runtime.o"
+        _compile([cxx, *CXXFLAGS, "-fvisibility=hidden", "-I", str(INCLUDE), "-c", str(RUNTIME), "-o", str(obj)],
+                 "jitlab's CPU emulator runtime", {})
+        return cache.made(obj)
+
+    entry = cache.find_or_make(name, make)
+    return entry.folder / entry.manifest.artifact
+
+
+def _compile(cmd: list[str], what: str, sources: dict[str, str]) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise diagnostics.compile_error(what, proc.stdout + proc.stderr, sources)
+
+
+def key_parts(plan: codegen.Plan, archs: list[str], opts: Options, parts: dict) -> dict:
+    """An emulated build's key: the one unit it compiles (translated), the runtime's text, the host
+    compiler's flags and fingerprint, and the plan's local headers and user flags."""
+    return {"format": config.FORMAT_VERSION, "engine": ENGINE, "text": unit_text(plan.files, plan.exported),
+            "runtime": _digest_of_runtime(), "compiler_flags": [*CXXFLAGS, *SNIPPET_FLAGS, "-Wl,-Bsymbolic-functions"],
+            "headers": parts["headers"], "flags": parts["flags"], "debug": opts.debug,
+            "toolchain": toolchain.fingerprint(False)}
+
+
+def require_tools(plan: codegen.Plan, opts: Options) -> None:
+    """The host C++ compiler."""
+    toolchain.require_tool(toolchain.cxx_path(), "a C++ compiler")
+
+
+def make(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
+    """Compile the snippet's one unit against the SIMT header and link it with the runtime into ``name.so``.
+
+    Raises:
+        CompileError: The host compiler rejected the code, at the user's file and line.
+    """
+    for note in plan.notes:
+        progress.say(f"jitlab: {note}")
+    runtime = runtime_object()
+    cxx = toolchain.cxx_path()
+    unit, obj, lib = folder / "emulated.cpp", folder / "emulated.o", folder / f"{name}.so"
+    unit.write_text(unit_text(plan.files, plan.exported), encoding="utf-8", errors="surrogateescape")
+    includes = ["-I", str(INCLUDE), *(f"-I{d}" for d in plan.include_dirs), *(f"-I{d}" for d in user_include_dirs(opts))]
+    defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
+    debug = ["-g", "-O0"] if opts.debug else []
+    _compile([cxx, *CXXFLAGS, *SNIPPET_FLAGS, *debug, *includes, "-include", "jitlab_simt.h", *defines, *opts.cflags,
+              "-c", str(unit), "-o", str(obj)], f"{', '.join(f.path.name for f in plan.files)} (c++, {ENGINE})",
+             sources_by_path(plan))
+    # -Bsymbolic-functions: the snippet's calls of printf, __assert_fail … bind to the runtime's own,
+    # never to the C library's that Python loaded first.
+    _compile([cxx, "-shared", str(obj), str(runtime), "-o", str(lib), "-pthread", "-Wl,-Bsymbolic-functions",
+              *toolchain.runtime_ldflags()], f"{plan.stem} (link, {ENGINE})", {})
+    (folder / "build.log").write_text("")
+    return cache.made(lib, notes=list(plan.notes))

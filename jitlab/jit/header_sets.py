@@ -1,0 +1,81 @@
+"""Which precompiled torch header set each host unit starts on: the sets, what each holds, and the choice.
+
+A plan-stage choice (:mod:`jitlab.jit.codegen` and :mod:`jitlab.jit.module_unit` record it in each
+:class:`~jitlab.jit.plan.Unit`); the object engine (:mod:`jitlab.jit.engines.pch`) makes the sets and
+moves a unit that fails on a smaller one to a larger one. The sets, smallest first:
+
+- ``host``: ``torch/types.h`` (tensors, ATen ops, factories, ``TORCH_CHECK``, ``AT_DISPATCH``) and,
+  for CUDA snippets, the CUDA runtime and torch's CUDA context and guard headers: host functions;
+- ``casters``: torch's pybind11 casters and ``wrap_pybind_function``, without ``torch/types.h``'s ATen
+  functions: a CUDA snippet's binding units;
+- ``bind``: ``torch/types.h`` and torch's pybind11 casters: C++ snippets, and binding units that name
+  more than ``casters`` declares;
+- ``full``: ``torch/extension.h``, what ``load_inline`` gives: everything else.
+"""
+
+from __future__ import annotations
+
+import re
+
+# The header sets, smallest first. Measured on 2 cores with GCC 12, an empty unit on each costs 3.5 s,
+# 6 s and 9.5 s; making them ~30 s, ~45 s and ~55 s.
+HEADERS = ("host", "casters", "bind", "full")
+#: Where a unit that failed on a set may go, in order.
+LARGER = {"host": ("full",), "casters": ("bind", "full"), "bind": ("full",), "full": ()}
+#: The sets without CUDA headers: one set for C++ and CUDA snippets.
+NO_CUDA = ("casters", "bind")
+
+_TORCH_UMBRELLAS = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|all|torch|python)\.h[>"][^\n]*$',
+                               re.MULTILINE)
+
+
+def pch_text(headers: str, cuda: bool, cuda_torch: bool) -> str:
+    """What a header set holds.
+
+    ``host`` and ``full`` add, for CUDA snippets, the CUDA runtime and, with a CUDA build of torch,
+    its context and guard headers (what torch-style CUDA host code includes); ``casters`` and
+    ``bind`` are the same for every snippet.
+    """
+    if headers not in HEADERS:
+        raise ValueError(f"unknown header set {headers!r}: one of {', '.join(HEADERS)}")
+    if headers == "casters":  # torch::Tensor and the rest of at:: as torch/types.h names them
+        return ("#include <torch/csrc/utils/pybind.h>\n#include <torch/csrc/Exceptions.h>\n"
+                "namespace torch {\nusing namespace at;\n}\n")
+    if headers == "bind":
+        return ("#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n"
+                "#include <torch/csrc/Exceptions.h>\n")
+    text = "#include <torch/extension.h>\n" if headers == "full" else "#include <torch/types.h>\n"
+    if cuda:
+        text += "#include <cuda_runtime.h>\n"
+    if cuda and cuda_torch:
+        text += "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n"
+    return text
+
+
+# What a binding unit may name of torch and still compile on `casters`: the types its casters convert,
+# and the wrapper jitlab's binding unit puts around each function.
+_CASTER_TYPES = {"Tensor", "TensorOptions", "ScalarType", "IntArrayRef", "Scalar", "Device", "wrap_pybind_function"}
+_TORCH_NAME = re.compile(r"\b(?:torch|at)::(\w+)|\bAT_DISPATCH_\w+")
+
+
+def binding_set(text: str, cuda: bool = True) -> str:
+    """The set a binding unit starts on: ``bind`` for a C++ snippet (the one set its host units need
+    anyway); for a CUDA snippet's, ``casters``, unless its code (after the first ``#line``: jitlab's
+    prelude names nothing of torch) names torch beyond the types pybind11 converts (``torch::empty``,
+    ``torch::kFloat32``, an ``AT_DISPATCH`` macro), which ``bind`` declares. A wrong guess only costs
+    time: a unit that fails on ``casters`` goes to ``bind`` (:func:`larger_set`)."""
+    user = text[max(text.find("#line "), 0):]
+    if not cuda or any(m.group(1) not in _CASTER_TYPES for m in _TORCH_NAME.finditer(user)):
+        return "bind"
+    return "casters"
+
+
+def includes_umbrella(text: str) -> bool:
+    """Whether ``text`` includes ``torch/extension.h`` (or ``all.h``, ``torch.h``, ``python.h``): a local
+    header that does pulls all of torch into any unit, so the unit is built on ``full``."""
+    return _TORCH_UMBRELLAS.search(text) is not None
+
+
+def without_umbrellas(text: str) -> str:
+    """``text`` with its umbrella includes blanked: on a smaller set they would parse all of torch."""
+    return _TORCH_UMBRELLAS.sub("", text)

@@ -58,7 +58,7 @@ class Flags:
         cxx: Host compiler flags for every host unit and the precompiled header.
         cuda_include: The CUDA toolkit's include folder (``-isystem``), for CUDA snippets' host units.
         cxx_user: The user's host flags and defines (after ``cxx``; a precompiled header set is made with the
-            words GCC requires it to share, :func:`jitlab.jit.pch.set_flags`).
+            words GCC requires it to share, :func:`jitlab.jit.engines.pch.set_flags`).
         nvcc: nvcc flags for device units.
         nvcc_torch: What an nvcc unit that includes torch's headers adds (their include folders).
         ld: Link flags (libraries, user ldflags).

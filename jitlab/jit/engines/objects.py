@@ -8,7 +8,7 @@ from the objects (:mod:`jitlab.jit.linker`, about a tenth of a second)::
     build_cache/objects/square_matrix.device-3f9c0a1b2c4d5e6f/   unit text, .o, build.log, jitlab.json
     build_cache/pch/torch-host-9d1e.../jitlab_torch.h(.gch)       a precompiled torch header ($JITLAB_PCH_DIR)
 
-Host units that use torch compile on a precompiled torch header set (:mod:`jitlab.jit.pch`): the
+Host units that use torch compile on a precompiled torch header set (:mod:`jitlab.jit.engines.pch`): the
 smallest that covers what they use, with their own ``#include <torch/extension.h>`` lines blanked. A
 unit that fails on a name only a larger set declares is compiled again on ``full``, and the snippet's
 units start on ``full`` from then on: a smaller set makes a build faster, never different. Every cache

@@ -74,10 +74,24 @@ def ignored_note(logs: dict[str, str]) -> str:
 def precompiled_header(flags: Flags, cuda: bool, headers: str = "full") -> Path:
     """A precompiled header set for these host flags, made on first use (tens of seconds, once).
 
+    The set is made with the user's words GCC requires it to share (:func:`set_flags`). If the compiler
+    refuses those words, the set made without them is returned: GCC then reads its header text instead,
+    and the unit's own compile names the word it refuses, as the build's error.
+
     Returns:
         The header to pass with ``-include``; its ``.gch`` lies beside it.
     """
-    text, cxx, name = _describe("torch", flags, cuda, headers, set_flags(flags.cxx_user))
+    user = set_flags(flags.cxx_user)
+    if user:
+        try:
+            return _precompiled(flags, cuda, headers, user)
+        except ToolchainError:
+            pass
+    return _precompiled(flags, cuda, headers, ())
+
+
+def _precompiled(flags: Flags, cuda: bool, headers: str, user: tuple[str, ...]) -> Path:
+    text, cxx, name = _describe("torch", flags, cuda, headers, user)
 
     def make(folder: Path) -> Path:
         header = folder / "jitlab_torch.h"

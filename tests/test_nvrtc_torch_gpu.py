@@ -65,8 +65,8 @@ def test_square_matrix_edit_runs_the_new_kernel_in_the_same_module(fresh):
     torch.testing.assert_close(old_fn(x), x * x)  # the other kernels are unchanged and still run
     p.write_text(p.read_text().replace("y4[i] = square_float4(x4[i]);  // fewer",
                                        "y4[i] = square_float4(square_float4(x4[i]));  // fewer"))
-    jitlab.load(p)
-    torch.testing.assert_close(old_fn(torch.full((3,), 2.0, device="cuda")), torch.full((3,), 4.0, device="cuda"))
+    jitlab.load(p)  # 4 aligned floats: one float4, which that loop squares twice now
+    torch.testing.assert_close(old_fn(torch.full((4,), 2.0, device="cuda")), torch.full((4,), 16.0, device="cuda"))
 
 
 def test_constant_memory_set_from_host(fresh):

@@ -124,7 +124,6 @@ def test_error_at_the_users_line(scale):
 
 @pytest.mark.parametrize("snippet, reason", [
     ("add2.cu", "host function launch_add2() is called from Python"),
-    ("square_matrix.cu", "torch-style snippet"),
 ])
 def test_nvcc_fallback_says_why(snippet, reason):
     """auto builds what NVRTC cannot with nvcc, saying why in one line; engine='nvrtc' refuses it

@@ -24,7 +24,7 @@ from jitlab import config, progress
 from jitlab.errors import SnippetError
 from jitlab.jit import cache, codegen, deps, diagnostics, emulator_support, shellwords, toolchain
 from jitlab.jit import flags as flags_mod
-from jitlab.jit.engines import compile_only, emulator, ninja, nvrtc, objects, program
+from jitlab.jit.engines import compile_only, emulator, ninja, nvrtc, nvrtc_torch, objects, program
 from jitlab.jit.flags import ENGINES, Options
 from jitlab.jit.parse import parse_file
 from jitlab.jit.plan import Manifest
@@ -240,6 +240,18 @@ def build(paths, opts: Options | None = None, *, use=None, rebuild_once: bool = 
             if opts.engine == "nvrtc" or not nvrtc.only_nvrtc_fails(e.log, list(sources_by_path(plan))):
                 raise diagnostics.compile_error(describe(plan, archs, "NVRTC"), e.log, sources_by_path(plan)) from None
             engine, why = nvcc_engine(plan, opts), f"NVRTC could not compile it ({_first_error(e.log)})"
+    elif engine is nvrtc_torch:
+        try:
+            return find_or_build(engine, plan, archs, parts, opts, t0=t0, use=use, rebuild_once=rebuild_once)
+        except (nvrtc.NvrtcError, nvrtc_torch.Unsuitable) as e:
+            # The device unit goes to nvcc, whose message is the one to show if the code is wrong; the host
+            # objects are the same units, already in the object cache.
+            if opts.engine == "nvrtc":
+                if isinstance(e, nvrtc_torch.Unsuitable):
+                    raise SnippetError(f"engine='nvrtc' cannot build {file_names(plan)}: {e}; use engine='auto' or 'nvcc'") from None
+                raise diagnostics.compile_error(describe(plan, archs, "NVRTC"), e.log, sources_by_path(plan)) from None
+            why = str(e) if isinstance(e, nvrtc_torch.Unsuitable) else f"NVRTC could not compile it ({_first_error(e.log)})"
+            engine = nvcc_engine(plan, opts)
     notes = [f"built with nvcc: {why}"] if why else []
     return find_or_build(engine, plan, archs, parts, opts, notes=notes, t0=t0, use=use, rebuild_once=rebuild_once)
 
@@ -249,7 +261,8 @@ def choose_engine(plan: codegen.Plan, opts: Options) -> tuple[ModuleType, str]:
 
     A program goes to the program engine; a CUDA snippet for ``device="cpu"`` to the CPU emulator
     (:func:`on_emulator`); otherwise ``engine="auto"`` takes NVRTC for a kernel-only ``.cu`` it can
-    compile (:func:`nvrtc.unsuitable`) and nvcc (:func:`nvcc_engine`) for everything else, and
+    compile (:func:`nvrtc.unsuitable`) and for a split torch-style snippet's device code
+    (:func:`_torch_engine`), nvcc (:func:`nvcc_engine`) for everything else, and
     ``"nvrtc"`` refuses what NVRTC cannot build, naming why and the fix.
 
     Raises:
@@ -263,6 +276,8 @@ def choose_engine(plan: codegen.Plan, opts: Options) -> tuple[ModuleType, str]:
         raise SnippetError(f"engine={opts.engine!r}: use one of {', '.join(map(repr, ENGINES))}")
     if opts.engine == "nvcc" or not plan.cuda:
         return nvcc_engine(plan, opts), ""
+    if plan.kind == "torch":
+        return _torch_engine(plan, opts)
     flags = [*opts.cflags, *opts.cuda_cflags, *opts.ldflags]
     why = (nvrtc.unsuitable(plan) or (f"compiler flags given ({' '.join(flags)})" if flags else None)
            or nvrtc.unavailable())
@@ -272,6 +287,23 @@ def choose_engine(plan: codegen.Plan, opts: Options) -> tuple[ModuleType, str]:
         raise SnippetError(f"engine='nvrtc' cannot build {file_names(plan)}: {why}; "
                            f"use engine='auto' or 'nvcc'")
     return nvcc_engine(plan, opts), why if plan.kind == "kernel" else ""
+
+
+def _torch_engine(plan: codegen.Plan, opts: Options) -> tuple[ModuleType, str]:
+    """A torch-style CUDA snippet's engine: NVRTC for a split one it can build (:func:`nvrtc_torch.unsuitable`),
+    so a kernel edit is an NVRTC compile and no host compile or link; else the nvcc split, saying why when
+    NVRTC was a candidate (a file built as one unit has its own note). Compile-only builds stay nvcc's (the
+    relocatable object ``jitlab inspect`` reads, ptxas' report) unless ``engine="nvrtc"`` asks.
+    """
+    if opts.compile_only and opts.engine != "nvrtc":
+        return nvcc_engine(plan, opts), ""
+    why = nvrtc_torch.unsuitable(plan, opts) or nvrtc.unavailable()
+    if why is None:
+        return nvrtc_torch, ""
+    if opts.engine == "nvrtc":
+        raise SnippetError(f"engine='nvrtc' cannot build {file_names(plan)}: {why}; use engine='auto' or 'nvcc'")
+    split = plan.units and not any(u.compiler == "nvcc" and u.torch for u in plan.units) and not plan.ops
+    return nvcc_engine(plan, opts), why if split else ""
 
 
 def nvcc_engine(plan: codegen.Plan, opts: Options) -> ModuleType:

@@ -159,6 +159,8 @@ def load(b: build_mod.Build) -> Module:
         raise JitlabError(f"{b.name} is a program (it has main): run it with jitlab.run_program, not load")
     if b.plan.ops:
         return _bind_ops(b)
+    if b.engine == "nvrtc-torch":
+        return _load_slotted(b)
     mod = _loaded.get(b.name)
     if mod is not None:
         mod.build = b
@@ -233,8 +235,32 @@ def _attach(mod: Module, call: Callable) -> None:
     mod._bind(call.fn.name, attr)
 
 
-def _bind_torch(mod: Module, b: build_mod.Build) -> None:
-    py = sys.modules.get(b.name) or _import_extension(b)
+def _load_slotted(b: build_mod.Build) -> Module:
+    """A torch-style NVRTC build: one module object per linked module (a kernel edit keeps it), whose
+    slots take this build's CUBIN for this GPU (:mod:`jitlab.jit.slotted`)."""
+    from jitlab import config
+    from jitlab.jit import slotted
+    from jitlab.jit.toolchain import current_arch
+
+    arch = current_arch()
+    name = b.manifest.cubins.get(arch)
+    if name is None:
+        raise JitlabError(f"{b.name} was built for {', '.join(b.manifest.cubins)}, not this GPU ({arch}); "
+                          f"load it without arch= to build for this GPU")
+    library = config.cache_dir() / b.manifest.library
+    mod = _loaded.get(b.manifest.module)
+    if mod is None:
+        mod = Module(b)
+        _bind_torch(mod, b, sys.modules.get(b.manifest.module) or _import_extension(b.manifest.module, library))
+        _loaded[b.manifest.module] = mod
+    mod.build = b
+    slotted.fill(library, (b.folder / name).read_bytes(), b.manifest.kernels or {})
+    _loaded[b.name] = mod
+    return mod
+
+
+def _bind_torch(mod: Module, b: build_mod.Build, py=None) -> None:
+    py = py or sys.modules.get(b.name) or _import_extension(b.name, b.artifact)
     names = [n for n in dir(py) if not n.startswith("_")]
     for n in names:
         fn = getattr(py, n)
@@ -244,11 +270,11 @@ def _bind_torch(mod: Module, b: build_mod.Build) -> None:
     mod.extension = py
 
 
-def _import_extension(b: build_mod.Build):
-    spec = importlib.util.spec_from_file_location(b.name, b.artifact)
+def _import_extension(name: str, path):
+    spec = importlib.util.spec_from_file_location(name, path)
     py = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(py)
-    sys.modules[b.name] = py
+    sys.modules[name] = py
     return py
 
 

@@ -123,6 +123,8 @@ class Manifest:
         engine, kind, archs, sources, seconds, built_at: What built it, the snippet's kind, the archs,
             the user's files, the build's seconds and when.
         cubins, kernels, nvrtc: The NVRTC engine's cubin per arch, kernel names and NVRTC version.
+        library, module, slots: The torch-style NVRTC engine's module (its path under the cache folder),
+            the name it imports as, and its slots (C++ name, name expression, kernel or variable).
         units, link_seconds: The object engine's units (name, compiler, cached, seconds, headers) and link time.
         extension, undefined: An object's ``TORCH_EXTENSION_NAME`` and undefined symbols.
         command: A program's compile command.
@@ -149,6 +151,9 @@ class Manifest:
     cubins: dict[str, str] | None = None
     kernels: dict[str, str] | None = None
     nvrtc: object = None
+    library: str | None = None
+    module: str | None = None
+    slots: list | None = None
     units: list[dict] | None = None
     link_seconds: float | None = None
     extension: str | None = None

@@ -29,7 +29,7 @@ from jitlab.jit.resources import demangle, parse_resource_usage
 
 SHIMS = Path(__file__).parent / "nvrtc_include"
 # System headers NVRTC compiles: its own and the toolkit's device headers, and jitlab's stand-ins.
-_DEVICE_HEADER = re.compile(r"^(cuda[_/].*|cooperative_groups.*|mma\.h|sm_\d+_.*|crt/.*|vector_(types|functions)\.h"
+DEVICE_HEADER = re.compile(r"^(cuda[_/].*|cooperative_groups.*|mma\.h|sm_\d+_.*|crt/.*|vector_(types|functions)\.h"
                             r"|device_.*\.h|math_constants\.h|cub/.*|cuda/.*|nv/.*|curand.*\.h)$")
 _SYSTEM_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*<([^>]+)>', re.MULTILINE)
 
@@ -197,7 +197,7 @@ def unsuitable(plan) -> str | None:
     for f in plan.files:
         for header in _SYSTEM_INCLUDE.findall(f.text):
             name = header.strip()
-            if not (_DEVICE_HEADER.match(name) or (SHIMS / name).is_file()):
+            if not (DEVICE_HEADER.match(name) or (SHIMS / name).is_file()):
                 return f"includes <{name}>, a host header"
     if not plan.exported:
         return "no kernel to call"
@@ -250,7 +250,7 @@ def compile_cubins(plan, archs: list[str], defines: dict, debug: bool = False) -
             obj = Program(text, "c++", options(plan, arch, defines, debug)).compile(
                 "cubin", name_expressions=kernels, logs=log)
         except Exception as e:  # cuda.core raises NVRTCError with the log in its message
-            raise NvrtcError(_log_of(e, log.getvalue())) from None
+            raise NvrtcError(log_of(e, log.getvalue())) from None
         names = {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in cudacore.symbol_mapping(obj).items()}
         out.append(Cubin(arch, bytes(obj.code), names, log.getvalue().replace("\x00", "").strip()))
     return out
@@ -302,7 +302,7 @@ class NvrtcError(Exception):
         self.log = log
 
 
-def _log_of(e: Exception, log: str) -> str:
+def log_of(e: Exception, log: str) -> str:
     text = str(e)
     if "compilation log:" in text:
         text = text.split("compilation log:", 1)[1]

@@ -44,11 +44,12 @@ def objects_root() -> Path:
     return config.cache_dir() / "objects"
 
 
-def compile_all(units: list[Unit], flags: Flags, stem: str, sources: dict[str, str]) -> list[Object]:
+def compile_all(units: list[Unit], flags: Flags, stem: str, sources: dict[str, str], cuda: bool | None = None) -> list[Object]:
     """Compile (or find) every unit's object, in parallel where they are independent.
 
     Host units go first when a device unit has kernel templates, whose instantiations are read from
-    the host objects; the precompiled header is made while nvcc works.
+    the host objects; the precompiled header is made while nvcc works. ``cuda`` says whether host units
+    get CUDA's precompiled torch header (default: whether a unit is nvcc's).
 
     Raises:
         CompileError: The first unit that failed, at the user's file and line.
@@ -57,7 +58,7 @@ def compile_all(units: list[Unit], flags: Flags, stem: str, sources: dict[str, s
     later = [u for u in units if u.templates]
     done: dict[str, Object] = {}
     workers = max(2, min(8, os.cpu_count() or 2))
-    cuda = any(u.compiler == "nvcc" for u in units)
+    cuda = any(u.compiler == "nvcc" for u in units) if cuda is None else cuda
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         # Longest first: with fewer workers than units (2 cores: 2), a short unit never delays the long
         # one. progress.submit: each thread names its unit in the build's live line.
@@ -130,7 +131,7 @@ def _compile_host(unit: Unit, flags: Flags, stem: str, cuda: bool) -> Object:
 
 
 def _hint_path(stem: str, unit: Unit) -> Path:
-    return objects_root() / "hints" / f"{_identifier(stem)}.{unit.name}.headers"
+    return objects_root() / "hints" / f"{identifier(stem)}.{unit.name}.headers"
 
 
 def _hinted(hint: Path) -> str | None:
@@ -139,6 +140,15 @@ def _hinted(hint: Path) -> str | None:
         return None
     found = re.search(r"built on (\w+)", hint.read_text(errors="replace"))
     return found.group(1) if found and found.group(1) in header_sets.HEADERS else "full"
+
+
+def compile_unit(unit: Unit, flags: Flags, stem: str) -> Object:
+    """One unit without torch (a generated one) → its cached object; compiles only on a miss.
+
+    Raises:
+        UnitError: The compiler rejected it.
+    """
+    return _compile(unit, flags, stem, None)
 
 
 def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: str = "", headers: str = "") -> Object:
@@ -162,7 +172,7 @@ def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: st
                            "pch": str(header) if header else "", "toolchain": flags.toolchain, "deps": unit.deps})
     # The module name the unit's PYBIND11_MODULE gets: from its own key, never from the build's, so a
     # kernel edit (a new build name) reuses the host objects.
-    extension = f"{_identifier(stem)}_{key[:12]}" if unit.torch else ""
+    extension = f"{identifier(stem)}_{key[:12]}" if unit.torch else ""
     name = f"{unit.name}-{key}"
     t0 = time.perf_counter()
 
@@ -206,7 +216,7 @@ def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, hea
                       read=deps.read_depfile(depfile))
 
 
-def _identifier(stem: str) -> str:
+def identifier(stem: str) -> str:
     safe = "".join(c if c.isalnum() else "_" for c in stem).strip("_") or "snippet"
     return "k" + safe if safe[0].isdigit() else safe
 

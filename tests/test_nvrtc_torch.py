@@ -137,8 +137,10 @@ torch::Tensor go(torch::Tensor y) { parent<<<1, 1>>>(y.data_ptr<float>()); retur
     (FEATURES.read_text(), ["-G"], "nvcc-only flag -G"),
     (FEATURES.read_text().replace("__constant__ float c_bias", "__managed__ float c_bias"), [], "__managed__"),
 ])
-def test_what_nvrtc_cannot_build_goes_to_nvcc_with_one_line(tmp_path, source, cflags, reason):
-    """auto takes the nvcc split and says why in one line; engine='nvrtc' refuses with the reason and the fix."""
+def test_what_nvrtc_cannot_build_goes_to_nvcc_with_one_line(tmp_path, monkeypatch, source, cflags, reason):
+    """auto (with the engine as its default) takes the nvcc split and says why in one line; engine='nvrtc'
+    refuses with the reason and the fix."""
+    monkeypatch.setattr(builder, "TORCH_NVRTC_BY_DEFAULT", True)
     p = tmp_path / "snippet.cu"
     p.write_text(source)
     opts = Options(arch=[ARCH], cuda_cflags=cflags)
@@ -149,9 +151,13 @@ def test_what_nvrtc_cannot_build_goes_to_nvcc_with_one_line(tmp_path, source, cf
         builder.choose_engine(plan, Options(arch=[ARCH], cuda_cflags=cflags, engine="nvrtc"))
 
 
-def test_auto_takes_nvrtc_for_a_split_snippet_and_nvcc_for_compile_only():
-    """A split torch-style snippet for a GPU is NVRTC's; a compile-only check stays nvcc's unless asked."""
+def test_auto_takes_nvrtc_for_a_split_snippet_and_nvcc_for_compile_only(monkeypatch):
+    """A split torch-style snippet for a GPU is NVRTC's once that is auto's default (until the GPU suite has
+    run it, auto keeps the nvcc split); a compile-only check stays nvcc's unless asked."""
     plan, _, _ = builder.prepare(ROOT / "kernels" / "square_matrix.cu", Options(arch=[ARCH]))
+    assert builder.choose_engine(plan, Options(arch=[ARCH]))[0] is objects
+    assert builder.choose_engine(plan, Options(arch=[ARCH], engine="nvrtc"))[0] is nvrtc_torch
+    monkeypatch.setattr(builder, "TORCH_NVRTC_BY_DEFAULT", True)
     assert builder.choose_engine(plan, Options(arch=[ARCH]))[0] is nvrtc_torch
     assert builder.choose_engine(plan, Options(arch=[ARCH], compile_only=True))[0] is objects
     assert builder.choose_engine(plan, Options(arch=[ARCH], compile_only=True, engine="nvrtc"))[0] is nvrtc_torch

@@ -14,6 +14,14 @@ import jitlab
 
 pytestmark = pytest.mark.gpu
 
+
+@pytest.fixture(autouse=True)
+def nvrtc_by_default(monkeypatch):
+    """These tests run auto as it will be once they pass: the torch-style NVRTC engine its default."""
+    from jitlab.jit import builder
+
+    monkeypatch.setattr(builder, "TORCH_NVRTC_BY_DEFAULT", True)
+
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES = Path(__file__).parent / "fixtures" / "split" / "features.cu"
 

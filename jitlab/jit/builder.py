@@ -289,13 +289,19 @@ def choose_engine(plan: codegen.Plan, opts: Options) -> tuple[ModuleType, str]:
     return nvcc_engine(plan, opts), why if plan.kind == "kernel" else ""
 
 
+#: Whether ``engine="auto"`` takes the torch-style NVRTC engine. Not before its GPU tests
+#: (tests/test_nvrtc_torch_gpu.py) and the GPU suite have passed on a GPU with it (issue 35): until then
+#: ``engine="nvrtc"`` asks for it, and auto keeps the nvcc split.
+TORCH_NVRTC_BY_DEFAULT = False
+
+
 def _torch_engine(plan: codegen.Plan, opts: Options) -> tuple[ModuleType, str]:
     """A torch-style CUDA snippet's engine: NVRTC for a split one it can build (:func:`nvrtc_torch.unsuitable`),
     so a kernel edit is an NVRTC compile and no host compile or link; else the nvcc split, saying why when
     NVRTC was a candidate (a file built as one unit has its own note). Compile-only builds stay nvcc's (the
     relocatable object ``jitlab inspect`` reads, ptxas' report) unless ``engine="nvrtc"`` asks.
     """
-    if opts.compile_only and opts.engine != "nvrtc":
+    if opts.engine != "nvrtc" and (opts.compile_only or not TORCH_NVRTC_BY_DEFAULT):
         return nvcc_engine(plan, opts), ""
     why = nvrtc_torch.unsuitable(plan, opts) or nvrtc.unavailable()
     if why is None:

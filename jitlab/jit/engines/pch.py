@@ -47,11 +47,21 @@ class Flags(Protocol):
 #: ``-m`` settings, ``-fopenmp`` defines ``_OPENMP``, ``-g`` the debug info, ``-std=`` the language. A set
 #: is made for them (``-O3`` is one more set, once) rather than every unit parsing torch's headers again.
 _SET_FLAGS = ("-O", "-f", "-m", "-g", "-std=", "-ansi")
+#: Optimisation levels GCC takes one set for (the same macros): made with ``-O2``; ``-O0`` is the default's.
+_LEVELS = {"-O0": None, "-O": "-O2", "-O1": "-O2", "-O2": "-O2", "-O3": "-O2", "-Og": "-O2"}
 
 
 def set_flags(user) -> tuple[str, ...]:
-    """The words of a user's host flags that a header set is made with (:data:`_SET_FLAGS`), in order."""
-    return tuple(w for w in user if w.startswith(_SET_FLAGS))
+    """The words of a user's host flags that a header set is made with (:data:`_SET_FLAGS`), in order; the
+    last optimisation level only (it is the one GCC takes), as the set it shares (:data:`_LEVELS`)."""
+    levels = [i for i, w in enumerate(user) if w.startswith("-O")]
+    out = []
+    for i, w in enumerate(user):
+        if w.startswith("-O"):
+            w = _LEVELS.get(w, w) if i == levels[-1] else None
+        if w and w.startswith(_SET_FLAGS):
+            out.append(w)
+    return tuple(out)
 
 
 # GCC's -Winvalid-pch line when a macro defined before the header is a name the header uses.

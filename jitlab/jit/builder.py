@@ -16,7 +16,6 @@ import dataclasses
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -27,7 +26,7 @@ from jitlab.jit import flags as flags_mod
 from jitlab.jit.engines import compile_only, emulator, ninja, nvrtc, nvrtc_torch, objects, program
 from jitlab.jit.flags import ENGINES, Options
 from jitlab.jit.parse import parse_file
-from jitlab.jit.plan import Manifest
+from jitlab.jit.plan import Build, Manifest
 from jitlab.jit.sources import (
     collect_sources,
     describe,
@@ -37,64 +36,6 @@ from jitlab.jit.sources import (
     user_include_dirs,
     with_header_deps,
 )
-
-
-@dataclass
-class Build:
-    """One build in the cache.
-
-    Attributes:
-        name: Module name (the snippet's name plus the key).
-        folder: The build folder.
-        plan: What was generated.
-        manifest: The manifest (artifact, hash, timings, resource usage).
-        cached: ``True`` when nothing was compiled.
-        seconds: Wall time of this build call (0 for a cache hit's compile).
-        archs: The archs built for.
-    """
-
-    name: str
-    folder: Path
-    plan: codegen.Plan
-    manifest: Manifest
-    cached: bool
-    seconds: float
-    archs: list[str]
-
-    @property
-    def artifact(self) -> Path:
-        return self.folder / self.manifest.artifact
-
-    @property
-    def compile_only(self) -> bool:
-        return bool(self.manifest.compile_only)
-
-    @property
-    def resources(self) -> dict:
-        """Per-kernel resource usage from ptxas: registers, shared/local/constant memory, spills."""
-        return self.manifest.resources or {}
-
-    @property
-    def registers(self) -> str:
-        """Each kernel's registers per thread (the most over its archs), one phrase: ``saxpy: 10 registers``."""
-        return ", ".join(f"{k}: {max(a['registers'] for a in per.values())} registers"
-                         for k, per in sorted(self.resources.items()))
-
-    @property
-    def engine(self) -> str:
-        """``"nvrtc"`` or ``"nvcc"``: what compiled the CUDA code; ``"c++"`` for a snippet without CUDA."""
-        return (self.manifest.engine or "nvcc") if self.plan.cuda else "c++"
-
-    @property
-    def notes(self) -> list[str]:
-        """One line for each choice the build made that a user may want to know (engine, split, headers)."""
-        return list(self.plan.notes if self.manifest.notes is None else self.manifest.notes)
-
-    @property
-    def log(self) -> str:
-        """The compiler output of the build (warnings and ptxas resource usage)."""
-        p = self.folder / "build.log"
-        return p.read_text(errors="replace") if p.is_file() else ""
 
 
 def snippet_files(paths) -> tuple[list, str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from jitlab.errors import SnippetError
 from jitlab.jit import ctypes_map, header_sets, macros, module_unit, ops, preproc
 from jitlab.jit import split as split_mod
-from jitlab.jit.plan import Unit
+from jitlab.jit.plan import Operator, Unit
 from jitlab.jit.parse import Function, SourceFile, line_directive
 from jitlab.jit.pyargs import declaration, pyargs, required_defaults
 from jitlab.jit.shims import shim_unit
@@ -85,7 +85,7 @@ class Plan:
     printing: set[str] = field(default_factory=set)
     units: list[Unit] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    ops: list[ops.Operator] = field(default_factory=list)
+    ops: list[Operator] = field(default_factory=list)
 
     @property
     def device_sources(self) -> list[str]:

@@ -1,7 +1,8 @@
 """The data that crosses the jit's stages, in one leaf module: what a build compiles and what it records.
 
 ``Unit`` (one translation unit to compile) and ``UnitError`` (one that failed), ``Flags`` (one build's command-line flags), ``Object`` (a
-compiled unit in the object cache) and ``Manifest`` (what a cache entry records of its artifact).
+compiled unit in the object cache), ``Operator`` (one a snippet registers with torch's dispatcher), ``Manifest``
+(what a cache entry records of its artifact) and ``Build`` (one build in the cache: its plan and manifest).
 The stages import these from here, never from an engine: planning a build needs no compiler module.
 Nothing here imports jitlab.
 """
@@ -103,6 +104,34 @@ class Object:
     read: list[str] | None = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Operator:
+    """An operator a snippet defines or implements, as ``repr(module)`` lists it.
+
+    Attributes:
+        namespace: ``myops``.
+        name: ``scale`` (the overload name, if any, is part of :attr:`schema`).
+        schema: ``scale(Tensor x, float a) -> Tensor``; just the name when ``m.def`` infers it, ``""``
+            when the snippet only implements an operator defined elsewhere.
+        keys: Dispatch keys the snippet gives it kernels for (``CPU``, ``CUDA``), in file order.
+        path: Where it is defined (or first implemented).
+        line: The line of its ``m.def`` (or ``m.impl``).
+    """
+
+    namespace: str
+    name: str
+    schema: str
+    keys: tuple[str, ...] = ()
+    path: str = ""
+    line: int = 0
+
+    def describe(self) -> str:
+        """``myops::scale(Tensor x, float a) -> Tensor [CPU, CUDA]``."""
+        what = self.schema if "(" in self.schema else f"{self.name} (schema inferred from its kernel)" \
+            if self.schema else f"{self.name} (defined elsewhere)"
+        return f"{self.namespace}::{what} [{', '.join(self.keys) or 'no kernel'}]"
+
+
 @dataclass
 class Manifest:
     """What a cache entry records, written as its ``jitlab.json`` by :func:`jitlab.jit.cache.find_or_make`
@@ -176,3 +205,61 @@ class Manifest:
         ``read`` and ``unstable``, which it turns into ``deps``."""
         cache_own = ("read", "unstable", "deps", "others", "format")
         return {k: v for k, v in asdict(self).items() if v is not None and k not in cache_own}
+
+
+@dataclass
+class Build:
+    """One build in the cache: what :func:`jitlab.jit.builder.build` returns (``jitlab.Build``).
+
+    Attributes:
+        name: Module name (the snippet's name plus the key).
+        folder: The build folder.
+        plan: What was generated.
+        manifest: The manifest (artifact, hash, timings, resource usage).
+        cached: ``True`` when nothing was compiled.
+        seconds: Wall time of this build call (0 for a cache hit's compile).
+        archs: The archs built for.
+    """
+
+    name: str
+    folder: Path
+    plan: Plan
+    manifest: Manifest
+    cached: bool
+    seconds: float
+    archs: list[str]
+
+    @property
+    def artifact(self) -> Path:
+        return self.folder / self.manifest.artifact
+
+    @property
+    def compile_only(self) -> bool:
+        return bool(self.manifest.compile_only)
+
+    @property
+    def resources(self) -> dict:
+        """Per-kernel resource usage from ptxas: registers, shared/local/constant memory, spills."""
+        return self.manifest.resources or {}
+
+    @property
+    def registers(self) -> str:
+        """Each kernel's registers per thread (the most over its archs), one phrase: ``saxpy: 10 registers``."""
+        return ", ".join(f"{k}: {max(a['registers'] for a in per.values())} registers"
+                         for k, per in sorted(self.resources.items()))
+
+    @property
+    def engine(self) -> str:
+        """``"nvrtc"`` or ``"nvcc"``: what compiled the CUDA code; ``"c++"`` for a snippet without CUDA."""
+        return (self.manifest.engine or "nvcc") if self.plan.cuda else "c++"
+
+    @property
+    def notes(self) -> list[str]:
+        """One line for each choice the build made that a user may want to know (engine, split, headers)."""
+        return list(self.plan.notes if self.manifest.notes is None else self.manifest.notes)
+
+    @property
+    def log(self) -> str:
+        """The compiler output of the build (warnings and ptxas resource usage)."""
+        p = self.folder / "build.log"
+        return p.read_text(errors="replace") if p.is_file() else ""

@@ -18,7 +18,7 @@ from jitlab.jit import builder as build_mod
 from jitlab.jit import cache, emulator_run, emulator_support, macros, oplib
 from jitlab.jit.flags import Options
 from jitlab.jit.launch import Callable
-from jitlab.jit.plan import Build
+from jitlab.jit.plan import Build, TorchPlan
 
 _loaded: dict[str, "Module"] = {}
 
@@ -131,8 +131,9 @@ class Module:
         b = self.build
         state = "cache hit" if b.cached else f"built in {b.seconds:.2f} s"
         lines = [f"<jitlab module {b.name} ({b.plan.kind}, {b.engine}, {state}, {b.folder})"]
-        lines += [f"  ops: {op.describe()}" for op in b.plan.ops]
-        for n in [] if b.plan.ops else self.functions:
+        ops = b.plan.ops if isinstance(b.plan, TorchPlan) else []
+        lines += [f"  ops: {op.describe()}" for op in ops]
+        for n in [] if ops else self.functions:
             f = self._fns[n]
             lines.append(f"  {getattr(f, '__doc__', None) or n}")
         for n in self.shadowed:
@@ -158,7 +159,7 @@ def load(b: Build) -> Module:
         raise JitlabError(f"{b.name} was built compile-only (no GPU); it can be inspected but not called")
     if b.plan.kind == "program":
         raise JitlabError(f"{b.name} is a program (it has main): run it with jitlab.run_program, not load")
-    if b.plan.ops:
+    if isinstance(b.plan, TorchPlan) and b.plan.ops:
         return _bind_ops(b)
     if b.engine == "nvrtc-torch":
         return _load_slotted(b)

@@ -1,7 +1,8 @@
 """The data that crosses the jit's stages, in one leaf module: what a build compiles and what it records.
 
 ``Unit`` (one translation unit to compile) and ``UnitError`` (one that failed), ``Flags`` (one build's command-line flags), ``Object`` (a
-compiled unit in the object cache), ``Operator`` (one a snippet registers with torch's dispatcher), ``Manifest``
+compiled unit in the object cache), the plans (``Plan`` and one class per kind: ``KernelPlan``, ``TorchPlan``,
+``ProgramPlan``), ``Operator`` (one a snippet registers with torch's dispatcher), ``Manifest``
 (what a cache entry records of its artifact) and ``Build`` (one build in the cache: its plan and manifest).
 The stages import these from here, never from an engine: planning a build needs no compiler module.
 Nothing here imports jitlab.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import ClassVar
 
 
 @dataclass(frozen=True)
@@ -205,6 +207,108 @@ class Manifest:
         ``read`` and ``unstable``, which it turns into ``deps``."""
         cache_own = ("read", "unstable", "deps", "others", "format")
         return {k: v for k, v in asdict(self).items() if v is not None and k not in cache_own}
+
+
+@dataclass(kw_only=True)
+class Plan:
+    """What to build, the part every kind of plan has (:func:`jitlab.jit.builder.prepare` makes one).
+
+    One class per kind, each with only the fields it uses: :class:`KernelPlan`, :class:`TorchPlan`,
+    :class:`ProgramPlan`. ``SourceFile`` and ``Function`` are :mod:`jitlab.jit.parse`'s, named here and
+    not imported, so the spine stays a leaf.
+
+    Attributes:
+        kind: ``"kernel"``, ``"torch"`` or ``"program"`` (the class's, never set).
+        stem: Human part of the module name (the snippet's name).
+        cuda: Whether there is CUDA code.
+        files: The parsed user files.
+        include_dirs: Folders searched for the snippet's local headers.
+        notes: One line per choice a user may want to know (a torch-style file built as one unit, and why).
+    """
+
+    kind: ClassVar[str] = ""
+    stem: str
+    cuda: bool
+    files: list[SourceFile]
+    include_dirs: list[str]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class ModulePlan(Plan):
+    """A plan whose build loads as a module of functions Python calls (kernel-only or torch-style).
+
+    Attributes:
+        exported: Functions callable from Python.
+        skipped: ``(name, reason)`` for functions not exported.
+        printing: Python names of the functions that may print (directly or through what they call or
+            launch): only these have their C-level output forwarded, so the others time cleanly.
+    """
+
+    exported: list[Function]
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    printing: set[str] = field(default_factory=set)
+
+
+@dataclass(kw_only=True)
+class KernelPlan(ModulePlan):
+    """A kernel-only plan (no torch in the snippet): the user's code and ``extern "C"`` shims, called
+    through ctypes (or, for NVRTC, launched from Python). The CPU emulator builds these too.
+
+    Attributes:
+        cpp_sources: The C++ unit's texts, in order (prelude, the user's ``.cpp`` files, their shims).
+        cuda_sources: The CUDA unit's texts, in order (prelude, the user's ``.cu`` files, their shims).
+    """
+
+    kind: ClassVar[str] = "kernel"
+    cpp_sources: list[str]
+    cuda_sources: list[str]
+
+    @property
+    def device_sources(self) -> list[str]:
+        """The texts nvcc compiles, for PTX and inspection."""
+        return self.cuda_sources
+
+    @property
+    def device_needs_torch(self) -> bool:
+        """Whether nvcc must see torch's headers: never for a kernel-only plan."""
+        return False
+
+
+@dataclass(kw_only=True)
+class TorchPlan(ModulePlan):
+    """A torch-style plan: translation units, each compiled to its own cached object and linked into a
+    module Python imports (or, for operators, a library ``torch.ops`` calls).
+
+    Attributes:
+        units: The translation units (device units for nvcc without torch, host units for the host compiler).
+        binds_itself: The snippet makes its own module (``PYBIND11_MODULE``) or registers operators:
+            no binding is generated.
+        ops: The operators the snippet registers (``TORCH_LIBRARY``): then it is loaded as a plain shared
+            library, called through ``torch.ops``, and binds no other function.
+    """
+
+    kind: ClassVar[str] = "torch"
+    units: list[Unit]
+    binds_itself: bool = False
+    ops: list[Operator] = field(default_factory=list)
+
+    @property
+    def device_sources(self) -> list[str]:
+        """The texts nvcc compiles (the device units), for PTX and inspection."""
+        return [u.text for u in self.units if u.compiler == "nvcc"]
+
+    @property
+    def device_needs_torch(self) -> bool:
+        """Whether nvcc must see torch's headers (a torch-style file built as one unit)."""
+        return any(u.torch for u in self.units if u.compiler == "nvcc")
+
+
+@dataclass(kw_only=True)
+class ProgramPlan(Plan):
+    """A whole program (a file defines ``main``): its files compiled as they are, nothing generated."""
+
+    kind: ClassVar[str] = "program"
 
 
 @dataclass

@@ -203,10 +203,10 @@ class Manifest:
         return cls(**{k: v for k, v in record.items() if k in known})
 
     def record(self) -> dict:
-        """The entry's JSON fields an engine sets: every field set, less those the cache writes itself and
-        ``read`` and ``unstable``, which it turns into ``deps``."""
-        cache_own = ("read", "unstable", "deps", "others", "format")
-        return {k: v for k, v in asdict(self).items() if v is not None and k not in cache_own}
+        """The entry's JSON record: every field set, and ``deps`` also when ``None`` (unknown: rebuild next
+        time), less ``read`` and ``unstable``, which the cache turns into ``deps``."""
+        kept = {k: v for k, v in asdict(self).items() if v is not None and k not in ("read", "unstable")}
+        return {**kept, "deps": self.deps}
 
 
 @dataclass(kw_only=True)

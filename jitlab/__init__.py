@@ -28,7 +28,7 @@ from jitlab.errors import (
     ToolchainError,
 )
 from jitlab.jit.api import build, clean, load, load_inline
-from jitlab.jit.builder import Build
+from jitlab.jit.plan import Build
 from jitlab.jit.flags import Options
 
 __version__ = config.VERSION

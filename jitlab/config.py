@@ -10,7 +10,7 @@ VERSION = "0.1.0"  # the package's version (jitlab.__version__)
 #: The folder that holds the jitlab package (a checkout's root, or site-packages): child processes
 #: get it first on PYTHONPATH so they import this jitlab.
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 #: Extensions jitlab treats as sources and headers when given a folder.
 CUDA_EXTS = (".cu",)

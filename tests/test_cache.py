@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
 import pytest
 
 import jitlab
+from jitlab import config
 from jitlab.jit import cache as jcache
 from jitlab.jit import cachedir, locks
+from jitlab.jit.plan import Manifest
 
 
 def fake_build(root, name: str, manifest: bool = True):
@@ -18,7 +21,7 @@ def fake_build(root, name: str, manifest: bool = True):
     folder.mkdir(parents=True)
     (folder / "x.so").write_bytes(b"\0" * 8)
     if manifest:
-        jcache.write_manifest(folder, {"artifact": "x.so", "size": 8})
+        jcache.write_manifest(folder, Manifest(artifact="x.so", size=8, sha256=""))
     return folder
 
 
@@ -275,8 +278,7 @@ def test_a_manifest_pointing_outside_its_entry_is_not_followed(cache, write, tmp
     b = jitlab.build(tiny(write))
     outside = b.folder.parent / "elsewhere.so"
     outside.write_bytes(b.artifact.read_bytes())
-    manifest = {k: v for k, v in jcache.read_manifest(b.folder).items() if k != "format"}
-    jcache.write_manifest(b.folder, {**manifest, "artifact": "../elsewhere.so"})
+    jcache.write_manifest(b.folder, dataclasses.replace(b.manifest, artifact="../elsewhere.so"))
     with pytest.warns(UserWarning, match="not a file of the build's own folder"):
         again = jitlab.build(tiny(write))
     assert not again.cached and again.manifest.artifact != "../elsewhere.so"
@@ -370,3 +372,14 @@ def test_without_rebuild_once_an_unusable_entry_is_an_error(tmp_path):
         jcache.find_or_make("lib_0123456789abcdef", make, root=tmp_path, use=use)
     assert len(calls) == 1
 
+
+
+def test_a_manifest_is_written_from_its_dataclass_with_the_format_and_unknown_deps(tmp_path):
+    """write_manifest writes a Manifest's record with jitlab's format and `deps` null when unknown; it reads back the same."""
+    folder = tmp_path / "entry"
+    folder.mkdir()
+    (folder / "x.so").write_bytes(b"\0" * 8)
+    record = jcache.write_manifest(folder, dataclasses.replace(jcache.made(folder / "x.so", engine="nvcc"), deps=None))
+    assert record["deps"] is None and record["format"] == config.FORMAT_VERSION and "read" not in record
+    assert jcache.read_manifest(folder) == record
+    assert Manifest.from_record(record).engine == "nvcc"

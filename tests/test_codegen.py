@@ -7,6 +7,7 @@ import pytest
 from jitlab.errors import SnippetError
 from jitlab.jit import codegen
 from jitlab.jit.parse import parse_file
+from jitlab.jit.plan import KernelPlan, TorchPlan
 
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 
@@ -34,23 +35,32 @@ def test_user_code_follows_a_line_directive():
 
 
 def test_torch_style_plan_declares_host_functions():
-    """square_matrix.cu: its host function is declared for cpp_sources and listed in functions=."""
+    """square_matrix.cu: its host function is declared and bound by the generated binding unit."""
     p = plan_of(KERNELS / "square_matrix.cu")
-    assert p.kind == "torch" and p.functions[0] == "square_matrix"
-    assert "torch::Tensor square_matrix(torch::Tensor matrix);" in "".join(p.cpp_sources)
+    assert p.kind == "torch" and [fn.name for fn in p.exported][0] == "square_matrix" and not p.binds_itself
+    bind = next(u for u in p.units if u.name == "bind.cpp")
+    assert "torch::Tensor square_matrix(torch::Tensor matrix);" in bind.text and 'm.def("square_matrix"' in bind.text
 
 
 def test_snippet_with_own_pybind_module_is_not_rebound():
-    """custom_operation.cu binds itself: no functions= list (it would define the module twice)."""
+    """custom_operation.cu binds itself: no binding unit (it would define the module twice)."""
     p = plan_of(KERNELS / "custom_operation.cu")
-    assert p.kind == "torch" and p.functions is None
+    assert p.kind == "torch" and p.binds_itself and "bind.cpp" not in [u.name for u in p.units]
+
+
+def test_each_kind_of_plan_has_only_its_own_fields():
+    """A kernel-only plan has its two sources and no units; a torch-style plan its units and no load_inline encoding."""
+    kernel, torch_style = plan_of(KERNELS / "saxpy.cu"), plan_of(KERNELS / "square_matrix.cu")
+    assert isinstance(kernel, KernelPlan) and not hasattr(kernel, "units") and not hasattr(kernel, "functions")
+    assert isinstance(torch_style, TorchPlan)
+    assert not any(hasattr(torch_style, f) for f in ("cpp_sources", "cuda_sources", "functions"))
 
 
 def test_hard_coded_module_name_is_renamed_in_the_copy_only():
     """vector_add_binding.cpp says PYBIND11_MODULE(example_kernels, m): the copy uses TORCH_EXTENSION_NAME."""
     binding = KERNELS / "vector_add" / "vector_add_binding.cpp"
     p = plan_of(binding, KERNELS / "vector_add" / "vector_add.cu")
-    cpp = "".join(p.cpp_sources)
+    cpp = "".join(u.text for u in p.units if u.compiler == "cxx")
     assert "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)" in cpp and "example_kernels" not in cpp
     assert "PYBIND11_MODULE(example_kernels, m)" in binding.read_text()  # the user's file is untouched
 
@@ -60,7 +70,7 @@ def test_cuda_unit_without_torch_skips_torch_headers():
     d = KERNELS / "add2_seed"
     p = plan_of(d / "add2.cpp", d / "add2.cu")
     assert p.kind == "torch"
-    assert "torch/types.h" not in "".join(p.cuda_sources)
+    assert "torch/types.h" not in "".join(p.device_sources)
 
 
 def test_std_types_in_a_signature_need_pybind():
@@ -122,7 +132,7 @@ def test_torch_style_helpers_with_raw_pointers_are_not_bound(write):
         torch::Tensor op(torch::Tensor x) { return x; }
     """)
     plan = plan_of(p)
-    assert plan.functions == ["op"]
+    assert [fn.name for fn in plan.exported] == ["op"]
     assert {n for n, _ in plan.skipped} == {"launch", "check_err"}
 
 

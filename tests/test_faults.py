@@ -61,6 +61,7 @@ runs as root.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -87,6 +88,7 @@ from jitlab.jit import cache as jcache
 from jitlab.jit import locks
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import line_directive, parse_file
+from jitlab.jit.plan import Manifest
 from jitlab.jit.sources import user_include_dirs
 from jitlab.worker import isolate, jobs, proc
 
@@ -351,9 +353,8 @@ def break_binary(b: jitlab.Build) -> None:
     tmp = b.artifact.with_name(b.artifact.name + ".tmp")
     tmp.write_bytes(garbage)
     os.replace(tmp, b.artifact)
-    manifest = json.loads((b.folder / jcache.MANIFEST).read_text())
-    manifest.update(size=len(garbage), sha256=jcache.file_sha256(b.artifact))
-    jcache.write_manifest(b.folder, {k: v for k, v in manifest.items() if k != "format"})
+    manifest = Manifest.from_record(json.loads((b.folder / jcache.MANIFEST).read_text()))
+    jcache.write_manifest(b.folder, dataclasses.replace(manifest, size=len(garbage), sha256=jcache.file_sha256(b.artifact)))
 
 
 def test_cached_binary_that_cannot_be_loaded_is_rebuilt_once(cache, write):
@@ -924,7 +925,7 @@ def test_torch_style_anonymous_namespace_function_is_not_bound(write):
         torch::Tensor op(torch::Tensor x) { return helper(x) * kTwo; }
     """)
     plan = codegen.plan([parse_file(p)], "t")
-    assert plan.functions == ["op"] and "anonymous namespace" in dict(plan.skipped)["helper"]
+    assert [fn.name for fn in plan.exported] == ["op"] and "anonymous namespace" in dict(plan.skipped)["helper"]
 
 
 # ---- 3. awkward paths ----------------------------------------------------------------------------

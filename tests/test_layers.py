@@ -27,7 +27,6 @@ CEILINGS = {
     "jitlab.jit.split": 520,     # one walker that splits a torch-style file; its C++ prelude could be package data
     "jitlab.jit.launch": 520,    # the generated Python launcher and its argument checks, one pass over the params
     "jitlab.cli": 430,           # ten commands' parsers, each a thin call; check takes snippets and KernelBench pairs
-    "jitlab.jit.codegen": 465,   # the plan, both kinds, the checks they share and what each leaves out (shims: jit/shims.py, operators: jit/ops.py)
 }
 
 

@@ -151,6 +151,16 @@ def test_plan_units_of_multi_file_seeds():
         assert not any(u.torch for u in plan.units if u.compiler == "nvcc")
 
 
+def test_a_torch_style_key_holds_its_units_and_no_load_inline_encoding():
+    """A torch-style plan's key part is its units (what its objects compile), never a load_inline encoding;
+    a kernel-only plan's is its two sources; a program's none (its engine keys its files)."""
+    opts = Options(arch=["sm_90"], compile_only=True)
+    _, _, parts = builder.prepare(KERNELS / "square_matrix.cu", opts)
+    assert "units" in parts and not {"cpp", "cuda", "functions"} & set(parts)
+    _, _, parts = builder.prepare(KERNELS / "saxpy.cu", opts)
+    assert {"cpp", "cuda"} <= set(parts) and not {"units", "functions"} & set(parts)
+
+
 def test_binding_unit_binds_what_load_inline_would():
     """Without the snippet's own module, the binding unit defines every exported function as functions= would
     (with its parameters' names, so keywords work)."""

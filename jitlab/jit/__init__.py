@@ -8,8 +8,9 @@ engines → load/launch.
   torch-style file as device and host units), ``ops`` (``TORCH_LIBRARY`` blocks), ``header_sets``
   (which precompiled torch header set a unit starts on), ``emulator_support`` (the CPU emulator's
   plan stage: what it refuses), ``ctypes_map`` (C types ↔ Python).
-- **plan**: ``plan``, the data spine: ``Unit``, ``UnitError``, ``Flags``, ``Object`` and the
-  ``Manifest`` a cache entry records; a leaf that imports nothing of jitlab.
+- **plan**: ``plan``, the data spine: a ``Plan`` per kind (``KernelPlan``, ``TorchPlan``,
+  ``ProgramPlan``), ``Unit``, ``UnitError``, ``Flags``, ``Object``, ``Operator``, the ``Manifest`` a
+  cache entry records and the ``Build``; a leaf that imports nothing of jitlab.
 - **build/cache**: ``builder`` (the one entrance: ``prepare`` every kind, ``choose_engine`` with the
   CPU/GPU choice, ``find_or_build``), ``sources`` and ``flags`` (what a build reads, the flags its
   options become), ``shellwords`` (torch's flag lists), ``toolchain``, ``ninja_tool``, ``cudacore``,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from jitlab.errors import SnippetError
 from jitlab.jit import builder
-from jitlab.jit.builder import Build
+from jitlab.jit.plan import Build
 from jitlab.jit.flags import Options, normalize_defines
 from jitlab.jit.torch_compat import load_inline  # noqa: F401  (jitlab.load_inline: torch's, on this pipeline)
 

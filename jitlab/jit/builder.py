@@ -16,7 +16,6 @@ import dataclasses
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -27,7 +26,7 @@ from jitlab.jit import flags as flags_mod
 from jitlab.jit.engines import compile_only, emulator, ninja, nvrtc, nvrtc_torch, objects, program
 from jitlab.jit.flags import ENGINES, Options
 from jitlab.jit.parse import parse_file
-from jitlab.jit.plan import Manifest
+from jitlab.jit.plan import Build, KernelPlan, Manifest, Plan, ProgramPlan, TorchPlan
 from jitlab.jit.sources import (
     collect_sources,
     describe,
@@ -37,64 +36,6 @@ from jitlab.jit.sources import (
     user_include_dirs,
     with_header_deps,
 )
-
-
-@dataclass
-class Build:
-    """One build in the cache.
-
-    Attributes:
-        name: Module name (the snippet's name plus the key).
-        folder: The build folder.
-        plan: What was generated.
-        manifest: The manifest (artifact, hash, timings, resource usage).
-        cached: ``True`` when nothing was compiled.
-        seconds: Wall time of this build call (0 for a cache hit's compile).
-        archs: The archs built for.
-    """
-
-    name: str
-    folder: Path
-    plan: codegen.Plan
-    manifest: Manifest
-    cached: bool
-    seconds: float
-    archs: list[str]
-
-    @property
-    def artifact(self) -> Path:
-        return self.folder / self.manifest.artifact
-
-    @property
-    def compile_only(self) -> bool:
-        return bool(self.manifest.compile_only)
-
-    @property
-    def resources(self) -> dict:
-        """Per-kernel resource usage from ptxas: registers, shared/local/constant memory, spills."""
-        return self.manifest.resources or {}
-
-    @property
-    def registers(self) -> str:
-        """Each kernel's registers per thread (the most over its archs), one phrase: ``saxpy: 10 registers``."""
-        return ", ".join(f"{k}: {max(a['registers'] for a in per.values())} registers"
-                         for k, per in sorted(self.resources.items()))
-
-    @property
-    def engine(self) -> str:
-        """``"nvrtc"`` or ``"nvcc"``: what compiled the CUDA code; ``"c++"`` for a snippet without CUDA."""
-        return (self.manifest.engine or "nvcc") if self.plan.cuda else "c++"
-
-    @property
-    def notes(self) -> list[str]:
-        """One line for each choice the build made that a user may want to know (engine, split, headers)."""
-        return list(self.plan.notes if self.manifest.notes is None else self.manifest.notes)
-
-    @property
-    def log(self) -> str:
-        """The compiler output of the build (warnings and ptxas resource usage)."""
-        p = self.folder / "build.log"
-        return p.read_text(errors="replace") if p.is_file() else ""
 
 
 def snippet_files(paths) -> tuple[list, str]:
@@ -116,7 +57,7 @@ def on_emulator(files, opts: Options) -> bool:
     return opts.device == "cpu" and opts.mode != "program" and any(f.language == "cuda" for f in files)
 
 
-def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
+def prepare(paths, opts: Options) -> tuple[Plan, list[str], dict]:
     """Parse and plan a snippet; return the plan, the archs and the key's parts. Compiles nothing.
 
     Every kind is planned here: a kernel-only or torch-style snippet (:func:`codegen.plan`), a whole
@@ -138,15 +79,13 @@ def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
             raise
     user_dirs = user_include_dirs(opts)
     per_file = {str(f.path): local_headers([f], plan.include_dirs, user_dirs) for f in files}
-    plan.units = with_header_deps(plan.units, per_file)
+    if isinstance(plan, TorchPlan):
+        plan.units = with_header_deps(plan.units, per_file)
     archs = [] if emulated else _archs(plan, opts)
     parts = {
         "format": config.FORMAT_VERSION,
         "kind": plan.kind,
-        "cpp": plan.cpp_sources,
-        "cuda": plan.cuda_sources,
-        "functions": plan.functions,
-        "units": [(u.name, u.compiler, u.text, u.torch, u.module, sorted(u.templates)) for u in plan.units],
+        **compiled_parts(plan),
         "include_dirs": plan.include_dirs,
         "headers": {path: digest for headers in per_file.values() for path, digest in headers.items()},
         "flags": flag_parts(opts, opts.with_cuda and not plan.cuda),
@@ -158,7 +97,17 @@ def prepare(paths, opts: Options) -> tuple[codegen.Plan, list[str], dict]:
     return plan, archs, parts
 
 
-def program_plan(files, stem: str) -> codegen.Plan:
+def compiled_parts(plan: Plan) -> dict:
+    """The key's part for what the plan compiles: a kernel-only plan's two sources, a torch-style plan's units
+    (each with what decides how it compiles); none for a program, whose engine keys its files as they are."""
+    if isinstance(plan, KernelPlan):
+        return {"cpp": plan.cpp_sources, "cuda": plan.cuda_sources}
+    if isinstance(plan, TorchPlan):
+        return {"units": [(u.name, u.compiler, u.text, u.torch, u.module, sorted(u.templates)) for u in plan.units]}
+    return {}
+
+
+def program_plan(files, stem: str) -> ProgramPlan:
     """The plan of a whole program: its files compiled as they are, nothing generated.
 
     Raises:
@@ -167,13 +116,11 @@ def program_plan(files, stem: str) -> codegen.Plan:
     if not any(f.has_main for f in files):
         raise SnippetError(f"{', '.join(str(f.path) for f in files)}: no `int main` here, so nothing to run; "
                            f"a program defines main(), a snippet's kernels load with jitlab.load")
-    return codegen.Plan(stem=stem, kind="program", cuda=any(f.language == "cuda" for f in files), cpp_sources=[],
-                        cuda_sources=[], functions=None, exported=[], files=files,
-                        include_dirs=list(dict.fromkeys(str(f.path.parent) for f in files)),
-                        has_printf=any(f.has_printf for f in files))
+    return ProgramPlan(stem=stem, cuda=any(f.language == "cuda" for f in files), files=files,
+                       include_dirs=list(dict.fromkeys(str(f.path.parent) for f in files)))
 
 
-def _archs(plan: codegen.Plan, opts: Options) -> list[str]:
+def _archs(plan: Plan, opts: Options) -> list[str]:
     """The archs a GPU build compiles for: ``arch=``, else the user's ``-gencode`` (a program's stand alone
     in its command), else this GPU's."""
     if not plan.cuda:
@@ -256,7 +203,7 @@ def build(paths, opts: Options | None = None, *, use=None, rebuild_once: bool = 
     return find_or_build(engine, plan, archs, parts, opts, notes=notes, t0=t0, use=use, rebuild_once=rebuild_once)
 
 
-def choose_engine(plan: codegen.Plan, opts: Options) -> tuple[ModuleType, str]:
+def choose_engine(plan: Plan, opts: Options) -> tuple[ModuleType, str]:
     """The engine that builds the plan and, for nvcc where NVRTC was a candidate, why not NVRTC.
 
     A program goes to the program engine; a CUDA snippet for ``device="cpu"`` to the CPU emulator
@@ -295,7 +242,7 @@ def choose_engine(plan: codegen.Plan, opts: Options) -> tuple[ModuleType, str]:
 TORCH_NVRTC_BY_DEFAULT = False
 
 
-def _torch_engine(plan: codegen.Plan, opts: Options) -> tuple[ModuleType, str]:
+def _torch_engine(plan: TorchPlan, opts: Options) -> tuple[ModuleType, str]:
     """A torch-style CUDA snippet's engine: NVRTC for a split one it can build (:func:`nvrtc_torch.unsuitable`),
     so a kernel edit is an NVRTC compile and no host compile or link; else the nvcc split, saying why when
     NVRTC was a candidate (a file built as one unit has its own note). Compile-only builds stay nvcc's (the
@@ -312,9 +259,9 @@ def _torch_engine(plan: codegen.Plan, opts: Options) -> tuple[ModuleType, str]:
     return nvcc_engine(plan, opts), why if split else ""
 
 
-def nvcc_engine(plan: codegen.Plan, opts: Options) -> ModuleType:
-    """The nvcc engine of a plan: the object cache for split (torch-style) units, compile-only, else ninja."""
-    if plan.units:
+def nvcc_engine(plan: KernelPlan | TorchPlan, opts: Options) -> ModuleType:
+    """The nvcc engine of a plan: the object cache for a torch-style plan's units, compile-only, else ninja."""
+    if isinstance(plan, TorchPlan):
         return objects
     return compile_only if opts.compile_only else ninja
 
@@ -324,7 +271,7 @@ def _first_error(log: str) -> str:
     return line.strip()[:200]
 
 
-def find_or_build(engine: ModuleType, plan: codegen.Plan, archs: list[str], parts: dict, opts: Options, *,
+def find_or_build(engine: ModuleType, plan: Plan, archs: list[str], parts: dict, opts: Options, *,
                   notes: list[str] = (), t0: float | None = None, use=None, rebuild_once: bool = False):
     """The find-or-build of every build kind: the entry of the engine's key, or the engine makes it.
 

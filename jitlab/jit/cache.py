@@ -21,6 +21,7 @@ what jitlab made.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -104,9 +105,15 @@ def made(artifact: Path, **fields) -> Manifest:
     return Manifest(artifact=artifact.name, size=artifact.stat().st_size, sha256=file_sha256(artifact), **fields)
 
 
-def write_manifest(folder: Path, data: dict) -> None:
-    """Write the manifest atomically: it marks the build complete."""
-    write_json(folder / MANIFEST, {"format": config.FORMAT_VERSION, **data})
+def write_manifest(folder: Path, manifest: Manifest) -> dict:
+    """Write the manifest atomically, with jitlab's format version: it marks the build complete.
+
+    Returns:
+        The record written.
+    """
+    record = dataclasses.replace(manifest, format=config.FORMAT_VERSION).record()
+    write_json(folder / MANIFEST, record)
+    return record
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -309,14 +316,13 @@ def _found_or_made(name: str, make, root, content, known, keep, reads, skip, bef
         reset_dir(folder)
         started = time.time_ns()
         result = make(target, folder)
-        manifest = result.record()
         rows = deps.stamp([*result.read, *reads], started, known or {}, keep, folder, skip)
-        manifest["deps"] = None if result.unstable else rows
-        write_manifest(folder, manifest)
+        record = write_manifest(folder, dataclasses.replace(result, deps=None if result.unstable else rows))
         if first is not None:
             kept = [o for o in first.get("others", []) if isinstance(o, str)]
-            write_json(first_folder / MANIFEST, {**first, "others": [target, *kept][:MAX_CANDIDATES]})
-    return Entry(target, folder, Manifest.from_record(manifest), False)
+            first_manifest = Manifest.from_record(first)
+            write_manifest(first_folder, dataclasses.replace(first_manifest, others=[target, *kept][:MAX_CANDIDATES]))
+    return Entry(target, folder, Manifest.from_record(record), False)
 
 
 class Unusable(ToolchainError):

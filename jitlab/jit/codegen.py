@@ -1,12 +1,13 @@
-"""Code generation: parsed snippet files → the sources, declarations and shims ``load_inline`` builds.
+"""Code generation: parsed snippet files → a plan (:mod:`jitlab.jit.plan`): the sources, units and shims to build.
 
 Two plans:
 
-* **kernel-only** (no torch in the snippet): the user's code, then :mod:`jitlab.jit.shims`' ``extern "C"``
-  shims, one per ``__global__`` kernel and host function. No torch header is compiled; Python calls
-  the shims through ctypes.
-* **torch-style**: the user's code with torch's headers, C++ declarations of the exported host
-  functions for ``cpp_sources`` and the ``functions=`` list (or the snippet's own
+* **kernel-only** (:class:`~jitlab.jit.plan.KernelPlan`, no torch in the snippet): the user's code, then
+  :mod:`jitlab.jit.shims`' ``extern "C"`` shims, one per ``__global__`` kernel and host function, as one
+  C++ and one CUDA unit. No torch header is compiled; Python calls the shims through ctypes.
+* **torch-style** (:class:`~jitlab.jit.plan.TorchPlan`): translation units, each compiled on its own: the
+  user's files (a ``.cu`` that uses torch split into a device and a host unit) with torch's headers, and a
+  generated binding unit that declares the exported host functions and binds them (or the snippet's own
   ``PYBIND11_MODULE``, renamed to the build's module name).
 
 Every user file is copied in after a ``#line 1 "<its path>"`` directive, so compiler messages point
@@ -17,13 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import SnippetError
 from jitlab.jit import ctypes_map, header_sets, macros, module_unit, ops, preproc
 from jitlab.jit import split as split_mod
-from jitlab.jit.plan import Unit
+from jitlab.jit.plan import KernelPlan, TorchPlan, Unit
 from jitlab.jit.parse import Function, SourceFile, line_directive
 from jitlab.jit.pyargs import declaration, pyargs, required_defaults
 from jitlab.jit.shims import shim_unit
@@ -32,6 +32,8 @@ GENERATED = "jitlab-generated"
 
 TORCH_CUDA_HEADERS = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
 TORCH_CPP_HEADERS = "#include <torch/extension.h>\n"
+#: What a torch-style ``.cu`` file without torch starts with.
+CUDA_PRELUDE = "#include <cuda_runtime.h>\n#include <cassert>\n"
 # Input-check macros the seeds and tutorials use without defining them.
 CHECK_MACROS = """\
 #ifndef CHECK_CUDA
@@ -44,62 +46,6 @@ CHECK_MACROS = """\
 #define CHECK_INPUT(x) CHECK_CUDA(x); CHECK_CONTIGUOUS(x)
 #endif
 """
-
-
-@dataclass
-class Plan:
-    """What to build and how to call it.
-
-    Attributes:
-        stem: Human part of the module name (the snippet's name).
-        kind: ``"kernel"`` (ctypes shims, no torch headers) or ``"torch"`` (pybind via load_inline).
-        cuda: Whether there is a CUDA translation unit.
-        cpp_sources: Contents of ``main.cpp``, in order.
-        cuda_sources: Contents of ``cuda.cu``, in order.
-        functions: The ``functions=`` list for ``load_inline`` (``None`` when the snippet binds itself).
-        include_dirs: Folders searched for the snippet's local headers.
-        exported: Functions callable from Python.
-        skipped: ``(name, reason)`` for functions not exported.
-        files: The parsed user files.
-        has_printf: Whether any file prints.
-        printing: Python names of the functions that may print (directly or through what they call or
-            launch): only these have their C-level output forwarded, so the others time cleanly.
-        units: Torch-style plans: the translation units, each compiled to its own cached object
-            (device units for nvcc without torch, host units for the host compiler).
-        notes: One line per file built as one unit instead of split, saying why.
-        ops: The operators the snippet registers (``TORCH_LIBRARY``): then it is loaded as a plain
-            shared library, called through ``torch.ops``, and binds no other function.
-    """
-
-    stem: str
-    kind: str
-    cuda: bool
-    cpp_sources: list[str]
-    cuda_sources: list[str]
-    functions: list[str] | None
-    include_dirs: list[str]
-    exported: list[Function]
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-    files: list[SourceFile] = field(default_factory=list)
-    has_printf: bool = False
-    printing: set[str] = field(default_factory=set)
-    units: list[Unit] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    ops: list[ops.Operator] = field(default_factory=list)
-
-    @property
-    def device_sources(self) -> list[str]:
-        """The texts nvcc compiles (the device units of a torch-style plan), for PTX and inspection."""
-        if self.units:
-            return [u.text for u in self.units if u.compiler == "nvcc"]
-        return self.cuda_sources
-
-    @property
-    def device_needs_torch(self) -> bool:
-        """Whether nvcc must see torch's headers (a torch-style file built as one unit)."""
-        if self.units:
-            return any(u.torch for u in self.units if u.compiler == "nvcc")
-        return self.kind == "torch" and any(f.uses_torch for f in self.files if f.language == "cuda")
 
 
 def printing_functions(files: list[SourceFile]) -> set[str]:
@@ -130,7 +76,7 @@ def with_line_directive(f: SourceFile, text: str | None = None) -> str:
     return f"{line_directive(f.path)}{body}\n"
 
 
-def plan(files: list[SourceFile], stem: str, mode: str = "auto", defines: dict | None = None) -> Plan:
+def plan(files: list[SourceFile], stem: str, mode: str = "auto", defines: dict | None = None) -> KernelPlan | TorchPlan:
     """Decide kernel-only or torch-style, and generate the sources.
 
     Args:
@@ -201,7 +147,7 @@ class NothingToCall(SnippetError):
     """No kernel or host function found: where the parser stopped early, the compiler is asked first."""
 
 
-def _kernel_plan(files: list[SourceFile], stem: str) -> Plan:
+def _kernel_plan(files: list[SourceFile], stem: str) -> KernelPlan:
     cu = [f for f in files if f.language == "cuda"]
     cpp = [f for f in files if f.language == "cpp"]
     exported, skipped = [], program_notes(files)
@@ -232,25 +178,12 @@ def _kernel_plan(files: list[SourceFile], stem: str) -> Plan:
     cpp_sources = ["#include <exception>\n"] + [with_line_directive(f) for f in cpp]
     if cpp:
         cpp_sources.append(line_directive(f"{GENERATED}.cpp") + shim_unit(functions_of(exported, cpp), cuda=False))
-    return Plan(
-        stem=stem,
-        kind="kernel",
-        cuda=bool(cu),
-        cpp_sources=cpp_sources,
-        cuda_sources=cuda_sources,
-        functions=None,
-        include_dirs=_include_dirs(files),
-        exported=exported,
-        skipped=skipped,
-        files=files,
-        has_printf=any(f.has_printf for f in files),
-        printing=printing_functions(files),
-    )
+    return KernelPlan(stem=stem, cuda=bool(cu), files=files, include_dirs=_include_dirs(files), exported=exported,
+                      skipped=skipped, printing=printing_functions(files), cpp_sources=cpp_sources,
+                      cuda_sources=cuda_sources)
 
 
-def _torch_plan(files: list[SourceFile], stem: str) -> Plan:
-    cu = [f for f in files if f.language == "cuda"]
-    cpp = [f for f in files if f.language == "cpp"]
+def _torch_plan(files: list[SourceFile], stem: str) -> TorchPlan:
     registered = ops.operators(files)
     binds_itself = any(f.pybind_module for f in files) or bool(registered)
     exported, skipped = [], program_notes(files)
@@ -271,34 +204,10 @@ def _torch_plan(files: list[SourceFile], stem: str) -> Plan:
             f"{', '.join(str(f.path) for f in files)}: no host function to bind; a torch-style snippet defines "
             f"e.g. `torch::Tensor square(torch::Tensor x)`; kernels alone need no torch (drop the torch include)"
         )
-    cuda_sources = []
-    if cu:
-        needs_torch = any(f.uses_torch for f in cu)
-        cuda_sources = [(TORCH_CUDA_HEADERS + CHECK_MACROS) if needs_torch else "#include <cuda_runtime.h>\n#include <cassert>\n"]
-        cuda_sources += [with_line_directive(f, rename_module(f)) for f in cu]
-    cpp_sources = [TORCH_CPP_HEADERS + CHECK_MACROS]
-    cpp_sources += [with_line_directive(f, rename_module(f)) for f in cpp]
-    declared = [fn for fn in exported if fn.path not in {str(f.path) for f in cpp}]
-    if declared:
-        cpp_sources.append(line_directive(f"{GENERATED}.cpp") + declarations(declared))
     units, notes = torch_units(files, exported, binds_itself)
-    return Plan(
-        stem=stem,
-        kind="torch",
-        cuda=bool(cu),
-        cpp_sources=cpp_sources,
-        cuda_sources=cuda_sources,
-        functions=None if binds_itself else [fn.name for fn in exported],
-        include_dirs=_include_dirs(files),
-        exported=exported,
-        skipped=skipped,
-        files=files,
-        has_printf=any(f.has_printf for f in files),
-        printing=printing_functions(files),
-        units=units,
-        notes=notes,
-        ops=registered,
-    )
+    return TorchPlan(stem=stem, cuda=any(f.language == "cuda" for f in files), files=files, include_dirs=_include_dirs(files), notes=notes,
+                     exported=exported, skipped=skipped, printing=printing_functions(files), units=units,
+                     binds_itself=binds_itself, ops=registered)
 
 
 def torch_units(files: list[SourceFile], exported: list[Function], binds_itself: bool) -> tuple[list[Unit], list[str]]:
@@ -325,8 +234,7 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
                               headers=kind, source=str(f.path)))
             continue
         if not f.uses_torch:
-            units.append(Unit(f"{stem}.cu", "nvcc", "#include <cuda_runtime.h>\n#include <cassert>\n"
-                              + with_line_directive(f), source=str(f.path)))
+            units.append(Unit(f"{stem}.cu", "nvcc", CUDA_PRELUDE + with_line_directive(f), source=str(f.path)))
             continue
         s = split_mod.split(dataclasses.replace(f, text=text), headers)
         if s.reason:
@@ -364,12 +272,18 @@ def functions_of(fns: list[Function], files: list[SourceFile]) -> list[Function]
     return [fn for fn in fns if fn.path in paths]
 
 
-def preludes(plan: Plan) -> tuple[str, str]:
+def preludes(plan: KernelPlan | TorchPlan) -> tuple[str, str]:
     """What the plan puts before the user's C++ and CUDA code (headers, CHECK_* macros): ``(cpp, cuda)``.
 
-    The first entry of each source list; ``""`` for a unit the plan does not have.
+    A kernel-only plan's are the first entry of each source list; a torch-style plan's are torch's headers
+    and the CHECK_* macros (for CUDA files that use torch), as ``load_inline`` puts them. ``""`` for a
+    language the plan does not have.
     """
-    return (plan.cpp_sources[0] if plan.cpp_sources else ""), (plan.cuda_sources[0] if plan.cuda_sources else "")
+    if isinstance(plan, KernelPlan):
+        return (plan.cpp_sources[0] if plan.cpp_sources else ""), (plan.cuda_sources[0] if plan.cuda_sources else "")
+    cu = [f for f in plan.files if f.language == "cuda"]
+    cuda = "" if not cu else (TORCH_CUDA_HEADERS + CHECK_MACROS) if any(f.uses_torch for f in cu) else CUDA_PRELUDE
+    return TORCH_CPP_HEADERS + CHECK_MACROS, cuda
 
 
 def program_notes(files: list[SourceFile]) -> list[tuple[str, str]]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from jitlab.errors import SnippetError
 from jitlab.jit import codegen, toolchain
+from jitlab.jit.plan import KernelPlan
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import SourceFile, parse_file
 from jitlab.jit.sources import collect_sources
@@ -68,7 +69,7 @@ def refusal(f: SourceFile) -> str:
     return ""
 
 
-def plan(files: list[SourceFile], stem: str, opts: Options) -> codegen.Plan:
+def plan(files: list[SourceFile], stem: str, opts: Options) -> KernelPlan:
     """The plan of an emulated build: the snippet kernel-only (``mode="auto"`` reads it so), every file
     free of what the emulator refuses.
 

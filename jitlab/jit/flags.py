@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import codegen, shellwords, toolchain
-from jitlab.jit.plan import Flags
+from jitlab.jit import shellwords, toolchain
+from jitlab.jit.plan import Flags, KernelPlan, Plan, TorchPlan
 
 
 @dataclass
@@ -117,7 +117,7 @@ def normalize_defines(defines) -> dict[str, str | None]:
 ENGINES = ("auto", "nvrtc", "nvcc")
 
 
-def compile_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> tuple[list[str], list[str]]:
+def compile_flags(plan: Plan, archs: list[str], opts: Options) -> tuple[list[str], list[str]]:
     """The build's host and nvcc flags, ``(cflags, cuda_cflags)``, as ``load_inline`` is given them."""
     defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
     # Optimize kernel-only C++ (a tiny unit, it is the kernel); torch-style units keep load_inline's
@@ -145,7 +145,7 @@ def arch_flags(archs: list[str], opts: Options) -> list[str]:
     return [] if shellwords.names_arch(opts.cuda_cflags) else toolchain.gencode_flags(archs)
 
 
-def nvcc_command(plan: codegen.Plan, name: str, archs: list[str], opts: Options, what: list[str]) -> list[str]:
+def nvcc_command(plan: KernelPlan | TorchPlan, name: str, archs: list[str], opts: Options, what: list[str]) -> list[str]:
     """nvcc with the flags load_inline would use for the plan's CUDA unit.
 
     Args:
@@ -175,7 +175,7 @@ def _torch_includes(prefix: str) -> list[str]:
     return [f"{prefix}{d}" for d in cpp_extension.include_paths("cpu") + [_python_include()]]
 
 
-def _nvcc_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> list[str]:
+def _nvcc_flags(plan: Plan, archs: list[str], opts: Options) -> list[str]:
     """nvcc flags without inputs, outputs or include folders: load_inline's, then the build's."""
     from torch.utils import cpp_extension
 
@@ -184,7 +184,7 @@ def _nvcc_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> list[str
             "-std=c++20"]
 
 
-def object_flags(plan: codegen.Plan, archs: list[str], opts: Options) -> Flags:
+def object_flags(plan: TorchPlan, archs: list[str], opts: Options) -> Flags:
     """The flags of a torch-style build's units: the ones ``load_inline`` would use, split by compiler."""
     import torch
 

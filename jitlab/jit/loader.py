@@ -18,6 +18,7 @@ from jitlab.jit import builder as build_mod
 from jitlab.jit import cache, emulator_run, emulator_support, macros, oplib
 from jitlab.jit.flags import Options
 from jitlab.jit.launch import Callable
+from jitlab.jit.plan import Build, TorchPlan
 
 _loaded: dict[str, "Module"] = {}
 
@@ -36,13 +37,13 @@ class Module:
     (every function is reachable so; :attr:`shadowed` lists these).
 
     Attributes:
-        build: The :class:`jitlab.build.Build` (name, folder, cached, seconds, resources).
+        build: The :class:`jitlab.jit.plan.Build` (name, folder, cached, seconds, resources).
         functions: Names callable from Python.
     """
 
     _target = None  # what calling the module calls, found at the first call (the functions are fixed at load)
 
-    def __init__(self, build: build_mod.Build):
+    def __init__(self, build: Build):
         self.build = build
         self.functions: list[str] = []
         self._fns: dict[str, object] = {}
@@ -130,8 +131,9 @@ class Module:
         b = self.build
         state = "cache hit" if b.cached else f"built in {b.seconds:.2f} s"
         lines = [f"<jitlab module {b.name} ({b.plan.kind}, {b.engine}, {state}, {b.folder})"]
-        lines += [f"  ops: {op.describe()}" for op in b.plan.ops]
-        for n in [] if b.plan.ops else self.functions:
+        ops = b.plan.ops if isinstance(b.plan, TorchPlan) else []
+        lines += [f"  ops: {op.describe()}" for op in ops]
+        for n in [] if ops else self.functions:
             f = self._fns[n]
             lines.append(f"  {getattr(f, '__doc__', None) or n}")
         for n in self.shadowed:
@@ -147,7 +149,7 @@ class Module:
 OWN_NAMES = frozenset(dir(Module)) | {"build", "functions", "extension", "_fns"}
 
 
-def load(b: build_mod.Build) -> Module:
+def load(b: Build) -> Module:
     """Load a finished build (memoized per module name).
 
     Raises:
@@ -157,7 +159,7 @@ def load(b: build_mod.Build) -> Module:
         raise JitlabError(f"{b.name} was built compile-only (no GPU); it can be inspected but not called")
     if b.plan.kind == "program":
         raise JitlabError(f"{b.name} is a program (it has main): run it with jitlab.run_program, not load")
-    if b.plan.ops:
+    if isinstance(b.plan, TorchPlan) and b.plan.ops:
         return _bind_ops(b)
     if b.engine == "nvrtc-torch":
         return _load_slotted(b)
@@ -174,7 +176,7 @@ def load(b: build_mod.Build) -> Module:
     return mod
 
 
-def _bind_ops(b: build_mod.Build) -> Module:
+def _bind_ops(b: Build) -> Module:
     """An operator snippet: its library made the one ``torch.ops`` runs (an earlier version unloaded), and
     each operator an attribute (``m.scale`` is ``torch.ops.myops.scale``)."""
     mod = _loaded.get(b.name) or Module(b)
@@ -189,7 +191,7 @@ def _bind_ops(b: build_mod.Build) -> Module:
     return mod
 
 
-def _bind_kernel_only(mod: Module, b: build_mod.Build) -> None:
+def _bind_kernel_only(mod: Module, b: Build) -> None:
     if b.engine == "nvrtc":
         return _bind_nvrtc(mod, b)
     lib = ctypes.CDLL(str(b.artifact))
@@ -208,7 +210,7 @@ def _bind_kernel_only(mod: Module, b: build_mod.Build) -> None:
         _attach(mod, call)
 
 
-def _bind_nvrtc(mod: Module, b: build_mod.Build) -> None:
+def _bind_nvrtc(mod: Module, b: Build) -> None:
     """The kernels of an NVRTC build: its CUBIN for this GPU loaded through the driver, each kernel
     behind the same typed wrapper as an nvcc build's."""
     from jitlab.jit import cubin
@@ -235,7 +237,7 @@ def _attach(mod: Module, call: Callable) -> None:
     mod._bind(call.fn.name, attr)
 
 
-def _load_slotted(b: build_mod.Build) -> Module:
+def _load_slotted(b: Build) -> Module:
     """A torch-style NVRTC build: one module object per linked module (a kernel edit keeps it), whose
     slots take this build's CUBIN for this GPU (:mod:`jitlab.jit.slotted`)."""
     from jitlab import config
@@ -259,7 +261,7 @@ def _load_slotted(b: build_mod.Build) -> Module:
     return mod
 
 
-def _bind_torch(mod: Module, b: build_mod.Build, py=None) -> None:
+def _bind_torch(mod: Module, b: Build, py=None) -> None:
     py = py or sys.modules.get(b.name) or _import_extension(b.name, b.artifact)
     names = [n for n in dir(py) if not n.startswith("_")]
     for n in names:
@@ -305,7 +307,7 @@ def load_or_rebuild(paths, opts: Options) -> Module:
     return build_mod.build(paths, opts, use=_loaded_build, rebuild_once=True)
 
 
-def _loaded_build(b: build_mod.Build) -> Module:
+def _loaded_build(b: Build) -> Module:
     """The build loaded, or :class:`cache.Unusable` when the dynamic loader refuses it."""
     try:
         return load(b)

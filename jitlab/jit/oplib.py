@@ -28,6 +28,7 @@ import torch
 from jitlab.errors import SnippetError
 from jitlab.jit import ops
 from jitlab.jit.parse import SourceFile
+from jitlab.jit.plan import Operator
 
 _ERROR_SIZE = 8192
 
@@ -59,7 +60,7 @@ class Library:
 active: dict[str, Library] = {}
 
 
-def activate(name: str, path: Path, files: list[SourceFile], operators: list[ops.Operator]) -> Library:
+def activate(name: str, path: Path, files: list[SourceFile], operators: list[Operator]) -> Library:
     """Make build ``name`` the one whose operators ``torch.ops`` runs (nothing to do when it already is).
 
     Earlier builds of the same snippet, and builds that define the same namespace or operator, are
@@ -106,7 +107,7 @@ def unload(lib: Library) -> None:
                       stacklevel=3)
 
 
-def packet(op: ops.Operator):
+def packet(op: Operator):
     """``torch.ops.<ns>.<op>``, or ``None`` when the dispatcher has no such operator."""
     return getattr(getattr(torch.ops, op.namespace), op.name, None)
 
@@ -127,7 +128,7 @@ def _open(lib: Library, blocks: list[ops.Block]) -> None:
     active[lib.name] = lib
 
 
-def _check_schemas(operators: list[ops.Operator]) -> None:
+def _check_schemas(operators: list[Operator]) -> None:
     """Parse every ``m.def`` schema with torch's own parser, before anything is unloaded."""
     for op in operators:
         if "(" not in op.schema:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from jitlab.jit.plan import Unit
+from jitlab.jit.plan import Operator, Unit
 from jitlab.jit.parse import SourceFile, syntax_tree
 
 DEFINING = ("TORCH_LIBRARY", "TORCH_LIBRARY_FRAGMENT", "STABLE_TORCH_LIBRARY", "STABLE_TORCH_LIBRARY_FRAGMENT")
@@ -54,34 +54,6 @@ class Block:
     @property
     def defines(self) -> bool:
         return self.macro in DEFINING
-
-
-@dataclass(frozen=True)
-class Operator:
-    """An operator a snippet defines or implements, as ``repr(module)`` lists it.
-
-    Attributes:
-        namespace: ``myops``.
-        name: ``scale`` (the overload name, if any, is part of :attr:`schema`).
-        schema: ``scale(Tensor x, float a) -> Tensor``; just the name when ``m.def`` infers it, ``""``
-            when the snippet only implements an operator defined elsewhere.
-        keys: Dispatch keys the snippet gives it kernels for (``CPU``, ``CUDA``), in file order.
-        path: Where it is defined (or first implemented).
-        line: The line of its ``m.def`` (or ``m.impl``).
-    """
-
-    namespace: str
-    name: str
-    schema: str
-    keys: tuple[str, ...] = ()
-    path: str = ""
-    line: int = 0
-
-    def describe(self) -> str:
-        """``myops::scale(Tensor x, float a) -> Tensor [CPU, CUDA]``."""
-        what = self.schema if "(" in self.schema else f"{self.name} (schema inferred from its kernel)" \
-            if self.schema else f"{self.name} (defined elsewhere)"
-        return f"{self.namespace}::{what} [{', '.join(self.keys) or 'no kernel'}]"
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,7 +1,9 @@
 """The data that crosses the jit's stages, in one leaf module: what a build compiles and what it records.
 
 ``Unit`` (one translation unit to compile) and ``UnitError`` (one that failed), ``Flags`` (one build's command-line flags), ``Object`` (a
-compiled unit in the object cache) and ``Manifest`` (what a cache entry records of its artifact).
+compiled unit in the object cache), the plans (``Plan`` and one class per kind: ``KernelPlan``, ``TorchPlan``,
+``ProgramPlan``), ``Operator`` (one a snippet registers with torch's dispatcher), ``Manifest``
+(what a cache entry records of its artifact) and ``Build`` (one build in the cache: its plan and manifest).
 The stages import these from here, never from an engine: planning a build needs no compiler module.
 Nothing here imports jitlab.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import ClassVar
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,34 @@ class Object:
     read: list[str] | None = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Operator:
+    """An operator a snippet defines or implements, as ``repr(module)`` lists it.
+
+    Attributes:
+        namespace: ``myops``.
+        name: ``scale`` (the overload name, if any, is part of :attr:`schema`).
+        schema: ``scale(Tensor x, float a) -> Tensor``; just the name when ``m.def`` infers it, ``""``
+            when the snippet only implements an operator defined elsewhere.
+        keys: Dispatch keys the snippet gives it kernels for (``CPU``, ``CUDA``), in file order.
+        path: Where it is defined (or first implemented).
+        line: The line of its ``m.def`` (or ``m.impl``).
+    """
+
+    namespace: str
+    name: str
+    schema: str
+    keys: tuple[str, ...] = ()
+    path: str = ""
+    line: int = 0
+
+    def describe(self) -> str:
+        """``myops::scale(Tensor x, float a) -> Tensor [CPU, CUDA]``."""
+        what = self.schema if "(" in self.schema else f"{self.name} (schema inferred from its kernel)" \
+            if self.schema else f"{self.name} (defined elsewhere)"
+        return f"{self.namespace}::{what} [{', '.join(self.keys) or 'no kernel'}]"
+
+
 @dataclass
 class Manifest:
     """What a cache entry records, written as its ``jitlab.json`` by :func:`jitlab.jit.cache.find_or_make`
@@ -172,7 +203,167 @@ class Manifest:
         return cls(**{k: v for k, v in record.items() if k in known})
 
     def record(self) -> dict:
-        """The entry's JSON fields an engine sets: every field set, less those the cache writes itself and
-        ``read`` and ``unstable``, which it turns into ``deps``."""
-        cache_own = ("read", "unstable", "deps", "others", "format")
-        return {k: v for k, v in asdict(self).items() if v is not None and k not in cache_own}
+        """The entry's JSON record: every field set, and ``deps`` also when ``None`` (unknown: rebuild next
+        time), less ``read`` and ``unstable``, which the cache turns into ``deps``."""
+        kept = {k: v for k, v in asdict(self).items() if v is not None and k not in ("read", "unstable")}
+        return {**kept, "deps": self.deps}
+
+
+@dataclass(kw_only=True)
+class Plan:
+    """What to build, the part every kind of plan has (:func:`jitlab.jit.builder.prepare` makes one).
+
+    One class per kind, each with only the fields it uses: :class:`KernelPlan`, :class:`TorchPlan`,
+    :class:`ProgramPlan`. ``SourceFile`` and ``Function`` are :mod:`jitlab.jit.parse`'s, named here and
+    not imported, so the spine stays a leaf.
+
+    Attributes:
+        kind: ``"kernel"``, ``"torch"`` or ``"program"`` (the class's, never set).
+        stem: Human part of the module name (the snippet's name).
+        cuda: Whether there is CUDA code.
+        files: The parsed user files.
+        include_dirs: Folders searched for the snippet's local headers.
+        notes: One line per choice a user may want to know (a torch-style file built as one unit, and why).
+    """
+
+    kind: ClassVar[str] = ""
+    stem: str
+    cuda: bool
+    files: list[SourceFile]
+    include_dirs: list[str]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class ModulePlan(Plan):
+    """A plan whose build loads as a module of functions Python calls (kernel-only or torch-style).
+
+    Attributes:
+        exported: Functions callable from Python.
+        skipped: ``(name, reason)`` for functions not exported.
+        printing: Python names of the functions that may print (directly or through what they call or
+            launch): only these have their C-level output forwarded, so the others time cleanly.
+    """
+
+    exported: list[Function]
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    printing: set[str] = field(default_factory=set)
+
+
+@dataclass(kw_only=True)
+class KernelPlan(ModulePlan):
+    """A kernel-only plan (no torch in the snippet): the user's code and ``extern "C"`` shims, called
+    through ctypes (or, for NVRTC, launched from Python). The CPU emulator builds these too.
+
+    Attributes:
+        cpp_sources: The C++ unit's texts, in order (prelude, the user's ``.cpp`` files, their shims).
+        cuda_sources: The CUDA unit's texts, in order (prelude, the user's ``.cu`` files, their shims).
+    """
+
+    kind: ClassVar[str] = "kernel"
+    cpp_sources: list[str]
+    cuda_sources: list[str]
+
+    @property
+    def device_sources(self) -> list[str]:
+        """The texts nvcc compiles, for PTX and inspection."""
+        return self.cuda_sources
+
+    @property
+    def device_needs_torch(self) -> bool:
+        """Whether nvcc must see torch's headers: never for a kernel-only plan."""
+        return False
+
+
+@dataclass(kw_only=True)
+class TorchPlan(ModulePlan):
+    """A torch-style plan: translation units, each compiled to its own cached object and linked into a
+    module Python imports (or, for operators, a library ``torch.ops`` calls).
+
+    Attributes:
+        units: The translation units (device units for nvcc without torch, host units for the host compiler).
+        binds_itself: The snippet makes its own module (``PYBIND11_MODULE``) or registers operators:
+            no binding is generated.
+        ops: The operators the snippet registers (``TORCH_LIBRARY``): then it is loaded as a plain shared
+            library, called through ``torch.ops``, and binds no other function.
+    """
+
+    kind: ClassVar[str] = "torch"
+    units: list[Unit]
+    binds_itself: bool = False
+    ops: list[Operator] = field(default_factory=list)
+
+    @property
+    def device_sources(self) -> list[str]:
+        """The texts nvcc compiles (the device units), for PTX and inspection."""
+        return [u.text for u in self.units if u.compiler == "nvcc"]
+
+    @property
+    def device_needs_torch(self) -> bool:
+        """Whether nvcc must see torch's headers (a torch-style file built as one unit)."""
+        return any(u.torch for u in self.units if u.compiler == "nvcc")
+
+
+@dataclass(kw_only=True)
+class ProgramPlan(Plan):
+    """A whole program (a file defines ``main``): its files compiled as they are, nothing generated."""
+
+    kind: ClassVar[str] = "program"
+
+
+@dataclass
+class Build:
+    """One build in the cache: what :func:`jitlab.jit.builder.build` returns (``jitlab.Build``).
+
+    Attributes:
+        name: Module name (the snippet's name plus the key).
+        folder: The build folder.
+        plan: What was generated.
+        manifest: The manifest (artifact, hash, timings, resource usage).
+        cached: ``True`` when nothing was compiled.
+        seconds: Wall time of this build call (0 for a cache hit's compile).
+        archs: The archs built for.
+    """
+
+    name: str
+    folder: Path
+    plan: Plan
+    manifest: Manifest
+    cached: bool
+    seconds: float
+    archs: list[str]
+
+    @property
+    def artifact(self) -> Path:
+        return self.folder / self.manifest.artifact
+
+    @property
+    def compile_only(self) -> bool:
+        return bool(self.manifest.compile_only)
+
+    @property
+    def resources(self) -> dict:
+        """Per-kernel resource usage from ptxas: registers, shared/local/constant memory, spills."""
+        return self.manifest.resources or {}
+
+    @property
+    def registers(self) -> str:
+        """Each kernel's registers per thread (the most over its archs), one phrase: ``saxpy: 10 registers``."""
+        return ", ".join(f"{k}: {max(a['registers'] for a in per.values())} registers"
+                         for k, per in sorted(self.resources.items()))
+
+    @property
+    def engine(self) -> str:
+        """``"nvrtc"`` or ``"nvcc"``: what compiled the CUDA code; ``"c++"`` for a snippet without CUDA."""
+        return (self.manifest.engine or "nvcc") if self.plan.cuda else "c++"
+
+    @property
+    def notes(self) -> list[str]:
+        """One line for each choice the build made that a user may want to know (engine, split, headers)."""
+        return list(self.plan.notes if self.manifest.notes is None else self.manifest.notes)
+
+    @property
+    def log(self) -> str:
+        """The compiler output of the build (warnings and ptxas resource usage)."""
+        p = self.folder / "build.log"
+        return p.read_text(errors="replace") if p.is_file() else ""

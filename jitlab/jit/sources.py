@@ -17,8 +17,8 @@ from pathlib import Path
 
 from jitlab import config
 from jitlab.errors import SnippetError
-from jitlab.jit import codegen, diagnostics, toolchain
-from jitlab.jit.plan import Unit
+from jitlab.jit import diagnostics, toolchain
+from jitlab.jit.plan import Plan, Unit
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import SourceFile, language_of, parse_file, parse_header
 
@@ -165,18 +165,18 @@ def with_header_deps(units: list[Unit], per_file: dict[str, dict[str, str]]) -> 
     return [replace(u, deps=tuple(sorted(per_file.get(u.source, {}).items()))) for u in units]
 
 
-def file_names(plan: codegen.Plan) -> str:
+def file_names(plan: Plan) -> str:
     """The plan's files, short, comma-separated: what a progress line or an error names."""
     return ", ".join(diagnostics.short_path(str(f.path)) for f in plan.files)
 
 
-def describe(plan: codegen.Plan, archs: list[str], compiler: str = "nvcc") -> str:
+def describe(plan: Plan, archs: list[str], compiler: str = "nvcc") -> str:
     """The plan's files and what compiles them: ``saxpy.cu (nvcc, sm_90)``."""
     tool = f"{compiler}, {'/'.join(archs)}" if plan.cuda else "c++"
     return f"{file_names(plan)} ({tool})"
 
 
-def sources_by_path(plan: codegen.Plan) -> dict[str, str]:
+def sources_by_path(plan: Plan) -> dict[str, str]:
     """Each of the plan's files → its text, for a compile error to quote the lines it names."""
     return {str(f.path): f.text for f in plan.files}
 

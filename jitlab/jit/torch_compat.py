@@ -371,7 +371,7 @@ def build_inline(name, cpp_sources, cuda_sources=None, functions=None, *, compil
     ``extra_include_paths``, ``with_cuda``, ``with_pytorch_error_handling``, ``no_implicit_headers``).
 
     Returns:
-        The :class:`jitlab.jit.builder.Build`.
+        The :class:`jitlab.jit.plan.Build`.
     """
     from jitlab.jit import builder
 

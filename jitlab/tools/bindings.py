@@ -25,6 +25,7 @@ import torch
 from jitlab.jit import codegen, ctypes_map, messages, shims
 from jitlab.jit.launch import py_name
 from jitlab.jit.parse import Function, Param
+from jitlab.jit.plan import KernelPlan, TorchPlan
 from jitlab.jit.pyargs import pyargs
 
 # Tensor dtype → c10::ScalarType enumerator, for the dtype check of a pointer parameter.
@@ -65,14 +66,14 @@ def pybind_module(fns: list[Function]) -> str:
     return "\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n" + defs + "}\n"
 
 
-def operators(plan: codegen.Plan) -> list[tuple[str, str]]:
+def operators(plan: KernelPlan | TorchPlan) -> list[tuple[str, str]]:
     """``(namespace, name)`` of each operator an operator snippet registers, once, where both are
-    identifiers (they are pasted into the package's ``__init__.py`` as code)."""
-    found = dict.fromkeys((op.namespace, op.name) for op in plan.ops)
+    identifiers (they are pasted into the package's ``__init__.py`` as code); none for a kernel-only plan."""
+    found = dict.fromkeys((op.namespace, op.name) for op in (plan.ops if isinstance(plan, TorchPlan) else []))
     return [(ns, name) for ns, name in found if ns.isidentifier() and name.isidentifier() and not keyword.iskeyword(name)]
 
 
-def ops_module(plan: codegen.Plan, cpp_includes: str) -> str:
+def ops_module(plan: TorchPlan, cpp_includes: str) -> str:
     """An operator snippet's C++ module unit: what ``jitlab.load`` compiles its ``.cpp`` files on (torch's
     types, ``torch/library.h`` and the CHECK_* macros, not all of ``torch/extension.h``), then a module
     with nothing in it: importing it loads the library, whose ``TORCH_LIBRARY`` blocks register the
@@ -84,7 +85,7 @@ def ops_module(plan: codegen.Plan, cpp_includes: str) -> str:
             "PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&jitlab_module); }\n")
 
 
-def kernel_module(plan: codegen.Plan, name: str, root: Path, doc: str) -> str:
+def kernel_module(plan: KernelPlan, name: str, root: Path, doc: str) -> str:
     """The C++ module of a kernel-only snippet: one checked torch wrapper per shim, and PYBIND11_MODULE.
 
     Args:

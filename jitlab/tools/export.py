@@ -49,6 +49,7 @@ from jitlab.jit import codegen, flags, shims, toolchain
 from jitlab.jit import sources as jsources
 from jitlab.jit.launch import py_name
 from jitlab.jit.parse import SourceFile, language_of, parse_file
+from jitlab.jit.plan import KernelPlan, TorchPlan
 from jitlab.tools import package_files
 from jitlab.tools.bindings import kernel_module, operators, ops_module, pybind_module, render
 
@@ -64,7 +65,7 @@ class Package:
     Attributes:
         name: The Python package name (``import name``).
         extension: The compiled module inside it (``_C``, or the snippet's own PYBIND11_MODULE name).
-        plan: codegen's plan of the snippet.
+        plan: The snippet's plan (kernel-only or torch-style).
         root: The folder ``csrc/`` mirrors (the snippet's files and headers keep their layout under it).
         files: Relative path → contents, every file of the package.
         units: The sources setup.py compiles (relative paths).
@@ -75,7 +76,7 @@ class Package:
 
     name: str
     extension: str
-    plan: codegen.Plan
+    plan: KernelPlan | TorchPlan
     root: Path
     files: dict[str, str] = field(default_factory=dict)
     units: list[str] = field(default_factory=list)
@@ -213,7 +214,7 @@ def _version_of(dist: str) -> tuple[int, ...] | None:
 
 
 # ---- the package's contents ---------------------------------------------------------------------
-def package(plan: codegen.Plan, name: str, headers: list[Path]) -> Package:
+def package(plan: KernelPlan | TorchPlan, name: str, headers: list[Path]) -> Package:
     """Every file of the package for ``plan``: sources, generated units, setup.py, README, __init__."""
     user = [f.path for f in plan.files] + headers
     root = Path(os.path.commonpath([p.parent for p in user]))
@@ -255,7 +256,7 @@ def _includes(pkg: Package, files: list[SourceFile]) -> str:
     return "".join(f'#include "{_rel(pkg, f.path)}"\n' for f in files)
 
 
-def _by_language(plan: codegen.Plan) -> tuple[list[SourceFile], list[SourceFile]]:
+def _by_language(plan: KernelPlan | TorchPlan) -> tuple[list[SourceFile], list[SourceFile]]:
     return [f for f in plan.files if f.language == "cuda"], [f for f in plan.files if f.language == "cpp"]
 
 
@@ -273,12 +274,12 @@ def _torch_units(pkg: Package) -> None:
     if plan.ops and not any(f.pybind_module for f in plan.files):  # importing <name>._C registers the operators
         body = ops_module(plan, _includes(pkg, cpp))
         pkg.names = sorted({name for _, name in operators(plan)})
-    elif plan.functions is None and not cpp:
+    elif plan.binds_itself and not cpp:
         pkg.names = sorted({py for f in plan.files for py in f.pybind_defs})
         return  # the .cu file binds itself
     else:
         body = cpp_prelude + _includes(pkg, cpp)
-        if plan.functions is not None:
+        if not plan.binds_itself:
             body += "\n" + codegen.declarations(codegen.functions_of(plan.exported, cu)) + pybind_module(plan.exported)
             pkg.names = [fn.name for fn in plan.exported]
         else:
@@ -367,7 +368,7 @@ def _usage(pkg: Package) -> str:
             if fn.kind == "global":
                 args += ["grid=...", "block=256"]
             lines.append(f"{pkg.name}.{fn.name}({', '.join(args)})")
-    elif pkg.plan.ops:
+    elif operators(pkg.plan):
         lines += [f"{pkg.name}.{name}(...)  # or torch.ops.{ns}.{name}(...)" for ns, name in operators(pkg.plan)]
     else:
         for fn in pkg.plan.exported:
@@ -377,7 +378,7 @@ def _usage(pkg: Package) -> str:
     return "\n".join("    " + line for line in lines)
 
 
-def _kind(plan: codegen.Plan) -> str:
+def _kind(plan: KernelPlan | TorchPlan) -> str:
     return "kernel-only" if plan.kind == "kernel" else "torch-style"
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from jitlab.errors import ArgumentError
 from jitlab.jit import api, toolchain
-from jitlab.jit.builder import Build
+from jitlab.jit.plan import Build
 
 #: Seconds a program may run when no ``timeout`` is given.
 DEFAULT_TIMEOUT = 60.0

@@ -53,7 +53,7 @@ class Built:
     """A configuration's build, as a CPU worker reports it (picklable: it may come from a Dask worker).
 
     Attributes:
-        resources: The build's resource table (:attr:`jitlab.jit.builder.Build.resources`).
+        resources: The build's resource table (:attr:`jitlab.jit.plan.Build.resources`).
         error: The compile error's first lines, when it did not compile.
         pruned: The ptxas line, when the compiler refused it for the arch's limits.
         cached: Whether the build was a cache hit.

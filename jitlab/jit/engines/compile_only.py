@@ -11,9 +11,9 @@ import subprocess
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import cache, codegen, deps, diagnostics, toolchain
+from jitlab.jit import cache, deps, diagnostics, toolchain
 from jitlab.jit.flags import Options, nvcc_command
-from jitlab.jit.plan import Manifest
+from jitlab.jit.plan import KernelPlan, Manifest
 from jitlab.jit.resources import parse_resource_usage
 from jitlab.jit.sources import describe, sources_by_path
 
@@ -22,17 +22,17 @@ ENGINE = "nvcc"
 COMPILER = "nvcc"
 
 
-def key_parts(plan: codegen.Plan, archs: list[str], opts: Options, parts: dict) -> dict:
+def key_parts(plan: KernelPlan, archs: list[str], opts: Options, parts: dict) -> dict:
     """The plan's key parts as they are (``compile_only`` is one of them)."""
     return parts
 
 
-def require_tools(plan: codegen.Plan, opts: Options) -> None:
+def require_tools(plan: KernelPlan, opts: Options) -> None:
     """nvcc and the host compiler; neither ninja nor a CUDA torch."""
     toolchain.require_tools(plan.cuda, compile_only=True, ninja=True)
 
 
-def make(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
+def make(plan: KernelPlan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
     """Compile the CUDA unit to an object with nvcc (the flags load_inline would use), no link, no load."""
     if not plan.cuda:
         raise SnippetError(f"{describe(plan, archs)}: compile_only applies to CUDA snippets; C++ snippets build and run here")

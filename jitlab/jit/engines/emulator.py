@@ -26,7 +26,7 @@ from jitlab.jit import cache, codegen, diagnostics, toolchain
 from jitlab.jit.emulator_support import ENGINE
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import Function, SourceFile, line_directive, syntax_tree
-from jitlab.jit.plan import Manifest
+from jitlab.jit.plan import KernelPlan, Manifest
 from jitlab.jit.shims import call_shim, runtime_helpers, shim_params
 from jitlab.jit.sources import sources_by_path, user_include_dirs
 
@@ -129,7 +129,7 @@ def _compile(cmd: list[str], what: str, sources: dict[str, str]) -> None:
         raise diagnostics.compile_error(what, proc.stdout + proc.stderr, sources)
 
 
-def key_parts(plan: codegen.Plan, archs: list[str], opts: Options, parts: dict) -> dict:
+def key_parts(plan: KernelPlan, archs: list[str], opts: Options, parts: dict) -> dict:
     """An emulated build's key: the one unit it compiles (translated), the runtime's text, the host
     compiler's flags and fingerprint, and the plan's local headers and user flags."""
     return {"format": config.FORMAT_VERSION, "engine": ENGINE, "text": unit_text(plan.files, plan.exported),
@@ -138,12 +138,12 @@ def key_parts(plan: codegen.Plan, archs: list[str], opts: Options, parts: dict) 
             "toolchain": toolchain.fingerprint(False)}
 
 
-def require_tools(plan: codegen.Plan, opts: Options) -> None:
+def require_tools(plan: KernelPlan, opts: Options) -> None:
     """The host C++ compiler."""
     toolchain.require_tool(toolchain.cxx_path(), "a C++ compiler")
 
 
-def make(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
+def make(plan: KernelPlan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
     """Compile the snippet's one unit against the SIMT header and link it with the runtime into ``name.so``.
 
     Raises:

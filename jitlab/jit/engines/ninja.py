@@ -22,28 +22,28 @@ from pathlib import Path
 
 from jitlab import output
 from jitlab.errors import ToolchainError
-from jitlab.jit import cache, codegen, deps, diagnostics, ninja_tool, toolchain
+from jitlab.jit import cache, deps, diagnostics, ninja_tool, toolchain
 from jitlab.jit.flags import Options, compile_flags
 from jitlab.jit.resources import parse_resource_usage
 from jitlab.jit.sources import describe, sources_by_path
-from jitlab.jit.plan import Manifest
+from jitlab.jit.plan import KernelPlan, Manifest
 
 #: What a build records as its engine (``Build.engine``), and what its progress line says compiles it.
 ENGINE = "nvcc"
 COMPILER = "nvcc"
 
 
-def key_parts(plan: codegen.Plan, archs: list[str], opts: Options, parts: dict) -> dict:
+def key_parts(plan: KernelPlan, archs: list[str], opts: Options, parts: dict) -> dict:
     """The plan's key parts as they are: its sources, flags and toolchain say everything."""
     return parts
 
 
-def require_tools(plan: codegen.Plan, opts: Options) -> None:
+def require_tools(plan: KernelPlan, opts: Options) -> None:
     """nvcc (CUDA snippets), the host compiler and ninja."""
     toolchain.require_tools(plan.cuda, opts.compile_only, ninja=True)
 
 
-def make(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
+def make(plan: KernelPlan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
     """Compile and link with ``torch.utils.cpp_extension.load_inline`` into ``folder``."""
     from torch.utils import cpp_extension
 
@@ -57,7 +57,7 @@ def make(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Op
                 name=name,
                 cpp_sources=plan.cpp_sources,
                 cuda_sources=plan.cuda_sources or None,
-                functions=plan.functions,
+                functions=None,
                 extra_cflags=_for_ninja(cflags),
                 extra_cuda_cflags=_for_ninja(cuda_cflags) if plan.cuda else None,
                 extra_ldflags=_for_ninja([*toolchain.runtime_ldflags(), *opts.ldflags]),
@@ -65,7 +65,7 @@ def make(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Op
                 build_directory=str(_ninja_folder(folder)),
                 verbose=True,
                 with_cuda=plan.cuda or opts.with_cuda,
-                is_python_module=plan.kind == "torch",
+                is_python_module=False,
                 no_implicit_headers=True,
             )
             ok = True

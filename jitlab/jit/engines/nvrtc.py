@@ -24,7 +24,7 @@ from pathlib import Path
 from jitlab.jit import cache, deps, toolchain
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import line_directive
-from jitlab.jit.plan import Manifest
+from jitlab.jit.plan import KernelPlan, Manifest
 from jitlab.jit.resources import demangle, parse_resource_usage
 
 SHIMS = Path(__file__).parent / "nvrtc_include"
@@ -314,16 +314,16 @@ ENGINE = "nvrtc"
 COMPILER = "NVRTC"
 
 
-def key_parts(plan, archs: list[str], opts: Options, parts: dict) -> dict:
+def key_parts(plan: KernelPlan, archs: list[str], opts: Options, parts: dict) -> dict:
     """The plan's key parts and NVRTC's version: an NVRTC build is keyed apart from nvcc's."""
     return {**parts, "engine": ENGINE, "nvrtc": version()}
 
 
-def require_tools(plan, opts: Options) -> None:
+def require_tools(plan: KernelPlan, opts: Options) -> None:
     """NVRTC needs no tool besides itself (:func:`unavailable` said it is there)."""
 
 
-def make(plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
+def make(plan: KernelPlan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
     """A kernel-only ``.cu`` compiled in process by NVRTC: one CUBIN per arch, the first one the artifact.
 
     Raises:

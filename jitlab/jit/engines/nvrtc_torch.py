@@ -30,7 +30,7 @@ from jitlab import config, progress
 from jitlab.jit import cache, deps, diagnostics, toolchain
 from jitlab.jit.engines import linker, nvrtc, objects, slots, torch_headers
 from jitlab.jit.flags import Options, object_flags
-from jitlab.jit.plan import Flags, Manifest, Object, Unit, UnitError
+from jitlab.jit.plan import Flags, Manifest, Object, TorchPlan, Unit, UnitError
 from jitlab.jit.resources import parse_resource_usage
 from jitlab.jit.sources import sources_by_path
 
@@ -115,17 +115,17 @@ def unsuitable(plan, opts: Options) -> str | None:
     return None
 
 
-def key_parts(plan, archs: list[str], opts: Options, parts: dict) -> dict:
+def key_parts(plan: TorchPlan, archs: list[str], opts: Options, parts: dict) -> dict:
     """The plan's key parts and NVRTC's version: keyed apart from the nvcc split."""
     return {**parts, "engine": ENGINE, "nvrtc": nvrtc.version()}
 
 
-def require_tools(plan, opts: Options) -> None:
+def require_tools(plan: TorchPlan, opts: Options) -> None:
     """The host compiler (NVRTC is there: :func:`nvrtc.unavailable` said so); no nvcc, no ninja."""
     toolchain.require_tools(False, opts.compile_only, ninja=False)
 
 
-def make(plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
+def make(plan: TorchPlan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
     """The host side compiled and linked (cache hits after a kernel edit), the device unit by NVRTC.
 
     Raises:

@@ -32,7 +32,7 @@ from jitlab.jit import cache, deps, diagnostics, header_sets, toolchain
 from jitlab.jit.engines import linker, pch, torch_headers
 from jitlab.jit.flags import Options, object_flags
 from jitlab.jit.parse import line_directive
-from jitlab.jit.plan import Flags, Manifest, Object, Unit, UnitError
+from jitlab.jit.plan import Flags, Manifest, Object, TorchPlan, Unit, UnitError
 from jitlab.jit.resources import parse_resource_usage
 from jitlab.jit.sources import describe, sources_by_path
 from jitlab.jit.symbols import instantiations, undefined_symbols
@@ -233,17 +233,17 @@ ENGINE = "nvcc"
 COMPILER = "nvcc"
 
 
-def key_parts(plan, archs: list[str], opts: Options, parts: dict) -> dict:
+def key_parts(plan: TorchPlan, archs: list[str], opts: Options, parts: dict) -> dict:
     """The plan's key parts as they are: its units, flags and toolchain say everything."""
     return parts
 
 
-def require_tools(plan, opts: Options) -> None:
+def require_tools(plan: TorchPlan, opts: Options) -> None:
     """nvcc (CUDA snippets) and the host compiler; no ninja: this engine drives the compilers itself."""
     toolchain.require_tools(plan.cuda, opts.compile_only, ninja=False)
 
 
-def make(plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
+def make(plan: TorchPlan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
     """A torch-style build: each unit compiled once into the object cache, then linked (or, compile-only,
     kept as one relocatable object)."""
     for note in plan.notes:

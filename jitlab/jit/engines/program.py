@@ -15,10 +15,10 @@ import subprocess
 from pathlib import Path
 
 from jitlab import config
-from jitlab.jit import cache, codegen, deps, diagnostics, toolchain
+from jitlab.jit import cache, deps, diagnostics, toolchain
 from jitlab.jit.flags import Options, arch_flags
 from jitlab.jit.parse import line_directive
-from jitlab.jit.plan import Manifest
+from jitlab.jit.plan import Manifest, ProgramPlan
 from jitlab.jit.resources import parse_resource_usage
 from jitlab.jit.sources import describe, sources_by_path
 
@@ -30,19 +30,19 @@ ENGINE = "nvcc"
 COMPILER = "nvcc"
 
 
-def key_parts(plan: codegen.Plan, archs: list[str], opts: Options, parts: dict) -> dict:
+def key_parts(plan: ProgramPlan, archs: list[str], opts: Options, parts: dict) -> dict:
     """A program's key: its files' texts (compiled as they are), their local headers, flags, archs, toolchain."""
     return {"format": config.FORMAT_VERSION, "kind": "program", "sources": [(str(f.path), f.text) for f in plan.files],
             "headers": parts["headers"], "archs": archs, "debug": opts.debug, "flags": parts["flags"],
             "toolchain": parts["toolchain"]}
 
 
-def require_tools(plan: codegen.Plan, opts: Options) -> None:
+def require_tools(plan: ProgramPlan, opts: Options) -> None:
     """nvcc for a ``.cu`` program, the host compiler for a ``.cpp`` one."""
     toolchain.require_tool(toolchain.nvcc_path() if plan.cuda else toolchain.cxx_path(), "nvcc" if plan.cuda else "c++")
 
 
-def command(plan: codegen.Plan, inputs: list[str], output: str, archs: list[str], opts: Options) -> list[str]:
+def command(plan: ProgramPlan, inputs: list[str], output: str, archs: list[str], opts: Options) -> list[str]:
     """The compile-and-link command line: ``nvcc`` (or the host compiler) with the build's flags."""
     defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
     includes = [f"-I{d}" for d in plan.include_dirs]
@@ -55,7 +55,7 @@ def command(plan: codegen.Plan, inputs: list[str], output: str, archs: list[str]
             *defines, *opts.cflags, *inputs, "-o", output, *opts.ldflags]
 
 
-def make(plan: codegen.Plan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
+def make(plan: ProgramPlan, name: str, folder: Path, archs: list[str], opts: Options) -> Manifest:
     """Write each file's text after its ``#line`` directive into ``folder``, compile and link them."""
     inputs = []
     for i, f in enumerate(plan.files):

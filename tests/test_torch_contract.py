@@ -269,7 +269,7 @@ def test_load_links_several_sources_and_finds_headers_on_odd_include_paths(use_s
     (tmp_path / "other.cpp").write_text("#include <torch/extension.h>\n"
                                         "torch::Tensor halve(torch::Tensor x) { return x / 2; }\n")
     m = jitlab.load(name="contract_two_files", sources=["main.cpp", "other.cpp"],
-                    extra_include_paths=["inc dir / with spaces", "it's here"], extra_cflags=["-g"], verbose=False)
+                    extra_include_paths=["inc dir / with spaces", "it's here"], verbose=False)
     assert m.halve(torch.full((3,), 5.0)).tolist() == [2.5, 2.5, 2.5]
     counter = m.Counter(1)
     assert (counter.next(), counter.next()) == (9, 10)

@@ -147,3 +147,16 @@ def test_optimisation_levels_share_one_set_and_o0_needs_none():
     assert pch.set_flags(["-O3", "-O0", "-Wall"]) == ()
     assert pch.set_flags(["-O0", "-Os"]) == ("-Os",)
     assert pch.set_flags(["-Ofast"]) == ("-Ofast",)
+
+
+def test_a_set_without_cuda_headers_is_keyed_without_nvcc():
+    """A C++ snippet built with with_cuda=True has nvcc in its toolchain, but its header sets hold no CUDA
+    header: they are the same sets (one key) as a plain C++ build's; a CUDA set keeps nvcc in its key."""
+    from types import SimpleNamespace
+
+    tools = (("c++", "g++ 12"), ("torch", "2.x"))
+    plain = SimpleNamespace(cxx=("-fPIC",), cuda_include=("-isystem/cuda",), cxx_user=(), toolchain=tools)
+    with_nvcc = SimpleNamespace(**{**vars(plain), "toolchain": tools + (("nvcc", "13.0"), ("torch_cuda", "13.0"))})
+    for headers in ("host", "full", "bind", "casters"):
+        assert pch._describe("torch", plain, False, headers)[2] == pch._describe("torch", with_nvcc, False, headers)[2]
+    assert pch._describe("torch", with_nvcc, True, "host")[2] != pch._describe("torch", plain, True, "host")[2]

@@ -223,7 +223,10 @@ def _describe(kind: str, flags: Flags, cuda: bool, headers: str, user: tuple[str
     # `casters` and `bind` hold no CUDA header: one set for C++ and CUDA snippets (GCC does not check
     # include folders).
     cxx = [*flags.cxx, *(flags.cuda_include if cuda and headers not in NO_CUDA else ()), *user]
-    tools = [t for t in flags.toolchain if headers not in NO_CUDA or t[0] not in ("nvcc", "torch_cuda")]
+    # A set without CUDA's headers (every C++ snippet's, and casters/bind for all) does not depend on nvcc
+    # or torch's CUDA build, even when the build's toolchain names them (a C++ source with with_cuda=True).
+    with_cuda = cuda and headers not in NO_CUDA
+    tools = [t for t in flags.toolchain if with_cuda or t[0] not in ("nvcc", "torch_cuda")]
     key = cache.build_key({"format": config.FORMAT_VERSION, "pch": text, "flags": cxx, "toolchain": tools})
     return text, cxx, f"{kind}-{headers}-{key}"
 

@@ -171,3 +171,4 @@ def test_a_torch_style_build_waits_for_the_real_sets_made_in_the_background(fres
     prepare.wait()
     assert {u["headers"] for u in b.manifest.units if u["compiler"] == "cxx"} == {"host", "casters"}
     assert sorted(n.split("-")[1] for n in runs) == ["casters", "host"]
+

@@ -3,7 +3,7 @@
 The first torch-style build waits for the precompiled torch header sets its host units start on (about
 30 s each on 2 cores, :mod:`jitlab.jit.engines.pch`): ``host`` and ``casters`` for a CUDA snippet, ``bind``
 for a C++ one. ``%load_ext jitlab`` and the lessons' first cell call :func:`start`, which makes the ones
-missing on two background threads (CUDA's two first, side by side; ``bind`` after), with the flags a plain
+missing on background threads (CUDA's two side by side; ``bind`` after them, alone), with the flags a plain
 ``jitlab.load`` uses, and says so in one line; a learner's first torch-style cell then finds them made or
 waits only for what is left. Nothing starts, and nothing is said, when every set is already made.
 
@@ -33,8 +33,6 @@ from jitlab.jit.flags import default_host_flags
 #: What :func:`start` says when it starts anything.
 LINE = ("jitlab: preparing torch's headers in the background (~30 s on 2 cores; the first torch-style build "
         "waits for what is left; JITLAB_PREPARE_HEADERS=0 turns this off)")
-#: Threads making sets: 2 make CUDA's two first sets at once (a first build would too).
-WORKERS = 2
 
 _lock = threading.Lock()
 _threads: list[threading.Thread] = []
@@ -81,7 +79,11 @@ def start(say=print) -> None:
 
 
 def _begin(say) -> None:
-    """Start a thread per :data:`WORKERS` on the missing sets, and say so; nothing when none is missing."""
+    """Start the missing sets on background threads, and say so; nothing when none is missing.
+
+    CUDA's sets are made side by side (a first CUDA build needs both); the others (``bind``) after them, one
+    thread alone, so that they do not take a core from CUDA's or from the build that waits for them.
+    """
     try:
         todo = missing()
     except Exception:  # noqa: BLE001 - no torch or compiler to read: the first build reports it in its cell
@@ -90,20 +92,25 @@ def _begin(say) -> None:
         return
     atexit.register(pch.stop_background)
     with _lock:
-        for i in range(min(WORKERS, len(todo))):
-            t = threading.Thread(target=_work, args=(todo,), name=f"jitlab-prepare-{i}", daemon=True)
-            t.start()
-            _threads.append(t)
+        first = [_thread(f"jitlab-prepare-{w[2]}", [w], []) for w in todo if w[1]]
+        rest = [w for w in todo if not w[1]]
+        if rest:
+            _thread("jitlab-prepare-later", rest, first)
     say(LINE)
 
 
-def _work(queue: list) -> None:
-    """Make sets from ``queue`` until it is empty (``list.pop`` is atomic)."""
-    while True:
-        try:
-            flags, cuda, headers = queue.pop(0)
-        except IndexError:
-            return
+def _thread(name: str, sets: list, after: list[threading.Thread]) -> threading.Thread:
+    t = threading.Thread(target=_work, args=(sets, after), name=name, daemon=True)
+    t.start()
+    _threads.append(t)
+    return t
+
+
+def _work(sets: list, after: list[threading.Thread]) -> None:
+    """Make ``sets`` in order, once the threads ``after`` have ended."""
+    for t in after:
+        t.join()
+    for flags, cuda, headers in sets:
         pch.prepare(flags, cuda, headers)
 
 

@@ -81,13 +81,27 @@ def _answers(path: Path) -> dict[str, str]:
     return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
 
 
+def save() -> None:
+    """Write the answers asked before the build cache existed, now that a build has made it (the cache calls
+    this after making an entry)."""
+    for path in list(_unsaved):
+        if path.parent.is_dir():
+            _keep(path, _answers(path))
+
+
+#: Answers files whose answers are not written yet: their folder did not exist when they were asked.
+_unsaved: set[Path] = set()
+
+
 def _keep(path: Path, answers: dict[str, str]) -> None:
     """Write the newest :data:`KEPT` answers atomically, into a cache folder a build has made (never making one
-    itself); a cache that cannot be written keeps none."""
+    itself: until a build does, :func:`save` waits); a cache that cannot be written keeps none."""
     tmp = None
+    if not path.parent.is_dir():
+        _unsaved.add(path)
+        return
+    _unsaved.discard(path)
     try:
-        if not path.parent.is_dir():
-            return
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".versions-", suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             json.dump(dict(list(answers.items())[-KEPT:]), f, indent=1)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from jitlab import config
 from jitlab.errors import CacheError, ToolchainError
-from jitlab.jit import cachedir, deps, locks
+from jitlab.jit import answers, cachedir, deps, locks
 from jitlab.jit.plan import Manifest
 from jitlab.jit.deps import file_sha256  # cache.file_sha256 to its callers: the artifacts' hash
 
@@ -313,6 +313,7 @@ def _found_or_made(name: str, make, root, content, known, keep, reads, skip, bef
         rows = deps.stamp([*result.read, *reads], started, known or {}, keep, folder, skip)
         manifest["deps"] = None if result.unstable else rows
         write_manifest(folder, manifest)
+        answers.save()  # the tools' answers asked before this cache existed
         if first is not None:
             kept = [o for o in first.get("others", []) if isinstance(o, str)]
             write_json(first_folder / MANIFEST, {**first, "others": [target, *kept][:MAX_CANDIDATES]})

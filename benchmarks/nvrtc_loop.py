@@ -10,6 +10,9 @@ cache). Then each tool's per-launch overhead (best of 5 x
 
     python benchmarks/nvrtc_loop.py [--edits 10] [--json out.json]
     python benchmarks/nvrtc_loop.py --compile-only [--arch sm_90]   # no GPU: jitlab's two engines only
+
+``--compile-only`` (no GPU) prints each engine's compile-only edit, then an NVRTC hit in this process and in
+a new one (``import jitlab`` and the build apart, after ``import torch``): what a hit costs before a module load.
 """
 
 from __future__ import annotations
@@ -63,7 +66,33 @@ def compile_only(work: Path, edits: int, arch: str) -> int:
             times.append(time.perf_counter() - t0)
             assert not b.cached and b.engine == engine
         print(f"  jitlab {engine:<6} first {times[0]:.3f} s   edit {statistics.median(times[1:]):.3f} s")
+    path = work / "scale_nvrtc.cu"
+    t0 = time.perf_counter()
+    assert jitlab.build(path, compile_only=True, arch=arch, engine="nvrtc").cached
+    print(f"  jitlab nvrtc  hit in this process {time.perf_counter() - t0:.4f} s")
+    imports, builds = newproc_compile_only(path, arch)
+    print(f"  jitlab nvrtc  hit in a new process (median of {len(builds)}): import jitlab {statistics.median(imports):.4f} s"
+          f" + build {statistics.median(builds):.4f} s = {statistics.median(a + b for a, b in zip(imports, builds)):.4f} s")
     return 0
+
+
+def newproc_compile_only(path: Path, arch: str, runs: int = 7) -> tuple[list[float], list[float]]:
+    """A compile-only cache hit in new processes, after ``import torch``: (import jitlab s, build s) of each
+    run but the first (which may write Python's bytecode cache)."""
+    code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); import torch; t0 = time.perf_counter(); "
+            f"import jitlab; t1 = time.perf_counter(); "
+            f"b = jitlab.build({str(path)!r}, compile_only=True, arch={arch!r}, engine='nvrtc'); "
+            f"assert b.cached, 'not cached'; print(t1 - t0, time.perf_counter() - t1)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    imports, builds = [], []
+    for _ in range(runs + 1):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr[-2000:])
+        a, b = map(float, out.stdout.split()[-2:])
+        imports.append(a)
+        builds.append(b)
+    return imports[1:], builds[1:]
 
 
 class Jitlab:

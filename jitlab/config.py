@@ -79,6 +79,12 @@ def lock_timeout() -> float:
                          f"JITLAB_LOCK_TIMEOUT=600 (or inf to wait for ever)") from None
 
 
+def prepare_headers() -> bool:
+    """Whether a notebook that loads jitlab starts precompiling torch's headers in the background
+    (:mod:`jitlab.jit.prepare`): yes unless ``JITLAB_PREPARE_HEADERS=0`` (or ``off``, ``no``, ``false``)."""
+    return getenv("JITLAB_PREPARE_HEADERS", "1").strip().lower() not in ("0", "off", "no", "false")
+
+
 def verbose() -> bool:
     """``JITLAB_VERBOSE=1`` prints each build's compiler output (commands, warnings, resource usage)."""
     return getenv("JITLAB_VERBOSE") not in ("", "0")

@@ -33,6 +33,7 @@ DEFAULT_AFTER = 2.0
 TICK_S = 0.5
 
 _current: contextvars.ContextVar[Step | None] = contextvars.ContextVar("jitlab_progress_step", default=None)
+_quiet: contextvars.ContextVar[bool] = contextvars.ContextVar("jitlab_progress_quiet", default=False)
 
 
 def threshold() -> float | None:
@@ -258,8 +259,21 @@ def doing(text: str):
         step._end_item(text)
 
 
+@contextlib.contextmanager
+def quietly():
+    """Say nothing in this context (work in the background, whose lines would land in whatever cell runs)."""
+    token = _quiet.set(True)
+    try:
+        yield
+    finally:
+        _quiet.reset(token)
+
+
 def say(line: str, file=None) -> None:
-    """Print a note (on ``file``, default stderr), around the current step's live line if one is up."""
+    """Print a note (on ``file``, default stderr), around the current step's live line if one is up;
+    nothing inside :func:`quietly`."""
+    if _quiet.get():
+        return
     step = _current.get()
     if step is not None and step._bar is not None:
         step._line(line)

@@ -14,6 +14,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels"
+# A shell that loads jitlab (the `ip` fixture, the lessons run by nbclient) would start precompiling torch's
+# headers in the background, behind every later test: tests that need the sets make them where they do.
+os.environ.setdefault("JITLAB_PREPARE_HEADERS", "0")
 
 
 def run_dir(tmp_path_factory, name: str) -> Path:

@@ -260,3 +260,32 @@ print("errors:", errors)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "JITLAB_CACHE_DIR": str(tmp_path / "cache")})
     assert out.returncode == 0 and "errors: []" in out.stdout, out.stdout + out.stderr[-3000:]
+
+
+HIT_IN_A_NEW_PROCESS = """
+import subprocess, sys
+sys.path.insert(0, {root!r})
+import jitlab
+
+def refused(*args, **kwargs):
+    raise AssertionError(f"a hit started {{args[0] if args else kwargs.get('args')}}")
+
+if sys.argv[1] == "hit":
+    subprocess.Popen.__init__ = refused
+b = jitlab.build({path!r}, compile_only=True, arch="sm_90")
+assert b.cached == (sys.argv[1] == "hit")
+print(" ".join(sorted(m for m in sys.modules if m.startswith("jitlab.jit.engines."))))
+"""
+
+
+def test_a_kernel_only_hit_in_a_new_process_starts_no_tool_and_imports_no_other_engine(scale, cache):
+    """A new process's kernel-only hit asks no compiler (their answers are kept in the cache) and imports no
+    engine but NVRTC's; the process that built it asked them once."""
+    code = HIT_IN_A_NEW_PROCESS.format(root=str(ROOT), path=str(scale))
+    env = {**os.environ, "JITLAB_CACHE_DIR": str(cache)}
+    first = subprocess.run([sys.executable, "-c", code, "build"], capture_output=True, text=True, env=env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert (cache / ".versions").is_file()
+    hit = subprocess.run([sys.executable, "-c", code, "hit"], capture_output=True, text=True, env=env)
+    assert hit.returncode == 0, hit.stderr[-2000:]
+    assert hit.stdout.split() == ["jitlab.jit.engines.nvrtc"]

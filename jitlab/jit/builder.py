@@ -23,7 +23,9 @@ from jitlab import config, progress
 from jitlab.errors import SnippetError
 from jitlab.jit import cache, codegen, deps, diagnostics, emulator_support, shellwords, toolchain
 from jitlab.jit import flags as flags_mod
-from jitlab.jit.engines import compile_only, emulator, ninja, nvrtc, nvrtc_torch, objects, program
+# The kernel-only engine; the others are imported when chosen (:func:`choose_engine`): a kernel-only cache hit
+# in a new process imports none of them (~10 ms of `import jitlab`).
+from jitlab.jit.engines import nvrtc
 from jitlab.jit.flags import ENGINES, Options
 from jitlab.jit.parse import parse_file
 from jitlab.jit.plan import Build, KernelPlan, Manifest, Plan, ProgramPlan, TorchPlan
@@ -187,7 +189,9 @@ def build(paths, opts: Options | None = None, *, use=None, rebuild_once: bool = 
             if opts.engine == "nvrtc" or not nvrtc.only_nvrtc_fails(e.log, list(sources_by_path(plan))):
                 raise diagnostics.compile_error(describe(plan, archs, "NVRTC"), e.log, sources_by_path(plan)) from None
             engine, why = nvcc_engine(plan, opts), f"NVRTC could not compile it ({_first_error(e.log)})"
-    elif engine is nvrtc_torch:
+    elif engine.__name__ == _TORCH_NVRTC:
+        from jitlab.jit.engines import nvrtc_torch  # lazy: imported already, by choose_engine
+
         try:
             return find_or_build(engine, plan, archs, parts, opts, t0=t0, use=use, rebuild_once=rebuild_once)
         except (nvrtc.NvrtcError, nvrtc_torch.Unsuitable) as e:
@@ -216,8 +220,12 @@ def choose_engine(plan: Plan, opts: Options) -> tuple[ModuleType, str]:
         SnippetError: ``engine`` is unknown, or ``"nvrtc"`` for a snippet NVRTC cannot build.
     """
     if plan.kind == "program":
+        from jitlab.jit.engines import program  # lazy: see the engines' import above
+
         return program, ""
     if on_emulator(plan.files, opts):
+        from jitlab.jit.engines import emulator  # lazy: see the engines' import above
+
         return emulator, ""
     if opts.engine not in ENGINES:
         raise SnippetError(f"engine={opts.engine!r}: use one of {', '.join(map(repr, ENGINES))}")
@@ -236,6 +244,8 @@ def choose_engine(plan: Plan, opts: Options) -> tuple[ModuleType, str]:
     return nvcc_engine(plan, opts), why if plan.kind == "kernel" else ""
 
 
+_TORCH_NVRTC = "jitlab.jit.engines.nvrtc_torch"
+
 #: Whether ``engine="auto"`` takes the torch-style NVRTC engine. Not before its GPU tests
 #: (tests/test_nvrtc_torch_gpu.py) and the GPU suite have passed on a GPU with it (issue 35): until then
 #: ``engine="nvrtc"`` asks for it, and auto keeps the nvcc split.
@@ -250,6 +260,8 @@ def _torch_engine(plan: TorchPlan, opts: Options) -> tuple[ModuleType, str]:
     """
     if opts.engine != "nvrtc" and (opts.compile_only or not TORCH_NVRTC_BY_DEFAULT):
         return nvcc_engine(plan, opts), ""
+    from jitlab.jit.engines import nvrtc_torch  # lazy: see the engines' import above
+
     why = nvrtc_torch.unsuitable(plan, opts) or nvrtc.unavailable()
     if why is None:
         return nvrtc_torch, ""
@@ -262,8 +274,16 @@ def _torch_engine(plan: TorchPlan, opts: Options) -> tuple[ModuleType, str]:
 def nvcc_engine(plan: KernelPlan | TorchPlan, opts: Options) -> ModuleType:
     """The nvcc engine of a plan: the object cache for a torch-style plan's units, compile-only, else ninja."""
     if isinstance(plan, TorchPlan):
+        from jitlab.jit.engines import objects  # lazy: see the engines' import above
+
         return objects
-    return compile_only if opts.compile_only else ninja
+    if opts.compile_only:
+        from jitlab.jit.engines import compile_only  # lazy: see the engines' import above
+
+        return compile_only
+    from jitlab.jit.engines import ninja  # lazy: see the engines' import above
+
+    return ninja
 
 
 def _first_error(log: str) -> str:

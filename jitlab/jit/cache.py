@@ -35,7 +35,7 @@ from pathlib import Path
 
 from jitlab import config
 from jitlab.errors import CacheError, ToolchainError
-from jitlab.jit import cachedir, deps, locks
+from jitlab.jit import answers, cachedir, deps, locks
 from jitlab.jit.plan import Manifest
 from jitlab.jit.deps import file_sha256  # cache.file_sha256 to its callers: the artifacts' hash
 
@@ -318,6 +318,7 @@ def _found_or_made(name: str, make, root, content, known, keep, reads, skip, bef
         result = make(target, folder)
         rows = deps.stamp([*result.read, *reads], started, known or {}, keep, folder, skip)
         record = write_manifest(folder, dataclasses.replace(result, deps=None if result.unstable else rows))
+        answers.save()  # the tools' answers asked before this cache existed
         if first is not None:
             kept = [o for o in first.get("others", []) if isinstance(o, str)]
             first_manifest = Manifest.from_record(first)

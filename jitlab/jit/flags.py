@@ -191,12 +191,8 @@ def object_flags(plan: TorchPlan, archs: list[str], opts: Options) -> Flags:
     cflags, _ = compile_flags(plan, archs, opts)
     user = [f"-I{d}" for d in plan.include_dirs]
     cuda = plan.cuda or opts.with_cuda  # CUDA's headers and libraries
-    cuda_include = [f"-isystem{toolchain.cuda_home() / 'include'}"] if cuda else []
     debug = ["-g", "-O0", "-UNDEBUG"] if opts.debug else []
-    # The precompiled header is made with the base flags (a debug build gets its own); the user's
-    # defines and cflags come after. GCC checks that they leave the header valid and, if not, reads
-    # the headers themselves (slow, never wrong; -Winvalid-pch says so in the log).
-    cxx = [*_torch_includes("-isystem"), *_torch_defines(), "-fPIC", "-std=c++20", "-pipe", *debug]
+    cxx, cuda_include = _host_flags(cuda, debug)
     # An operator snippet is unloaded on reload: GCC's STB_GNU_UNIQUE symbols (static locals of inline
     # functions) would make the dynamic loader keep it for ever.
     unique = ["-fno-gnu-unique"] if plan.ops else []
@@ -210,6 +206,26 @@ def object_flags(plan: TorchPlan, archs: list[str], opts: Options) -> Flags:
     return Flags(includes=tuple(user), cxx=tuple(cxx), cuda_include=tuple(cuda_include),
                          cxx_user=tuple(user_cflags), nvcc=tuple(nvcc), nvcc_torch=tuple(_torch_includes("-isystem=")),
                          ld=(*ld, *toolchain.runtime_ldflags(), *opts.ldflags), toolchain=tuple(sorted(toolchain.fingerprint(plan.cuda).items())))
+
+
+def _host_flags(cuda: bool, debug: list[str]) -> tuple[list[str], list[str]]:
+    """Every host unit's base flags and CUDA's include folder (for CUDA snippets), ``(cxx, cuda_include)``.
+
+    The precompiled header is made with the base flags (a debug build gets its own); the user's
+    defines and cflags come after. GCC checks that they leave the header valid and, if not, reads
+    the headers themselves (slow, never wrong; -Winvalid-pch says so in the log).
+    """
+    cxx = [*_torch_includes("-isystem"), *_torch_defines(), "-fPIC", "-std=c++20", "-pipe", *debug]
+    return cxx, ([f"-isystem{toolchain.cuda_home() / 'include'}"] if cuda else [])
+
+
+def default_host_flags(cuda: bool) -> Flags:
+    """The host flags of a plain torch-style build (``jitlab.load(path)``: no user flags, no debug), which the
+    precompiled torch header sets a first build needs are made with (:mod:`jitlab.jit.prepare`); only the
+    host fields are filled."""
+    cxx, cuda_include = _host_flags(cuda, [])
+    return Flags(includes=(), cxx=tuple(cxx), cuda_include=tuple(cuda_include), cxx_user=(), nvcc=(), nvcc_torch=(),
+                 ld=(), toolchain=tuple(sorted(toolchain.fingerprint(cuda).items())))
 
 
 def _python_include() -> str:

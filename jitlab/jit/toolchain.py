@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-from jitlab.jit import ninja_tool
+from jitlab.jit import answers, ninja_tool
+from jitlab.jit.answers import identity, run
 
 from jitlab.errors import ToolchainError
 
@@ -25,18 +26,16 @@ from jitlab.errors import ToolchainError
 DEFAULT_CUDA_HOME = "/usr/local/cuda"
 
 
-def _run(cmd: list[str]) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 #: Environment variables that change what the compilers read (include and library folders, flags).
 COMPILER_ENV = ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH", "LIBRARY_PATH", "NVCC_PREPEND_FLAGS",
                 "NVCC_APPEND_FLAGS")
 #: Environment variables the tool look-ups below depend on (each is remembered per their values).
 _FINDING_ENV = ("CUDA_HOME", "CUDA_PATH", "PATH", "CXX")
+
+
+def _asked(tool: str, *args: str) -> str:
+    """What ``tool args`` prints, remembered across processes per the tool and :data:`COMPILER_ENV` (:func:`answers.asked`)."""
+    return answers.asked(tool, args, COMPILER_ENV)
 
 
 def _finding() -> tuple[str, ...]:
@@ -97,7 +96,7 @@ def nvcc_version() -> str | None:
 def _nvcc_version(nvcc: str | None) -> str | None:
     if not nvcc:
         return None
-    m = re.search(r"V(\d+\.\d+\.\d+)", _run([nvcc, "--version"]))
+    m = re.search(r"V(\d+\.\d+\.\d+)", _asked(nvcc, "--version"))
     return m.group(1) if m else "unknown"
 
 
@@ -118,19 +117,6 @@ def _cxx_path(env: tuple[str, ...]) -> str | None:
     return shutil.which(env[3] or "c++", path=env[2] or None)
 
 
-def identity(tool: str | None) -> str:
-    """What a compiler binary is: its resolved path, size and mtime (``--version`` alone misses a
-    wrapper script that adds flags, or a second toolkit of the same release at another path)."""
-    if not tool:
-        return "none"
-    real = os.path.realpath(tool)
-    try:
-        st = os.stat(real)
-    except OSError:
-        return real
-    return f"{real} {st.st_size} {st.st_mtime_ns}"
-
-
 def cxx_version() -> str:
     """First line of the C++ compiler's ``--version``."""
     return _cxx_version(cxx_path())
@@ -138,7 +124,7 @@ def cxx_version() -> str:
 
 @functools.cache
 def _cxx_version(cxx: str | None) -> str:
-    return (_run([cxx, "--version"]).splitlines() or [""])[0] if cxx else ""
+    return (_asked(cxx, "--version").splitlines() or [""])[0] if cxx else ""
 
 
 def runtime_ldflags() -> list[str]:
@@ -159,7 +145,9 @@ def runtime_ldflags() -> list[str]:
 def _runtime_ldflags(cxx: str | None) -> tuple[str, ...]:
     if not cxx:
         return ()
-    found = _run([cxx, "-print-file-name=libstdc++.so"]).strip()
+    found = _asked(cxx, "-print-file-name=libstdc++.so").strip()
+    if not (os.path.isabs(found) and os.path.exists(found)):
+        found = run([cxx, "-print-file-name=libstdc++.so"]).strip()  # a remembered answer only ever says "found"
     if os.path.isabs(found) and os.path.exists(found):
         return ()  # the compiler links its shared libstdc++, as usual
     loaded = _loaded_library("libstdc++.so")
@@ -322,7 +310,7 @@ def normalize_arch(arch: str) -> str:
 def nvcc_archs() -> tuple[str, ...]:
     """The ``sm_XY`` archs the installed nvcc builds for (``nvcc --list-gpu-code``); empty without nvcc."""
     nvcc = nvcc_path()
-    return tuple(a for a in _run([nvcc, "--list-gpu-code"]).split() if a.startswith("sm_")) if nvcc else ()
+    return tuple(a for a in _asked(nvcc, "--list-gpu-code").split() if a.startswith("sm_")) if nvcc else ()
 
 
 def check_archs(archs: list[str]) -> None:

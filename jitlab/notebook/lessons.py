@@ -26,6 +26,7 @@ from pathlib import Path
 
 from jitlab import config
 from jitlab.errors import JitlabError
+from jitlab.jit import prepare
 from jitlab.notebook import nogpu
 from jitlab.worker import proc
 
@@ -84,11 +85,20 @@ def first_build_note() -> str:
 
 
 def print_environment() -> None:
-    """Print :func:`environment`, one ``name: value`` line each."""
+    """Print :func:`environment`, one ``name: value`` line each; in a notebook (the lessons' first cell),
+    start precompiling torch's headers in the background (:func:`jitlab.jit.prepare.start`)."""
     env = environment()
     width = max(map(len, env))
     for k, v in env.items():
         print(f"{k + ':':<{width + 2}}{v}")
+    if _in_notebook():
+        prepare.start()
+
+
+def _in_notebook() -> bool:
+    """Whether an IPython shell runs this process (a notebook's kernel), not a script."""
+    ipython = sys.modules.get("IPython")
+    return ipython is not None and getattr(ipython, "get_ipython", lambda: None)() is not None
 
 
 # ---- running a notebook ----------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from jitlab import config, snippets
 from jitlab.errors import CompileError, JitlabError
-from jitlab.jit import api, diagnostics, emulator_support, resources, toolchain
+from jitlab.jit import api, diagnostics, emulator_support, prepare, resources, toolchain
 from jitlab.jit.flags import defines_from
 from jitlab.jit.sources import is_program, locate
 from jitlab.notebook import nogpu
@@ -351,11 +351,14 @@ def run_exercise(args, cell: str, namespace: dict, ext: str = ".cu"):
 
 
 def load_ipython_extension(ipython) -> None:
-    """Register ``%%cuda`` and ``%%cpp``, and report cells that need a GPU in one line
-    (:func:`jitlab.notebook.nogpu.install`); called by ``%load_ext jitlab``."""
+    """Register ``%%cuda`` and ``%%cpp``, report cells that need a GPU in one line
+    (:func:`jitlab.notebook.nogpu.install`), and start precompiling torch's headers in the background
+    (:func:`jitlab.jit.prepare.start`: one line, once, unless made already or ``JITLAB_PREPARE_HEADERS=0``);
+    called by ``%load_ext jitlab``."""
     from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
     nogpu.install(ipython)
+    prepare.start()
 
     @magics_class
     class JitlabMagics(Magics):

@@ -14,11 +14,14 @@ needs the names each set declares: the identifiers of its preprocessed text (``c
     build_cache/pch/names-full-4b2c.../names.txt              the identifiers of a set, one per line
 
 Both are cache entries written the way :mod:`jitlab.jit.cache` writes builds: under a lock, manifest
-last, a corrupt one made again.
+last, a corrupt one made again. A notebook starts making the sets a first build needs in the background
+(:func:`prepare`, started by :mod:`jitlab.jit.prepare`) through the same entries: a build that needs a set
+meanwhile waits on its lock, and an error there is kept and raised once, by the first build that needs the set.
 """
 
 from __future__ import annotations
 
+import contextvars
 import re
 import subprocess
 import sys
@@ -119,6 +122,25 @@ def _precompiled(flags: Flags, cuda: bool, headers: str, user: tuple[str, ...]) 
     # checks the compiler and flags a set was made with itself (-Winvalid-pch), and one it cannot use
     # is read as the header text beside it, which is hashed on every use: slower, never someone else's.
     return _made_once(name, make, content=False, companions=("jitlab_torch.h",)).with_name("jitlab_torch.h")
+
+
+def is_made(flags: Flags, cuda: bool, headers: str) -> bool:
+    """Whether the set a build with these flags starts on (no user flags of :func:`set_flags`) is made and usable."""
+    _, _, name = _describe("torch", flags, cuda, headers)
+    return cache.lookup(name, root=config.pch_dir(), content=False) is not None
+
+
+def prepare(flags: Flags, cuda: bool, headers: str) -> None:
+    """Make a set in the background, as a first build would, saying nothing: a build that needs it meanwhile
+    waits on its entry's lock; an error is kept for the first build that needs the set (:func:`_made_once`)."""
+    token = _background.set(True)
+    try:
+        with progress.quietly():
+            _precompiled(flags, cuda, headers, ())
+    except Exception:  # noqa: BLE001 - kept by _made_once for the build that needs the set; nothing to show here
+        pass
+    finally:
+        _background.reset(token)
 
 
 def declared_names(flags: Flags, cuda: bool, headers: str) -> frozenset[str]:
@@ -237,23 +259,67 @@ def _made_once(name: str, make: Callable[[Path], Path], content: bool = True, co
     only its size and stamp. ``companions``: names of small files ``make`` writes beside it, hashed on
     every use (the header text GCC would read if the precompiled header were spoiled)."""
 
+    background = _background.get()
+
     def made(target: str, folder: Path) -> Manifest:
+        if not background and name in _kept:  # the set failed in the background: this build shows why, once
+            progress.say(f"jitlab: making {name} in the background failed; the next build tries again", file=sys.stdout)
+            raise _kept.pop(name)
         t0 = time.perf_counter()
-        artifact = make(folder)
+        try:
+            artifact = make(folder)
+        except Exception as e:
+            if background:  # under the entry's lock: a build waiting on it finds the error
+                _kept[name] = e
+            raise
         return cache.made(artifact, stamp=cache.stamp_of(artifact), seconds=round(time.perf_counter() - t0, 2),
                           companions={c: cache.file_sha256(folder / c) for c in companions})
 
     def waiting():
         progress.say(f"jitlab: waiting for {name}, which another build is making ...", file=sys.stdout)
 
-    entry = cache.find_or_make(name, made, root=config.pch_dir(), content=content, on_wait=waiting)
+    if not background and name in _preparing:
+        progress.say(f"jitlab: waiting for torch's precompiled headers ({name}), started in the background "
+                     f"{time.monotonic() - _preparing[name]:.0f} s ago ...", file=sys.stdout)
+    if background:
+        _preparing[name] = time.monotonic()
+    try:
+        entry = cache.find_or_make(name, made, root=config.pch_dir(), content=content, on_wait=waiting)
+    finally:
+        if background:
+            _preparing.pop(name, None)
     return entry.folder / entry.manifest.artifact
+
+
+#: Whether this context makes sets in the background (:func:`prepare`).
+_background: contextvars.ContextVar[bool] = contextvars.ContextVar("jitlab_pch_background", default=False)
+#: Entry name → the error making it in the background raised, for the first build that needs it.
+_kept: dict[str, Exception] = {}
+#: Entry name → when the background started making it (``time.monotonic()``), while it does.
+_preparing: dict[str, float] = {}
 
 
 def _run(cmd: list[str], folder: Path, what: str) -> str:
     """Run the host compiler for a set; its command and output go to the entry's build.log."""
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    (folder / "build.log").write_text(" ".join(cmd) + "\n" + proc.stderr)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if _background.get():
+        _compilers.add(proc)
+    try:
+        out, err = proc.communicate()
+    finally:
+        _compilers.discard(proc)
+    (folder / "build.log").write_text(" ".join(cmd) + "\n" + err)
     if proc.returncode != 0:
-        raise ToolchainError(f"jitlab: {what} failed (log: {folder / 'build.log'}):\n{proc.stderr[-2000:]}")
-    return proc.stdout
+        raise ToolchainError(f"jitlab: {what} failed (log: {folder / 'build.log'}):\n{err[-2000:]}")
+    return out
+
+
+#: The compilers making sets in the background now.
+_compilers: set[subprocess.Popen] = set()
+
+
+def stop_background() -> None:
+    """End the compilers making sets in the background (at exit: a kernel that shuts down leaves no
+    compiler running; their entries, with no manifest, are made again by the next build)."""
+    for proc in list(_compilers):
+        proc.kill()

@@ -1,0 +1,126 @@
+"""One-time work a notebook starts in the background when it loads jitlab: torch's precompiled header sets.
+
+The first torch-style build waits for the precompiled torch header sets its host units start on (about
+30 s each on 2 cores, :mod:`jitlab.jit.engines.pch`): ``host`` and ``casters`` for a CUDA snippet, ``bind``
+for a C++ one. ``%load_ext jitlab`` and the lessons' first cell call :func:`start`, which makes the ones
+missing on background threads (CUDA's two side by side; ``bind`` after them, alone), with the flags a plain
+``jitlab.load`` uses, and says so in one line; a learner's first torch-style cell then finds them made or
+waits only for what is left. Nothing starts, and nothing is said, when every set is already made.
+
+The threads make each set through the same cache entry a build does: a build that needs a set meanwhile
+waits on its lock (and says so), never makes it twice; an error is kept and raised once, by the first
+build that needs the set. The threads print nothing, their compilers are ended when the process exits,
+and ``JITLAB_PREPARE_HEADERS=0`` turns it all off. A script's ``import jitlab`` starts nothing.
+
+Other one-time work of a first build, measured (docs/benchmarks.md, "The first torch-style build"): with
+the sets made, the first build of ``kernels/square_matrix.cu`` is its units' compiles (seconds: each is the
+snippet's own code) and ~0.3 s of Python; the names the sets declare (``c++ -E``, ~2 s a set) are read only
+when a unit fails on a smaller set, so they are not made ahead.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextvars
+import sys
+import threading
+
+from jitlab import config
+from jitlab.jit import toolchain
+from jitlab.jit.engines import pch
+from jitlab.jit.flags import default_host_flags
+
+#: What :func:`start` says when it starts anything.
+LINE = ("jitlab: preparing torch's headers in the background (~30 s on 2 cores; the first torch-style build "
+        "waits for what is left; JITLAB_PREPARE_HEADERS=0 turns this off)")
+
+_lock = threading.Lock()
+_threads: list[threading.Thread] = []
+_started = False
+
+
+def wanted() -> list[tuple[object, bool, str]]:
+    """``(flags, cuda, headers)`` of each set a first plain torch-style build needs here, in the order to make
+    them: CUDA's ``host`` and ``casters`` where nvcc is found, then ``bind`` (C++ snippets)."""
+    if not toolchain.cxx_path():
+        return []
+    out = []
+    if toolchain.nvcc_path():
+        cuda = default_host_flags(True)
+        out += [(cuda, True, "host"), (cuda, True, "casters")]
+    out.append((default_host_flags(False), False, "bind"))
+    return out
+
+
+def missing() -> list[tuple[object, bool, str]]:
+    """The sets of :func:`wanted` not made yet."""
+    return [w for w in wanted() if not pch.is_made(*w)]
+
+
+def start(say=print) -> None:
+    """Start making the missing sets in the background, once per process; ``say`` one line if anything starts.
+
+    Silent, starting nothing, when every set is made, when ``JITLAB_PREPARE_HEADERS=0``, when this process
+    already started, or when the toolchain cannot be read (a build says why itself). Never waits for a
+    compiler: the sets' names need torch's install, read here when torch is imported already (the lessons
+    import it first; ~0.1 s) and otherwise on a thread, which then says the line (in the cell that started
+    it, in a notebook).
+    """
+    global _started
+    with _lock:
+        if _started or not config.prepare_headers():
+            return
+        _started = True
+    if "torch" in sys.modules:
+        _begin(say)
+    else:  # importing torch takes seconds
+        ctx = contextvars.copy_context()
+        threading.Thread(target=ctx.run, args=(_begin, say), name="jitlab-prepare", daemon=True).start()
+
+
+def _begin(say) -> None:
+    """Start the missing sets on background threads, and say so; nothing when none is missing.
+
+    CUDA's sets are made side by side (a first CUDA build needs both); the others (``bind``) after them, one
+    thread alone, so that they do not take a core from CUDA's or from the build that waits for them.
+    """
+    try:
+        todo = missing()
+    except Exception:  # noqa: BLE001 - no torch or compiler to read: the first build reports it in its cell
+        return
+    if not todo:
+        return
+    atexit.register(pch.stop_background)
+    with _lock:
+        first = [_thread(f"jitlab-prepare-{w[2]}", [w], []) for w in todo if w[1]]
+        rest = [w for w in todo if not w[1]]
+        if rest:
+            _thread("jitlab-prepare-later", rest, first)
+    say(LINE)
+
+
+def _thread(name: str, sets: list, after: list[threading.Thread]) -> threading.Thread:
+    t = threading.Thread(target=_work, args=(sets, after), name=name, daemon=True)
+    t.start()
+    _threads.append(t)
+    return t
+
+
+def _work(sets: list, after: list[threading.Thread]) -> None:
+    """Make ``sets`` in order, once the threads ``after`` have ended."""
+    for t in after:
+        t.join()
+    for flags, cuda, headers in sets:
+        pch.prepare(flags, cuda, headers)
+
+
+def threads() -> list[threading.Thread]:
+    """The threads making sets (empty before :func:`start`, or when it started none)."""
+    with _lock:
+        return list(_threads)
+
+
+def wait(timeout: float | None = None) -> None:
+    """Wait for the background threads (tests, benchmarks)."""
+    for t in threads():
+        t.join(timeout)

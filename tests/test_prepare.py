@@ -139,8 +139,10 @@ def test_a_failure_in_the_background_surfaces_once_in_the_build_that_needs_the_s
     prepare.wait(30)
     assert capsys.readouterr().out == prepare.LINE + "\n"
     n = len(runs)
-    with pytest.raises(ToolchainError, match=f"fake: {headers} refused"):
+    with pytest.raises(ToolchainError, match=f"fake: {headers} refused") as e:
         pch.precompiled_header(flags, cuda, headers)
+    log = Path(str(e.value).split("(log: ", 1)[1].split(")", 1)[0])
+    assert f"fake: {headers} refused" in log.read_text()  # the log the error names is there
     assert len(runs) == n and "failed; the next build tries again" in capsys.readouterr().out
     fail.clear()
     assert pch.precompiled_header(flags, cuda, headers).is_file()

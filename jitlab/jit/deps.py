@@ -13,6 +13,7 @@ A file that moved while its build ran makes the entry unusable, never wrong (:fu
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -114,12 +115,17 @@ def unchanged(rows) -> bool:
 
 def _toolchain_roots() -> tuple[str, ...]:
     """Folders whose files the toolchain's fingerprint stands for (and jitlab's own: its version does)."""
+    return _roots(toolchain.cuda_home(), toolchain.nvcc_path(), config.pch_dir())
+
+
+@functools.cache
+def _roots(cuda_home: Path, nvcc: str | None, pch: Path) -> tuple[str, ...]:
+    """:func:`_toolchain_roots` for these settings, resolved once per process (every edit stamps with them)."""
     import torch
 
-    roots = [toolchain.cuda_home(), Path(torch.__file__).parent, Path(sysconfig.get_path("include")),
+    roots = [cuda_home, Path(torch.__file__).parent, Path(sysconfig.get_path("include")),
              Path(sys.base_prefix) / "include", Path("/usr/include"), Path("/usr/lib"), Path("/usr/local/cuda"),
-             Path(__file__).parent, config.pch_dir()]
-    nvcc = toolchain.nvcc_path()
+             Path(__file__).parent, pch]
     if nvcc:
         roots.append(Path(nvcc).resolve().parent.parent)
     return tuple(dict.fromkeys(str(r.resolve()) + os.sep for r in roots))

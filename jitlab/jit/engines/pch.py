@@ -263,8 +263,10 @@ def _made_once(name: str, make: Callable[[Path], Path], content: bool = True, co
 
     def made(target: str, folder: Path) -> Manifest:
         if not background and name in _kept:  # the set failed in the background: this build shows why, once
+            error = _kept.pop(name)
+            (folder / "build.log").write_text(f"{error}\n")  # the folder is emptied for this try: the log it names
             progress.say(f"jitlab: making {name} in the background failed; the next build tries again", file=sys.stdout)
-            raise _kept.pop(name)
+            raise error
         t0 = time.perf_counter()
         try:
             artifact = make(folder)

@@ -33,6 +33,7 @@ MODES = ("jitlab", "torch")
 HERE = Path(__file__).resolve().parent
 
 _calls = 0  # swapped calls made by the running test
+_CONFIG = None  # the session's config (pytest_configure), whose table the reports fill
 _depth = 0  # > 0 while a swapped call runs: jitlab's own calls of torch's load_inline go to torch's
 
 
@@ -83,6 +84,8 @@ def pytest_configure(config):
     if importlib.util.find_spec("expecttest") is None:  # torch's test base class needs it; a stand-in if absent
         sys.path.insert(0, str(HERE / "fallback"))
     install()
+    global _CONFIG
+    _CONFIG = config
     config._swap_results = {}
 
 
@@ -91,30 +94,36 @@ def pytest_runtest_setup(item):
     _calls = 0
 
 
-def _first_line(report, call) -> str:
+def _first_line(report) -> str:
     if report.skipped and isinstance(report.longrepr, tuple):
         return str(report.longrepr[2]).removeprefix("Skipped: ")
-    if call.excinfo is not None:
-        return call.excinfo.exconly().strip().splitlines()[0][:300]
-    return ""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr or "")
+    return text.strip().splitlines()[0][:300] if text.strip() else ""
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """Keep the outcome of the phase that decides the test: a failed setup, call or teardown, else the call."""
+    """The swapped calls of a test's call phase travel with its report (to pytest-xdist's controller too)."""
     report = (yield).get_result()
-    row = item.config._swap_results.setdefault(item.nodeid, {"test": item.name, "outcome": "passed", "calls": 0,
-                                                             "reason": ""})
-    if report.outcome != "passed" and row["outcome"] != "failed" or call.when == "call" and row["outcome"] == "passed":
-        row.update(outcome=report.outcome, reason=_first_line(report, call))
-    row["calls"] = _calls
     if call.when == "call":
-        item.user_properties.append(("swapped_calls", _calls))
+        report.user_properties.append(("swapped_calls", _calls))
+
+
+def pytest_runtest_logreport(report):
+    """Keep the outcome of the phase that decides the test: a failed setup, call or teardown, else the call.
+    Under pytest-xdist the controller gets every worker's reports, so its table is the whole run's."""
+    rows = _CONFIG._swap_results
+    row = rows.setdefault(report.nodeid, {"test": report.nodeid.split("::")[-1], "outcome": "passed", "calls": 0,
+                                          "reason": ""})
+    if report.outcome != "passed" and row["outcome"] != "failed" or report.when == "call" and row["outcome"] == "passed":
+        row.update(outcome=report.outcome, reason=_first_line(report))
+    row["calls"] = dict(report.user_properties).get("swapped_calls", row["calls"])
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     rows = list(config._swap_results.values())
-    if not rows:
+    if not rows or hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller reports
         return
     tr = terminalreporter
     tr.section(f"torch.utils.cpp_extension.load/load_inline -> {MODE}'s")

@@ -113,8 +113,17 @@ def test_a_binding_unit_starts_on_the_casters_unless_it_names_more_of_torch():
     assert header_sets.binding_set(prelude + "bool h(torch::Tensor x) { return x.dtype() == torch::kFloat32; }\n") == "bind"
     assert header_sets.binding_set(prelude + "void k(torch::Tensor x) { AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), \"k\", [&] {}); }\n") == "bind"
     assert header_sets.binding_set(prelude + "torch::Tensor f(torch::Tensor x);\n", cuda=False) == "bind"
+#: A header set's stand-in: standard headers that read the macros GCC's options define (CHAR_MIN, math
+#: errno, wchar limits, RTTI, exceptions, threads), as torch's do.
+STD_HEADERS = "".join(f"#include <{h}>\n" for h in ("climits", "cmath", "cfloat", "cstdint", "cstring", "string", "vector",
+                                                    "memory", "iostream", "atomic", "thread", "mutex", "functional",
+                                                    "unordered_map", "complex", "limits", "typeinfo"))
+
+
 @pytest.mark.parametrize("user", [["-O3"], ["-O1"], ["-Og"], ["-O2", "-ffast-math"], ["-Os"], ["-fopenmp"], ["-g"],
-                                  ["-march=x86-64-v2"], ["-std=c++17"], ["-Wall", "-DLOCAL=1", "-O3"], ["-O0", "-O3"]])
+                                  ["-march=x86-64-v2"], ["-std=c++17"], ["-Wall", "-DLOCAL=1", "-O3"], ["-O0", "-O3"],
+                                  ["-fno-rtti"], ["-fno-exceptions"], ["-fno-threadsafe-statics"],
+                                  ["-fno-gnu-unique", "-O3"]])
 def test_a_set_made_with_the_users_set_flags_is_one_gcc_uses(tmp_path, user):
     """GCC refuses a precompiled header made with other optimisation, -f, -m, -g or -std words
     (-Winvalid-pch); made with :func:`pch.set_flags` of the user's flags, it is used, and a unit's other
@@ -123,7 +132,7 @@ def test_a_set_made_with_the_users_set_flags_is_one_gcc_uses(tmp_path, user):
     import subprocess
 
     cxx = shutil.which("c++") or pytest.fail("no host compiler")  # the CI image has one
-    (tmp_path / "h.h").write_text("#include <cstring>\n#include <cmath>\n#include <vector>\n#include <string>\n")
+    (tmp_path / "h.h").write_text(STD_HEADERS)
     (tmp_path / "u.cpp").write_text('int main() { std::vector<std::string> v{"a"}; return int(std::strlen(v[0].c_str()) + std::sqrt(4.0)); }\n')
     base = ["-fPIC", "-std=c++20"]
     kept = pch.set_flags(user)
@@ -160,3 +169,22 @@ def test_a_set_without_cuda_headers_is_keyed_without_nvcc():
     for headers in ("host", "full", "bind", "casters"):
         assert pch._describe("torch", plain, False, headers)[2] == pch._describe("torch", with_nvcc, False, headers)[2]
     assert pch._describe("torch", with_nvcc, True, "host")[2] != pch._describe("torch", plain, True, "host")[2]
+
+
+@pytest.mark.parametrize("word", ["-fno-gnu-unique", "-fvisibility=hidden", "-fno-strict-aliasing", "-fsigned-char",
+                                  "-fcf-protection", "-fshort-enums", "-fno-trapping-math",
+                                  "-fwrapv", "-funroll-loops", "-fstack-protector-strong", "-fno-omit-frame-pointer"])
+def test_options_gcc_takes_a_plain_set_for_get_none_of_their_own(tmp_path, word):
+    """jitlab's -fno-gnu-unique (every operator library) and other code-generation options need no set of
+    their own: GCC uses one made without them."""
+    import shutil
+    import subprocess
+
+    cxx = shutil.which("c++") or pytest.fail("no host compiler")
+    assert pch.set_flags([word]) == ()
+    (tmp_path / "h.h").write_text(STD_HEADERS)
+    (tmp_path / "u.cpp").write_text("int main() { std::vector<std::string> v{\"a\"}; return int(std::strlen(v[0].c_str())); }\n")
+    subprocess.run([cxx, "-x", "c++-header", "h.h", "-o", "h.h.gch", "-fPIC", "-std=c++20"], cwd=tmp_path, check=True)
+    proc = subprocess.run([cxx, "-Winvalid-pch", "-include", "h.h", "-c", "u.cpp", "-fPIC", "-std=c++20", word],
+                          cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert "-Winvalid-pch" not in proc.stderr

@@ -50,6 +50,16 @@ class Flags(Protocol):
 #: ``-m`` settings, ``-fopenmp`` defines ``_OPENMP``, ``-g`` the debug info, ``-std=`` the language. A set
 #: is made for them (``-O3`` is one more set, once) rather than every unit parsing torch's headers again.
 _SET_FLAGS = ("-O", "-f", "-m", "-g", "-std=", "-ansi")
+#: ``-f`` options GCC takes a set made without (they change code generation, not what the headers declare;
+#: each checked with ``-Winvalid-pch``): no set of their own. jitlab's ``-fno-gnu-unique`` (operator
+#: libraries) is one. An ``-f`` option not listed gets a set: a needless set costs one make, a set GCC
+#: refuses costs every unit a full parse of torch's headers.
+_SET_HARMLESS = ("-fno-gnu-unique", "-fvisibility", "-fstrict-aliasing", "-fno-strict-aliasing", "-fdiagnostics-",
+                 "-fsigned-char", "-fstack-protector",
+                 "-fno-stack-protector", "-fomit-frame-pointer", "-fno-omit-frame-pointer", "-fwrapv", "-ffp-contract=",
+                 "-funroll-loops", "-fno-unroll-loops", "-fno-trapping-math", "-fshort-enums", "-fcf-protection",
+                 "-fno-common", "-fno-plt", "-fPIC", "-fmax-errors=", "-ftemplate-depth=",
+                 "-fno-semantic-interposition", "-fdata-sections", "-ffunction-sections")
 #: Optimisation levels GCC takes one set for (the same macros): made with ``-O2``; ``-O0`` is the default's.
 _LEVELS = {"-O0": None, "-O": "-O2", "-O1": "-O2", "-O2": "-O2", "-O3": "-O2", "-Og": "-O2"}
 
@@ -62,7 +72,7 @@ def set_flags(user) -> tuple[str, ...]:
     for i, w in enumerate(user):
         if w.startswith("-O"):
             w = _LEVELS.get(w, w) if i == levels[-1] else None
-        if w and w.startswith(_SET_FLAGS):
+        if w and w.startswith(_SET_FLAGS) and not w.startswith(_SET_HARMLESS):
             out.append(w)
     return tuple(out)
 

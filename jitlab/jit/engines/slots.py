@@ -234,25 +234,26 @@ Slot* find(const void* address) {
   return nullptr;
 }
 
+// A slot's handle, or an error naming it (`what`: "kernel", "device variable") while no CUBIN filled it.
+void* loaded(Slot* s, const char* what) {
+  void* h = s->handle.load(std::memory_order_acquire);
+  if (h == nullptr)
+    throw std::runtime_error(std::string("jitlab: ") + what + " " + s->name + " has no device code loaded: its "
+                             "module's CUBIN was not loaded (load the snippet with jitlab.load, which fills its slots)");
+  return h;
+}
+
 // The kernel a launch or attribute call gets: the slot's cudaKernel_t, or the address as given if it is no slot.
 const void* kernel(const void* address) {
   Slot* s = find(address);
-  if (s == nullptr) return address;
-  void* h = s->handle.load(std::memory_order_acquire);
-  if (h == nullptr)
-    throw std::runtime_error(std::string("jitlab: kernel ") + s->name + " has no device code loaded: its module's "
-                             "CUBIN was not loaded (load the snippet with jitlab.load, which fills its slots)");
-  return h;
+  return s == nullptr ? address : loaded(s, "kernel");
 }
 
 // A variable's device pointer (and size), or nullptr if the address is no slot.
 void* global(const void* address, size_t* size) {
   Slot* s = find(address);
   if (s == nullptr) return nullptr;
-  void* d = s->handle.load(std::memory_order_acquire);
-  if (d == nullptr)
-    throw std::runtime_error(std::string("jitlab: device variable ") + s->name + " has no device code loaded: its "
-                             "module's CUBIN was not loaded (load the snippet with jitlab.load, which fills its slots)");
+  void* d = loaded(s, "device variable");
   *size = s->size.load(std::memory_order_acquire);
   return d;
 }

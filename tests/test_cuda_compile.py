@@ -154,3 +154,20 @@ def test_parse_resource_usage_from_a_real_nvcc_log(tmp_path):
         assert r["registers"] > 0 and r["shared"] == 1024 and r["local"] == 0
         assert r["spill_stores"] == 0 and r["spill_loads"] == 0
         assert usage["plain"][arch]["shared"] == 0
+
+
+def test_runnable_cubin_is_the_one_the_driver_would_choose():
+    """A torch-style NVRTC build holds one CUBIN per arch; the loader takes the one that runs on the GPU:
+    its own arch, then the arch-specific one of its compute capability (TORCH_CUDA_ARCH_LIST=9.0a on an
+    sm_90), then the newest of the same major version; never a newer minor, another major or an `a` of
+    another capability."""
+    from jitlab.jit.toolchain import runnable_cubin
+
+    assert runnable_cubin(["sm_90a"], "sm_90") == "sm_90a"
+    assert runnable_cubin(["sm_90", "sm_90a"], "sm_90") == "sm_90"
+    assert runnable_cubin(["sm_80", "sm_86"], "sm_89") == "sm_86"
+    assert runnable_cubin(["sm_100f"], "sm_103") == "sm_100f"
+    assert runnable_cubin(["sm_80"], "sm_90") is None
+    assert runnable_cubin(["sm_89"], "sm_86") is None
+    assert runnable_cubin(["sm_90a"], "sm_100") is None
+    assert runnable_cubin(["compute_90"], "sm_90") is None

@@ -361,7 +361,17 @@ def test_ab_between_two_builds_alive_in_one_process(write):
     x = torch.randn(1 << 22, device="cuda")
     y = torch.empty_like(x)
     n = x.numel()
-    va = jitlab.ab(lambda: a.work(y, x, n, grid=n // 256, block=256), lambda: b.work(y, x, n, grid=n // 256, block=256))
+    va = _ab_unbusy(lambda: a.work(y, x, n, grid=n // 256, block=256), lambda: b.work(y, x, n, grid=n // 256, block=256))
     assert va.verdict == "slower"
-    same = jitlab.ab(lambda: a.work(y, x, n, grid=n // 256, block=256), lambda: a.work(y, x, n, grid=n // 256, block=256))
-    assert same.verdict == "same"
+    same = _ab_unbusy(lambda: a.work(y, x, n, grid=n // 256, block=256), lambda: a.work(y, x, n, grid=n // 256, block=256))
+    assert same.verdict == "same", same.why
+
+
+def _ab_unbusy(fa, fb, tries: int = 5):
+    """``jitlab.ab``, asked again while it answers "busy": under ``pytest -n 8`` other workers share the GPU,
+    and "busy" is ab refusing to compare on a noisy machine, not a verdict. Five busy answers fail the test."""
+    for _ in range(tries):
+        v = jitlab.ab(fa, fb)
+        if v.verdict != "busy":
+            return v
+    return v

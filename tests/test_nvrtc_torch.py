@@ -152,13 +152,19 @@ def test_what_nvrtc_cannot_build_goes_to_nvcc_with_one_line(tmp_path, monkeypatc
 
 
 def test_auto_takes_nvrtc_for_a_split_snippet_and_nvcc_for_compile_only(monkeypatch):
-    """A split torch-style snippet for a GPU is NVRTC's once that is auto's default (until the GPU suite has
-    run it, auto keeps the nvcc split); a compile-only check stays nvcc's unless asked."""
+    """A split torch-style snippet for a GPU is NVRTC's (auto's default since the GPU suite passed with it;
+    engine='nvcc' keeps the nvcc split); a compile-only check stays nvcc's unless asked; a PTX arch
+    (TORCH_CUDA_ARCH_LIST's +PTX) goes to nvcc's fatbinary, saying so."""
     plan, _, _ = builder.prepare(ROOT / "kernels" / "square_matrix.cu", Options(arch=[ARCH]))
+    assert builder.TORCH_NVRTC_BY_DEFAULT
+    assert builder.choose_engine(plan, Options(arch=[ARCH]))[0] is nvrtc_torch
+    assert builder.choose_engine(plan, Options(arch=[ARCH], engine="nvcc"))[0] is objects
+    engine, why = builder.choose_engine(plan, Options(arch=[ARCH]), [ARCH, "compute_75"])
+    assert engine is objects and "PTX for compute_75" in why
+    monkeypatch.setattr(builder, "TORCH_NVRTC_BY_DEFAULT", False)
     assert builder.choose_engine(plan, Options(arch=[ARCH]))[0] is objects
     assert builder.choose_engine(plan, Options(arch=[ARCH], engine="nvrtc"))[0] is nvrtc_torch
     monkeypatch.setattr(builder, "TORCH_NVRTC_BY_DEFAULT", True)
-    assert builder.choose_engine(plan, Options(arch=[ARCH]))[0] is nvrtc_torch
     assert builder.choose_engine(plan, Options(arch=[ARCH], compile_only=True))[0] is objects
     assert builder.choose_engine(plan, Options(arch=[ARCH], compile_only=True, engine="nvrtc"))[0] is nvrtc_torch
 
@@ -208,7 +214,10 @@ def test_kernel_body_edit_is_a_new_cubin_only(tmp_path, use_shared_cache):
     p.write_text(p.read_text().replace("y[i] = y[i] * y[i];", "y[i] = y[i] * y[i] + 1.f;"))
     second = jitlab.build(p, compile_only=True, arch=ARCH, engine="nvrtc")
     assert second.name != first.name and not second.cached
-    assert all(u["cached"] for u in second.manifest.units)
+    units = {u["name"]: u for u in second.manifest.units}
+    device = units.pop("features.device.cu")  # the device unit's row, as the nvcc split lists it
+    assert (device["compiler"], device["cached"], device["headers"]) == ("nvrtc", False, "") and device["seconds"] > 0
+    assert units and all(u["cached"] and u["compiler"] == "cxx" for u in units.values())
     assert (second.manifest.library, second.manifest.module) == (first.manifest.library, first.manifest.module)
     assert second.manifest.sha256 != first.manifest.sha256
     assert second.manifest.kernels == first.manifest.kernels

@@ -68,7 +68,9 @@ def test_square_matrix_edit_runs_the_new_kernel_in_the_same_module(fresh):
                                        "result[idx] = matrix[idx] * matrix[idx] + 1.0f;"))
     m2 = jitlab.load(p)
     assert m2 is m and not m2.build.cached
-    assert all(u["cached"] for u in m2.build.manifest.units)
+    units = {u["name"]: u for u in m2.build.manifest.units}
+    assert units.pop("square_matrix.device.cu")["cached"] is False
+    assert units and all(u["cached"] for u in units.values())  # no host unit compiled
     torch.testing.assert_close(m.square_matrix(x), x * x + 1)
     torch.testing.assert_close(old_fn(x), x * x)  # the other kernels are unchanged and still run
     p.write_text(p.read_text().replace("y4[i] = square_float4(x4[i]);  // fewer",
@@ -136,12 +138,19 @@ def test_two_streams(fresh):
 
 
 def test_launch_error_is_reported_as_triple_chevrons_do(fresh):
-    """A launch the runtime refuses (too many threads) is cudaGetLastError's, as after <<<...>>>."""
+    """A launch the runtime refuses (4096 threads a block) raises what the same file built by nvcc raises
+    after its <<<...>>> (CUDA 13's runtime says "invalid argument" for both), and the next launch runs."""
     p = fresh / "bad.cu"
     p.write_text(TEMPLATE.replace("(n + 255) / 256, 256", "1, 4096"))
-    m = jitlab.load(p)
-    with pytest.raises(RuntimeError, match="invalid configuration|launch"):
-        m.scale(torch.ones(8, device="cuda"))
+    errors = {}
+    for engine in ("auto", "nvcc"):
+        m = jitlab.load(p, engine=engine)
+        assert m.build.engine == ("nvrtc-torch" if engine == "auto" else "nvcc")
+        with pytest.raises(RuntimeError) as e:
+            m.scale(torch.ones(8, device="cuda"))
+        errors[engine] = str(e.value).splitlines()[0]
+    assert errors["auto"] == errors["nvcc"] and errors["auto"].startswith("CUDA error: ")
+    torch.testing.assert_close(torch.ones(8, device="cuda") * 2, torch.full((8,), 2.0, device="cuda"))
 
 
 def test_nvcc_only_flag_falls_back_to_nvcc_and_runs(fresh):

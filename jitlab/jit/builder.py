@@ -179,7 +179,7 @@ def build(paths, opts: Options | None = None, *, use=None, rebuild_once: bool = 
     opts = opts or Options()
     t0 = time.perf_counter()
     plan, archs, parts = prepare(paths, opts)
-    engine, why = choose_engine(plan, opts)
+    engine, why = choose_engine(plan, opts, archs)
     if engine is nvrtc:
         try:
             return find_or_build(engine, plan, archs, parts, opts, t0=t0, use=use, rebuild_once=rebuild_once)
@@ -207,7 +207,7 @@ def build(paths, opts: Options | None = None, *, use=None, rebuild_once: bool = 
     return find_or_build(engine, plan, archs, parts, opts, notes=notes, t0=t0, use=use, rebuild_once=rebuild_once)
 
 
-def choose_engine(plan: Plan, opts: Options) -> tuple[ModuleType, str]:
+def choose_engine(plan: Plan, opts: Options, archs: list[str] = ()) -> tuple[ModuleType, str]:
     """The engine that builds the plan and, for nvcc where NVRTC was a candidate, why not NVRTC.
 
     A program goes to the program engine; a CUDA snippet for ``device="cpu"`` to the CPU emulator
@@ -232,7 +232,7 @@ def choose_engine(plan: Plan, opts: Options) -> tuple[ModuleType, str]:
     if opts.engine == "nvcc" or not plan.cuda:
         return nvcc_engine(plan, opts), ""
     if plan.kind == "torch":
-        return _torch_engine(plan, opts)
+        return _torch_engine(plan, opts, archs)
     flags = [*opts.cflags, *opts.cuda_cflags, *opts.ldflags]
     why = (nvrtc.unsuitable(plan) or (f"compiler flags given ({' '.join(flags)})" if flags else None)
            or nvrtc.unavailable())
@@ -246,13 +246,13 @@ def choose_engine(plan: Plan, opts: Options) -> tuple[ModuleType, str]:
 
 _TORCH_NVRTC = "jitlab.jit.engines.nvrtc_torch"
 
-#: Whether ``engine="auto"`` takes the torch-style NVRTC engine. Not before its GPU tests
-#: (tests/test_nvrtc_torch_gpu.py) and the GPU suite have passed on a GPU with it (issue 35): until then
-#: ``engine="nvrtc"`` asks for it, and auto keeps the nvcc split.
-TORCH_NVRTC_BY_DEFAULT = False
+#: Whether ``engine="auto"`` takes the torch-style NVRTC engine for a split torch-style snippet on a GPU
+#: (``engine="nvcc"`` keeps the nvcc split). On since its GPU tests (tests/test_nvrtc_torch_gpu.py) and the
+#: GPU suite passed with it on the lent H100 (issue 35).
+TORCH_NVRTC_BY_DEFAULT = True
 
 
-def _torch_engine(plan: TorchPlan, opts: Options) -> tuple[ModuleType, str]:
+def _torch_engine(plan: TorchPlan, opts: Options, archs: list[str] = ()) -> tuple[ModuleType, str]:
     """A torch-style CUDA snippet's engine: NVRTC for a split one it can build (:func:`nvrtc_torch.unsuitable`),
     so a kernel edit is an NVRTC compile and no host compile or link; else the nvcc split, saying why when
     NVRTC was a candidate (a file built as one unit has its own note). Compile-only builds stay nvcc's (the
@@ -262,7 +262,7 @@ def _torch_engine(plan: TorchPlan, opts: Options) -> tuple[ModuleType, str]:
         return nvcc_engine(plan, opts), ""
     from jitlab.jit.engines import nvrtc_torch  # lazy: see the engines' import above
 
-    why = nvrtc_torch.unsuitable(plan, opts) or nvrtc.unavailable()
+    why = nvrtc_torch.unsuitable(plan, opts, archs) or nvrtc.unavailable()
     if why is None:
         return nvrtc_torch, ""
     if opts.engine == "nvrtc":

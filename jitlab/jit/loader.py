@@ -214,13 +214,14 @@ def _bind_nvrtc(mod: Module, b: Build) -> None:
     """The kernels of an NVRTC build: its CUBIN for this GPU loaded through the driver, each kernel
     behind the same typed wrapper as an nvcc build's."""
     from jitlab.jit import cubin
-    from jitlab.jit.toolchain import current_arch
+    from jitlab.jit.toolchain import current_arch, runnable_cubin
 
     arch = current_arch()
-    name = b.manifest.cubins.get(arch)
-    if name is None:
-        raise JitlabError(f"{b.name} was built for {', '.join(b.manifest.cubins)}, not this GPU ({arch}); "
-                          f"load it without arch= to build for this GPU")
+    fit = runnable_cubin(list(b.manifest.cubins), arch)
+    if fit is None:
+        raise JitlabError(f"{b.name} was built for {', '.join(b.manifest.cubins)}, which cannot run on this GPU "
+                          f"({arch}); load it without arch= (and TORCH_CUDA_ARCH_LIST unset) to build for this GPU")
+    name = b.manifest.cubins[fit]
     code = (b.folder / name).read_bytes()
     kernels = functools.cache(lambda: cubin.load(code, b.manifest.kernels))  # at the first launch
     for fn in b.plan.exported:
@@ -242,13 +243,14 @@ def _load_slotted(b: Build) -> Module:
     slots take this build's CUBIN for this GPU (:mod:`jitlab.jit.slotted`)."""
     from jitlab import config
     from jitlab.jit import slotted
-    from jitlab.jit.toolchain import current_arch
+    from jitlab.jit.toolchain import current_arch, runnable_cubin
 
     arch = current_arch()
-    name = b.manifest.cubins.get(arch)
-    if name is None:
-        raise JitlabError(f"{b.name} was built for {', '.join(b.manifest.cubins)}, not this GPU ({arch}); "
-                          f"load it without arch= to build for this GPU")
+    fit = runnable_cubin(list(b.manifest.cubins), arch)
+    if fit is None:
+        raise JitlabError(f"{b.name} was built for {', '.join(b.manifest.cubins)}, which cannot run on this GPU "
+                          f"({arch}); load it without arch= (and TORCH_CUDA_ARCH_LIST unset) to build for this GPU")
+    name = b.manifest.cubins[fit]
     library = config.cache_dir() / b.manifest.library
     mod = _loaded.get(b.manifest.module)
     if mod is None:

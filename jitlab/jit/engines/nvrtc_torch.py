@@ -24,6 +24,7 @@ import dataclasses
 import io
 import os
 import re
+import time
 from pathlib import Path
 
 from jitlab import config, progress
@@ -80,7 +81,7 @@ def nvrtc_flags(nvcc: list[str]) -> tuple[dict, list[str]]:
     return out, refused
 
 
-def unsuitable(plan, opts: Options) -> str | None:
+def unsuitable(plan, opts: Options, archs: list[str] = ()) -> str | None:
     """Why the NVRTC engine cannot build a torch-style plan, in one line (``None``: it can try).
 
     It builds a split torch-style snippet (one device unit without torch) for a GPU: not one built as
@@ -102,6 +103,9 @@ def unsuitable(plan, opts: Options) -> str | None:
         return "a kernel launches a kernel (dynamic parallelism needs -rdc and nvcc's device link)"
     if re.search(r"\bextern\s+(__device__|__constant__)", text):
         return "an extern device variable (relocatable device code needs nvcc's device link)"
+    ptx = [a for a in archs if a.startswith("compute_")]
+    if ptx:
+        return f"PTX for {ptx[0]} (TORCH_CUDA_ARCH_LIST's +PTX) goes into nvcc's fatbinary; the NVRTC engine loads CUBINs"
     rdc = [f for f in opts.cuda_cflags if _RDC.match(f)]
     if rdc:
         return f"relocatable device code ({rdc[0]}) needs nvcc's device link"
@@ -157,20 +161,24 @@ def make(plan: TorchPlan, name: str, folder: Path, archs: list[str], opts: Optio
     library, module = linked_module([*host, objects.compile_unit(slot_unit, flags, plan.stem)], flags,
                                     slots.link_flags(wrapped), plan.stem, opts.compile_only)
     files, logs = {}, []
-    for arch, (cubin, _, log) in compiled.items():
+    for arch, c in compiled.items():
         files[arch] = f"{plan.stem}.{arch}.cubin"
-        (folder / files[arch]).write_bytes(cubin.read_bytes())
-        logs.append(log)
+        (folder / files[arch]).write_bytes(c.path.read_bytes())
+        logs.append(c.log)
     (folder / "build.log").write_text("\n".join([*(o.log for o in host), *logs]))
     first = compiled[archs[0]]
-    return cache.made(folder / files[archs[0]], cubins=files, kernels=first[1], compile_only=opts.compile_only,
+    # The device unit's row (one for all its archs) first, as the nvcc split lists it: a kernel edit shows
+    # it compiled and every host unit cached.
+    device_row = {"name": device.name, "compiler": "nvrtc", "cached": all(c.cached for c in compiled.values()),
+                  "seconds": round(sum(c.seconds for c in compiled.values()), 3), "headers": ""}
+    return cache.made(folder / files[archs[0]], cubins=files, kernels=first.kernels, compile_only=opts.compile_only,
                       resources=parse_resource_usage("\n".join(logs)), nvrtc=nvrtc.version(),
                       library=str(library.relative_to(config.cache_dir())), module=module,
                       slots=[[s.name, s.expression, s.kernel] for s in found], notes=list(plan.notes),
-                      read=[str(library), *(str(c[0]) for c in compiled.values()), *(p for o in host for p in o.read or ())],
+                      read=[str(library), *(str(c.path) for c in compiled.values()), *(p for o in host for p in o.read or ())],
                       unstable=any(o.read is None for o in host),
-                      units=[{"name": o.unit.name, "compiler": o.unit.compiler, "cached": o.cached,
-                              "seconds": round(o.seconds, 3), "headers": o.headers} for o in host])
+                      units=[device_row, *({"name": o.unit.name, "compiler": o.unit.compiler, "cached": o.cached,
+                                            "seconds": round(o.seconds, 3), "headers": o.headers} for o in host)])
 
 
 def kernel_names(plan, device: Unit) -> set[str]:
@@ -196,12 +204,23 @@ def device_source(text: str, expressions: list[str]) -> str:
     return f"#include <jitlab_nvrtc.h>\n#include <cstdint>\n#include <cstddef>\n{c10}{_INCLUDE.sub(keep, text)}"
 
 
-def device_cubin(plan, device: Unit, expressions: list[str], arch: str, options: dict, debug: bool) -> tuple[Path, dict, str]:
+@dataclasses.dataclass(frozen=True)
+class DeviceCubin:
+    """The device unit compiled for one arch (its own cache entry)."""
+
+    path: Path
+    kernels: dict[str, str]  # name expression -> lowered symbol
+    log: str
+    cached: bool
+    seconds: float
+
+
+def device_cubin(plan, device: Unit, expressions: list[str], arch: str, options: dict, debug: bool) -> DeviceCubin:
     """The device unit's CUBIN for one arch, from its own cache entry (keyed by the text NVRTC compiles, the
     name expressions, the options, NVRTC's version and the arch): a host edit leaves it a hit.
 
     Returns:
-        The CUBIN's path, name expression → lowered symbol, and NVRTC's log.
+        The CUBIN, its name expressions' lowered symbols, NVRTC's log, and whether it was a hit.
 
     Raises:
         NvrtcError: NVRTC rejected it.
@@ -233,10 +252,12 @@ def device_cubin(plan, device: Unit, expressions: list[str], arch: str, options:
         read = deps.scanned_includes(text, Path(device.source).parent, includes, {})
         return cache.made(cubin, kernels=names, read=read or [], unstable=read is None)
 
+    t0 = time.perf_counter()
     entry = cache.find_or_make(f"{device.name}.nvrtc-{key}", make, root=objects.objects_root(), known=dict(device.deps),
                                skip=[device.source] if device.source else [])
     log = (entry.folder / "build.log").read_text(errors="replace") if (entry.folder / "build.log").is_file() else ""
-    return entry.folder / entry.manifest.artifact, dict(entry.manifest.kernels or {}), log
+    return DeviceCubin(entry.folder / entry.manifest.artifact, dict(entry.manifest.kernels or {}), log, entry.cached,
+                       0.0 if entry.cached else time.perf_counter() - t0)
 
 
 def _opts(fields: dict) -> dict:

@@ -40,9 +40,9 @@ if path == "-":
     raise SystemExit
 kw = {{}} if {run} else {{"compile_only": True, "arch": ["sm_75"]}}
 b = jitlab.build(path, **kw)
-units = {{u["name"]: u["seconds"] for u in b.manifest.get("units", []) if not u["cached"]}}
-if "link_seconds" in b.manifest and not b.cached:
-    units["link"] = b.manifest["link_seconds"]
+units = {{u["name"]: u["seconds"] for u in b.manifest.units or [] if not u["cached"]}}
+if b.manifest.link_seconds is not None and not b.cached:
+    units["link"] = b.manifest.link_seconds
 print(json.dumps({{"build": b.seconds, "import": t_import, "cached": b.cached, "units": units}}))
 """
 

@@ -95,8 +95,8 @@ class Jitlab:
         torch.cuda.synchronize()
         dt = time.perf_counter() - t0
         check(m, c, "jitlab")
-        self.units = {u["name"].split(".")[-2]: u["cached"] for u in m.build.manifest["units"]}
-        self.sets = {u["name"]: u["headers"] for u in m.build.manifest["units"] if u["headers"]}
+        self.units = {u["name"].split(".")[-2]: u["cached"] for u in m.build.manifest.units}
+        self.sets = {u["name"]: u["headers"] for u in m.build.manifest.units if u["headers"]}
         self.notes = m.build.notes
         return dt
 

@@ -250,6 +250,18 @@ def _subprocess_time(code: str, env: dict) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
+class NoPlain:
+    """``--no-plain``: torch's ``load_inline`` left out (its steps take ~30 s each on the H100)."""
+
+    module = None
+
+    def step(self, c: int, h: int = 16) -> float:
+        return float("nan")
+
+    def newproc(self) -> float:
+        return float("nan")
+
+
 def measure(jit, plain) -> tuple[dict, dict]:
     """Each step for both ways, interleaved so that drifting machine load hits both alike.
 
@@ -320,9 +332,9 @@ def launch_overhead(jit_module, pybind_module) -> dict:
 
 def table(rows: list[tuple[str, dict, dict]]) -> str:
     lines = [f"{'snippet':<30}{'step':<11}{'jitlab (s)':>12}{'load_inline (s)':>17}{'ratio':>9}"]
-    for name, j, p in rows:  # p is empty where plain load_inline was not run
+    for name, j, p in rows:  # p is empty where plain load_inline was not run (nan under --no-plain)
         for step in j:
-            if step not in p:
+            if step not in p or p[step] != p[step]:
                 lines.append(f"{name:<30}{step:<11}{j[step]:>12.3f}{'-':>17}{'':>9}")
                 continue
             ratio = p[step] / j[step] if j[step] > 0 else float("inf")
@@ -341,6 +353,8 @@ def main() -> int:
                     help="seed 004 compile-only for sm_90, on a machine with nvcc and no GPU (jitlab only)")
     ap.add_argument("--torch-style-only", action="store_true",
                     help="GPU: only the torch-style rows (skip the kernel-only row and the launch overhead)")
+    ap.add_argument("--no-plain", action="store_true",
+                    help="GPU: jitlab's steps only (no load_inline, no launch overhead): to compare two trees")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="jitlab-bench-"))
     X["cpu"] = torch.randn(64, 67)
@@ -359,11 +373,14 @@ def main() -> int:
         X["cuda"] = X["cpu"].cuda()
         print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
         if not args.torch_style_only:
-            jk, pk = Jitlab(KERNEL_CU, ".cu", "kernel", "cuda", work), Plain(PLAIN_KERNEL_CU, "kernel", "cuda", work)
+            jk = Jitlab(KERNEL_CU, ".cu", "kernel", "cuda", work)
+            pk = NoPlain() if args.no_plain else Plain(PLAIN_KERNEL_CU, "kernel", "cuda", work)
             rows.append(("kernel-only CUDA scale", *measure(jk, pk)))
-            results["launch_overhead_us"] = launch_overhead(jk.module, pk.module)
+            if not args.no_plain:
+                results["launch_overhead_us"] = launch_overhead(jk.module, pk.module)
+        ps = NoPlain() if args.no_plain else Plain(SQUARE_CU, "square", "cuda", work)
         rows.append(("seed 004 square_matrix", *measure_torch_style(
-            Jitlab(SQUARE_CU, ".cu", "square", "cuda", work), Plain(SQUARE_CU, "square", "cuda", work), work)))
+            Jitlab(SQUARE_CU, ".cu", "square", "cuda", work), ps, work)))
         for name, template in (("CUDAContext.h stream, 2 kernels", STREAM_CU), ("__constant__ memory", CONSTANT_CU)):
             jit = Jitlab(template, ".cu", "torchcu", "cuda", work)
             # jitlab only: plain load_inline needs a minute per build of these (the issue's "jitlab today").

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -211,7 +212,8 @@ def test_kernel_body_edit_is_a_new_cubin_only(tmp_path, use_shared_cache):
     p = tmp_path / "features.cu"
     shutil.copy(FEATURES, p)
     first = jitlab.build(p, compile_only=True, arch=ARCH, engine="nvrtc")
-    p.write_text(p.read_text().replace("y[i] = y[i] * y[i];", "y[i] = y[i] * y[i] + 1.f;"))
+    # A constant no earlier run used: the CUBIN is written by this build, after it started.
+    p.write_text(p.read_text().replace("y[i] = y[i] * y[i];", f"y[i] = y[i] * y[i] + {time.time_ns() % 10**9}.f;"))
     second = jitlab.build(p, compile_only=True, arch=ARCH, engine="nvrtc")
     assert second.name != first.name and not second.cached
     units = {u["name"]: u for u in second.manifest.units}
@@ -221,3 +223,7 @@ def test_kernel_body_edit_is_a_new_cubin_only(tmp_path, use_shared_cache):
     assert (second.manifest.library, second.manifest.module) == (first.manifest.library, first.manifest.module)
     assert second.manifest.sha256 != first.manifest.sha256
     assert second.manifest.kernels == first.manifest.kernels
+    # The entry recorded what it read (the CUBIN and module it made are object-cache entries, never moving):
+    # the same source again is a hit, not a rebuild on every new process.
+    third = jitlab.build(p, compile_only=True, arch=ARCH, engine="nvrtc")
+    assert third.cached and third.name == second.name

@@ -74,10 +74,13 @@ def stamp(paths, started_ns: int, known: dict[str, str], keep=(), own: Path | No
     Returns:
         ``[path, size, mtime_ns, sha256]`` rows, or ``None``: a file the key hashed changed, or one
         the key could not know of was written after the build started, so what the compiler read is
-        unknown; the entry is then never a hit (the next build compiles again).
+        unknown; the entry is then never a hit (the next build compiles again). The artifacts of object-
+        cache entries this build made or found (a torch-style NVRTC build's linked module and CUBINs) are
+        stamped however new: such an entry is written once and never changes.
     """
     rows = []
     skipped = {os.path.realpath(p) for p in skip}
+    objects = os.path.realpath(config.cache_dir() / "objects") + os.sep  # engines.objects.objects_root()
     for path in (p for p in worth_checking(paths, keep, own) if p not in skipped):
         try:
             st = os.stat(path)
@@ -87,8 +90,8 @@ def stamp(paths, started_ns: int, known: dict[str, str], keep=(), own: Path | No
         if path in known:
             if known[path] != digest:
                 return None
-        elif st.st_mtime_ns > started_ns - CLOCK_SLACK_NS:
-            return None
+        elif st.st_mtime_ns > started_ns - CLOCK_SLACK_NS and not path.startswith(objects):
+            return None  # (an object-cache entry is written once, whole, under its key's lock: never moving)
         rows.append(list(astuple(Stamp(path, st.st_size, st.st_mtime_ns, digest))))
     return rows
 

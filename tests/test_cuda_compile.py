@@ -161,7 +161,7 @@ def test_runnable_cubin_is_the_one_the_driver_would_choose():
     its own arch, then the arch-specific one of its compute capability (TORCH_CUDA_ARCH_LIST=9.0a on an
     sm_90), then the newest of the same major version; never a newer minor, another major or an `a` of
     another capability."""
-    from jitlab.jit.toolchain import runnable_cubin
+    from jitlab.jit.slotted import runnable_cubin
 
     assert runnable_cubin(["sm_90a"], "sm_90") == "sm_90a"
     assert runnable_cubin(["sm_90", "sm_90a"], "sm_90") == "sm_90"

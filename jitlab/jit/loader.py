@@ -214,19 +214,26 @@ def _bind_nvrtc(mod: Module, b: Build) -> None:
     """The kernels of an NVRTC build: its CUBIN for this GPU loaded through the driver, each kernel
     behind the same typed wrapper as an nvcc build's."""
     from jitlab.jit import cubin
-    from jitlab.jit.toolchain import current_arch, runnable_cubin
+
+    name = _cubin_for_this_gpu(b)
+    code = (b.folder / name).read_bytes()
+    kernels = functools.cache(lambda: cubin.load(code, b.manifest.kernels))  # at the first launch
+    for fn in b.plan.exported:
+        _attach(mod, Callable(fn, None, "cuda", fn.name in b.plan.printing,
+                              launcher=cubin.launcher(lambda q=fn.qualname: kernels()[q], fn)))
+
+
+def _cubin_for_this_gpu(b: Build) -> str:
+    """The file name of the build's CUBIN that runs on this GPU (:func:`slotted.runnable_cubin`)."""
+    from jitlab.jit.slotted import runnable_cubin
+    from jitlab.jit.toolchain import current_arch
 
     arch = current_arch()
     fit = runnable_cubin(list(b.manifest.cubins), arch)
     if fit is None:
         raise JitlabError(f"{b.name} was built for {', '.join(b.manifest.cubins)}, which cannot run on this GPU "
                           f"({arch}); load it without arch= (and TORCH_CUDA_ARCH_LIST unset) to build for this GPU")
-    name = b.manifest.cubins[fit]
-    code = (b.folder / name).read_bytes()
-    kernels = functools.cache(lambda: cubin.load(code, b.manifest.kernels))  # at the first launch
-    for fn in b.plan.exported:
-        _attach(mod, Callable(fn, None, "cuda", fn.name in b.plan.printing,
-                              launcher=cubin.launcher(lambda q=fn.qualname: kernels()[q], fn)))
+    return b.manifest.cubins[fit]
 
 
 def _attach(mod: Module, call: Callable) -> None:
@@ -243,14 +250,8 @@ def _load_slotted(b: Build) -> Module:
     slots take this build's CUBIN for this GPU (:mod:`jitlab.jit.slotted`)."""
     from jitlab import config
     from jitlab.jit import slotted
-    from jitlab.jit.toolchain import current_arch, runnable_cubin
 
-    arch = current_arch()
-    fit = runnable_cubin(list(b.manifest.cubins), arch)
-    if fit is None:
-        raise JitlabError(f"{b.name} was built for {', '.join(b.manifest.cubins)}, which cannot run on this GPU "
-                          f"({arch}); load it without arch= (and TORCH_CUDA_ARCH_LIST unset) to build for this GPU")
-    name = b.manifest.cubins[fit]
+    name = _cubin_for_this_gpu(b)
     library = config.cache_dir() / b.manifest.library
     mod = _loaded.get(b.manifest.module)
     if mod is None:

@@ -335,34 +335,6 @@ def oldest_arch() -> str:
     return min(nvcc_archs() or ("sm_75",), key=_arch_number)
 
 
-def runnable_cubin(built: list[str], device: str) -> str | None:
-    """Which of the archs a build holds CUBINs for runs on a GPU of arch ``device`` (``"sm_90"``), as the
-    driver chooses from a fatbinary: the device's own arch first; then an arch-specific one of the same
-    compute capability (``sm_90a`` runs only there, e.g. under ``TORCH_CUDA_ARCH_LIST=9.0a``); then the
-    newest plain or family (``f``) CUBIN of the same major version and no newer minor (``sm_80`` runs on
-    ``sm_86``). None when no CUBIN runs there (a PTX arch is no CUBIN)."""
-    dev = re.fullmatch(r"sm_(\d+)[af]?", device)
-    if dev is None:
-        return None
-    cc = int(dev.group(1))
-
-    def rank(arch: str) -> tuple[int, int] | None:
-        m = re.fullmatch(r"sm_(\d+)([af]?)", arch)
-        if m is None:
-            return None
-        n, suffix = int(m.group(1)), m.group(2)
-        if arch == device:
-            return (3, n)
-        if n == cc and suffix == "a":
-            return (2, n)
-        if suffix != "a" and n // 10 == cc // 10 and n <= cc:
-            return (1, n)
-        return None
-
-    fits = [(r, a) for a in built if (r := rank(a)) is not None]
-    return max(fits)[1] if fits else None
-
-
 def _arch_number(arch: str) -> int:
     return int(re.sub(r"\D", "", arch.split("_", 1)[1]) or 0)
 

@@ -220,6 +220,8 @@ def _exec(args) -> int:
         return 1
     if run.timed_out:
         return 124  # as timeout(1) says it
+    if run.output_lost and run.returncode == 0:
+        return 1  # its output was not all delivered: not a success
     return 128 - run.returncode if run.returncode < 0 else run.returncode  # a signal as a shell says it
 
 

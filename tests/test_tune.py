@@ -11,6 +11,7 @@ import json
 import math
 import os
 import random
+import resource
 import signal
 import subprocess
 import sys
@@ -575,3 +576,17 @@ def test_a_huge_space_is_counted_and_sampled_never_listed():
     refused, counted = p.stdout.splitlines()
     assert "2,000,000,000 configurations (1000 × 1000 × 2000)" in refused and "--budget N" in refused
     assert counted.split() == ["2000000000", "4", "True"]
+
+
+def test_jitlab_tune_with_a_budget_over_a_huge_space_runs_its_budget(blocked):
+    """`jitlab tune --budget 4` over 2·10^9 configurations (three extra axes the kernel ignores) runs 4 of
+    them and reports the best, in a process limited to 2 GB (listing them would take 8)."""
+    axes = [f"{name}=" + ",".join(map(str, range(n))) for name, n in (("X", 1000), ("Y", 1000), ("Z", 1000))]
+    cmd = [sys.executable, "-m", "jitlab", "tune", str(blocked), "-D", "BLOCK=16,64", "-D", "MODE=0",
+           *[a for axis in axes for a in ("-D", axis)], "--budget", "4", "--rep-s", "0.01", "--timeout", "60",
+           "--no-export", "--store", str(blocked.parent / "r.jsonl")]
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # noqa: E731
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=blocked.parent, preexec_fn=limit,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert p.stdout.count(": ok ") == 4 and "4 points run" in p.stdout and "size 1000: BLOCK=" in p.stdout

@@ -162,7 +162,8 @@ def program_args(args) -> list[str]:
         raise ArgumentError(f"args={args!r}: give a list of arguments, e.g. args=[{str(args)!r}]") from None
     argv = [_arg(i, a) for i, a in enumerate(items)]
     longest = max(map(len, argv), default=0)
-    total = sum(len(a) + 1 for a in argv) + sum(len(k) + len(v) + 2 for k, v in os.environb.items())
+    # What exec counts against ARG_MAX: each string with its NUL and its pointer, the environment's too.
+    total = sum(len(a) + 9 for a in argv) + sum(len(k) + len(v) + 10 for k, v in os.environb.items())
     if longest > _MAX_ARG or total > os.sysconf("SC_ARG_MAX"):
         what = (f"an argument of {longest} bytes (the system passes at most {_MAX_ARG})" if longest > _MAX_ARG else
                 f"{total} bytes of arguments and environment (the system passes at most {os.sysconf('SC_ARG_MAX')})")

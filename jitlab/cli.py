@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -218,6 +219,9 @@ def _exec(args) -> int:
     except JitlabError as e:
         print(_about(args.path, e), file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader went away (`| head`): the program is killed; end quietly, as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exiting does not flush into the closed pipe
+        return 141  # 128 + SIGPIPE
     if run.timed_out:
         return 124  # as timeout(1) says it
     if run.output_lost and run.returncode == 0:

@@ -364,3 +364,15 @@ def test_output_held_by_an_escaped_process_is_said_to_be_incomplete(cache, write
     assert "may be incomplete" in run.status and run.stdout == "parent done\n"
     r = jitlab_cli("exec", p)
     assert r.returncode == 1 and "may be incomplete" in r.stderr
+
+
+def test_cli_exec_into_a_reader_that_stops_ends_quietly(cache, write):
+    """`jitlab exec big | head -1`: the reader closes the pipe; jitlab exits 141 (SIGPIPE, as a shell's
+    commands do) without a traceback."""
+    p = write("big.cpp", BIG)
+    builder.build(p, Options(mode="program"))
+    child = python_child("import sys; from jitlab import cli; sys.exit(cli.main(['exec', sys.argv[1]]))", p)
+    assert child.stdout.readline() == b"line 000000\n"
+    child.stdout.close()
+    err = child.stderr.read().decode()
+    assert child.wait() == 141 and "Traceback" not in err, err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -218,8 +219,13 @@ def _exec(args) -> int:
     except JitlabError as e:
         print(_about(args.path, e), file=sys.stderr)
         return 1
+    except BrokenPipeError:  # the reader went away (`| head`): the program is killed; end quietly, as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so exiting does not flush into the closed pipe
+        return 141  # 128 + SIGPIPE
     if run.timed_out:
         return 124  # as timeout(1) says it
+    if run.output_lost and run.returncode == 0:
+        return 1  # its output was not all delivered: not a success
     return 128 - run.returncode if run.returncode < 0 else run.returncode  # a signal as a shell says it
 
 

@@ -3,7 +3,11 @@ their output streamed, exit status, arguments, stdin and a timeout; from Python,
 
 from __future__ import annotations
 
+import io
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +15,7 @@ import jitlab
 from jitlab.errors import ArgumentError, CompileError, SnippetError
 from jitlab.jit import builder
 from jitlab.jit.flags import Options
+from jitlab.worker import proc
 from jitlab.worker.execute import run_program
 
 ECHO = """\
@@ -197,3 +202,177 @@ def test_cpp_cell_with_main_shows_errors_at_cell_lines(ip, capfd):
     ip.run_cell_magic("cpp", "broken", "int main() {\n  return nope;\n}\n")
     out = capfd.readouterr().out
     assert "cell line 3" in out and "nope" in out
+
+
+# --- nothing lost: every byte, the whole process group, arguments and stdin at the door ------------
+
+#: A program that writes 12 MB (a million numbered lines of 12 bytes) as fast as it can, then exits.
+BIG = """\
+#include <cstdio>
+int main() {
+  for (int i = 0; i < 1000000; ++i) std::printf("line %06d\\n", i);
+  return 0;
+}
+"""
+BIG_OUT = "".join(f"line {i:06d}\n" for i in range(1000000))
+
+
+def slow_read(pipe) -> bytes:
+    """Everything from a pipe, read as a slow consumer would (a pager, a network): 32 KB every 10 ms,
+    seconds for the 12 MB, so the program has long exited while most of its output is still on its way."""
+    got = bytearray()
+    while chunk := pipe.read1(32768):
+        got += chunk
+        time.sleep(0.01)
+    return bytes(got)
+
+
+def python_child(script: str, *argv) -> subprocess.Popen:
+    """A Python process running ``script`` with this jitlab and this test's cache, stdout and stderr piped."""
+    return subprocess.Popen([sys.executable, "-c", script, *map(str, argv)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=proc.python_env())
+
+
+def test_every_byte_reaches_a_slow_reader_and_the_result(cache, write):
+    """run_program(echo=True) into a slow pipe writes all 12 MB there and keeps all of it in run.stdout,
+    long after the program exited."""
+    p = write("big.cpp", BIG)
+    builder.build(p, Options(mode="program"))
+    child = python_child("import sys, jitlab\n"
+                         "run = jitlab.run_program(sys.argv[1], echo=True)\n"
+                         "whole = ''.join(f'line {i:06d}\\n' for i in range(1000000))\n"
+                         "print(len(run.stdout), run.stdout == whole, run.ok, file=sys.stderr)", p)
+    got = slow_read(child.stdout)
+    err = child.stderr.read().decode()
+    assert child.wait() == 0, err
+    assert len(got) == len(BIG_OUT) and got.decode() == BIG_OUT
+    assert err.split() == [str(len(BIG_OUT)), "True", "True"], err
+
+
+def test_cli_exec_delivers_every_byte_to_a_slow_reader(cache, write):
+    """`jitlab exec big | slow-reader` gets the whole output and exits 0."""
+    p = write("big.cpp", BIG)
+    builder.build(p, Options(mode="program"))
+    child = python_child("import sys; from jitlab import cli; sys.exit(cli.main(['exec', sys.argv[1]]))", p)
+    got = slow_read(child.stdout)
+    err = child.stderr.read().decode()
+    assert child.wait() == 0, err
+    assert got.decode() == BIG_OUT
+
+
+def test_a_forked_child_ends_with_the_run(cache, write, tmp_path):
+    """A child the program forks (holding its stdout) is killed when the program exits: it never writes
+    the file it would write a few seconds later, and it is gone when run_program returns."""
+    later = tmp_path / "later.txt"
+    p = write("forks.cpp", f"""\
+        #include <cstdio>
+        #include <unistd.h>
+        int main() {{
+          if (fork() == 0) {{
+            std::printf("child %d\\n", (int)getpid());
+            std::fflush(stdout);
+            sleep(3);
+            std::FILE* f = std::fopen("{later}", "w");
+            std::fputs("still here", f);
+            std::fclose(f);
+            return 0;
+          }}
+          sleep(1);  // the child has printed its pid
+          std::printf("parent done\\n");
+          return 0;
+        }}
+        """)
+    run = run_program(p, echo=False)
+    assert run.ok and "parent done" in run.stdout, run
+    pid = int(run.stdout.split("child ")[1].split()[0])
+    deadline = time.monotonic() + 20
+    while alive(pid) and time.monotonic() < deadline:  # before the fix it lives on until after its write
+        time.sleep(0.1)
+    assert not alive(pid) and not later.exists()
+
+
+def alive(pid: int) -> bool:
+    """Whether a process exists and has not ended (a zombie waiting for its reaper has ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_arguments_are_checked_at_the_door(cache, echo):
+    """None, a NUL, an argument list longer than the system takes, or args that are not a list are
+    refused before anything runs, each with what to pass instead."""
+    with pytest.raises(ArgumentError, match=r"args\[1\] is None"):
+        run_program(echo, ["a", None])
+    with pytest.raises(ArgumentError, match="NUL"):
+        run_program(echo, ["a\0b"])
+    with pytest.raises(ArgumentError, match="stdin="):
+        run_program(echo, ["x" * 200_000])
+    with pytest.raises(ArgumentError, match="stdin="):
+        run_program(echo, ["x" * 1000] * 5000)
+    with pytest.raises(ArgumentError, match="list of arguments"):
+        run_program(echo, 7)
+
+
+def test_bytes_paths_and_numbers_reach_the_program_as_themselves(cache, echo):
+    """bytes go through as their bytes (not b'...'), a Path as its text, a number as it is written."""
+    run = run_program(echo, [b"raw", Path("some/file.txt"), 2.5, "0"], echo=False)
+    assert run.stdout.splitlines()[1:5] == ["arg raw", "arg some/file.txt", "arg 2.5", "arg 0"], run.stdout
+
+
+@pytest.mark.parametrize("make", [lambda p: open(p, "rb"), lambda p: open(p), lambda p: io.BytesIO(p.read_bytes()),
+                                  lambda p: io.StringIO(p.read_text()), lambda p: p.read_bytes(),
+                                  lambda p: bytearray(p.read_bytes())],
+                         ids=["binary file", "text file", "BytesIO", "StringIO", "bytes", "bytearray"])
+def test_stdin_from_a_file_object_or_bytes_is_fed(cache, echo, tmp_path, make):
+    """stdin= a file object (binary or text), a BytesIO/StringIO, bytes or a bytearray: the program reads it all."""
+    src = tmp_path / "in.txt"
+    src.write_text("x\ny\n")
+    data = make(src)
+    run = run_program(echo, stdin=data, echo=False, timeout=10)
+    if hasattr(data, "close"):
+        data.close()
+    assert run.ok and run.stdout.endswith("in x\nin y\n"), run
+
+
+def test_stdin_of_another_kind_names_what_it_takes(cache, echo, tmp_path):
+    """stdin= a path or a number is refused with the kinds it takes (a path is not read as its text)."""
+    with pytest.raises(ArgumentError, match="open"):
+        run_program(echo, stdin=tmp_path / "in.txt")
+    with pytest.raises(ArgumentError, match="str, bytes"):
+        run_program(echo, stdin=5)
+
+
+def test_output_held_by_an_escaped_process_is_said_to_be_incomplete(cache, write, jitlab_cli):
+    """A child that leaves the run's group (setsid) and keeps stdout open cannot be waited for: the run says
+    its output may be incomplete, is not ok, and `jitlab exec` exits 1 instead of 0."""
+    p = write("escapes.cpp", """\
+        #include <cstdio>
+        #include <unistd.h>
+        int main() {
+          int ready[2];
+          if (pipe(ready) != 0) return 2;
+          if (fork() == 0) { setsid(); write(ready[1], "e", 1); sleep(3); return 0; }
+          char c;
+          if (read(ready[0], &c, 1) != 1) return 3;  // the child has left the group
+          std::printf("parent done\\n");
+          return 0;
+        }
+        """)
+    run = run_program(p, echo=False)
+    assert run.returncode == 0 and run.output_lost and not run.ok
+    assert "may be incomplete" in run.status and run.stdout == "parent done\n"
+    r = jitlab_cli("exec", p)
+    assert r.returncode == 1 and "may be incomplete" in r.stderr
+
+
+def test_cli_exec_into_a_reader_that_stops_ends_quietly(cache, write):
+    """`jitlab exec big | head -1`: the reader closes the pipe; jitlab exits 141 (SIGPIPE, as a shell's
+    commands do) without a traceback."""
+    p = write("big.cpp", BIG)
+    builder.build(p, Options(mode="program"))
+    child = python_child("import sys; from jitlab import cli; sys.exit(cli.main(['exec', sys.argv[1]]))", p)
+    assert child.stdout.readline() == b"line 000000\n"
+    child.stdout.close()
+    err = child.stderr.read().decode()
+    assert child.wait() == 141 and "Traceback" not in err, err

@@ -8,22 +8,27 @@ reference and timed; one calls ``abort()``, one never returns, one is wrong.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
+import resource
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+import warnings
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 import jitlab
-from jitlab.errors import SnippetError
+from jitlab.errors import ArgumentError, SnippetError
 from jitlab.judge import refs, tunestore
-from jitlab.judge.space import Limits, Search, Space, compile_prune_reason, kernel_hash, prune
-from jitlab.judge.tunereport import best_defines
+from jitlab.judge.search import Search
+from jitlab.judge.space import Limits, Space, compile_prune_reason, kernel_hash, prune
+from jitlab.judge.tunereport import TuneReport, best_defines
 from jitlab.judge.tunestore import Record, Store
 from jitlab.worker import isolate
 from jitlab.worker.pool import LocalPool, Slot, local_slots
@@ -306,7 +311,7 @@ def test_records_written_before_a_kill_9_are_all_read(tmp_path):
         s = Store({str(path)!r})
         i = 0
         while True:
-            s.append(Record("k", {{"B": i}}, 1, "dev", "ok", reason="x" * 5000))
+            s.append(Record("k", {{"B": i}}, 1, "dev", "ok", median_ms=1.0, reason="x" * 5000))
             i += 1
     """)
     p = subprocess.Popen([sys.executable, "-c", writer], env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -482,3 +487,106 @@ def test_a_time_limit_stops_the_sweep_and_keeps_the_best_so_far(blocked, tmp_pat
                   export=False)
     assert report.stopped == "time limit" and report.measured == 0 and "stopped early" in report.table()
     assert report.best()[0].record.config == {"BLOCK": 64, "MODE": 0}
+
+
+# --- a store and a space it cannot trust ----------------------------------------------------------
+
+def test_foreign_lines_and_untimed_medians_are_skipped_and_counted_once(tmp_path):
+    """Lines that are JSON but not records (42, null, a list, a text, null, NaN or negative median, an unknown
+    status) are skipped; the first read says how many in one warning, a second read says nothing."""
+    store = Store(tmp_path / "r.jsonl")
+    store.append(rec({"B": 1}))
+    good = json.dumps(asdict(rec({"B": 2})))
+    foreign = ["42", "null", "[1, 2]", good.replace('"median_ms": 1.0', '"median_ms": "fast"'),
+               good.replace('"median_ms": 1.0', '"median_ms": null'), good.replace('"median_ms": 1.0', '"median_ms": NaN'),
+               good.replace('"median_ms": 1.0', '"median_ms": -1.0'), good.replace('"status": "ok"', '"status": "great"')]
+    with open(store.path, "a") as f:
+        f.write("\n".join(foreign) + "\n")
+    store.append(rec({"B": 3}))
+    with pytest.warns(UserWarning, match=r"skipped 8 lines that are not a tuner record \(the first: 42 is not an object\)"):
+        assert [r.config for r in store.records()] == [{"B": 1}, {"B": 3}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(store.known("k")) == 2
+
+
+def test_a_nan_or_negative_median_is_never_the_best(tmp_path):
+    """A store whose faster-looking records have a NaN or negative median reports the real best, and its table prints."""
+    path = tmp_path / "r.jsonl"
+    lines = [asdict(rec({"B": 1})), {**asdict(rec({"B": 2})), "median_ms": -1.0}, {**asdict(rec({"B": 4})), "median_ms": math.nan},
+             {**asdict(rec({"B": 8})), "median_ms": None}]
+    path.write_text("".join(json.dumps(d) + "\n" for d in lines))
+    with pytest.warns(UserWarning, match="skipped 3 lines"):
+        known = list(Store(path).known("k").values())
+    report = TuneReport("x", "k", Space({"B": [1, 2, 4, 8]}, sizes=[1]), known, path, devices=["dev"])
+    assert [b.record.config for b in report.best()] == [{"B": 1}]
+    assert "B=1  1 ms" in report.table()
+
+
+def test_a_store_that_is_a_folder_names_a_file(tmp_path, blocked, jitlab_cli):
+    """--store naming a folder is refused before any work, with a file in it to give instead."""
+    with pytest.raises(ArgumentError, match="is a folder, not a results file"):
+        Store(tmp_path)
+    r = jitlab_cli("tune", blocked, "--store", tmp_path, cwd=blocked.parent)
+    assert r.returncode == 1 and f"{tmp_path / 'results.tune.jsonl'}" in r.stderr
+
+
+def test_a_space_is_checked_before_it_is_enumerated(blocked):
+    """defines as a string, a constraint or threads naming no define, a constraint that fails for a value:
+    each is a SnippetError naming the fix, from Space and from tune."""
+    with pytest.raises(SnippetError, match="give a dict of each #define's values"):
+        Space("BLOCK")
+    with pytest.raises(SnippetError, match="give a dict of each #define's values"):
+        tune(blocked, defines="BLOCK")
+    with pytest.raises(SnippetError, match="give each #define a non-empty list"):
+        Space({"BLOCK": "128"})
+    with pytest.raises(SnippetError, match=r"names X, which is not a define of the space \(BLOCK\)"):
+        Space({"BLOCK": [1, 2]}, constraints=["X < 4"])
+    with pytest.raises(SnippetError, match="names WARPS"):
+        Space({"BLOCK": [1, 2]}, threads="WARPS * 32")
+    with pytest.raises(SnippetError, match="give a list of expressions"):
+        Space({"BLOCK": [1, 2]}, constraints="BLOCK < 2")
+    with pytest.raises(SnippetError, match=r'fails for \{"BLOCK": 1\}: ZeroDivisionError'):
+        Space({"BLOCK": [1, 2]}, constraints=["64 / (BLOCK - 1) > 1"]).configs()
+
+
+HUGE = """\
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # a space listed whole would need 8 GB: fail fast
+from jitlab.errors import SnippetError
+from jitlab.judge.search import Search
+from jitlab.judge.space import Space
+space = Space({"A": list(range(1000)), "B": list(range(1000)), "C": list(range(2000))}, constraints=["A <= B"])
+try:
+    Search(space)
+except SnippetError as e:
+    print("refused:", e)
+search = Search(space, budget=4)
+picks = search.next({}, 4) + search.next({}, 4)
+print(space.count(), len(picks), all(c in space for c in picks))
+"""
+
+
+def test_a_huge_space_is_counted_and_sampled_never_listed():
+    """2·10^9 configurations: without a budget the search is refused naming --budget; with budget 4 it
+    draws a sample and tries 4 configurations of the space, in a process that could not hold the list."""
+    p = subprocess.run([sys.executable, "-c", HUGE], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr[-2000:]
+    refused, counted = p.stdout.splitlines()
+    assert "2,000,000,000 configurations (1000 × 1000 × 2000)" in refused and "--budget N" in refused
+    assert counted.split() == ["2000000000", "4", "True"]
+
+
+def test_jitlab_tune_with_a_budget_over_a_huge_space_runs_its_budget(blocked):
+    """`jitlab tune --budget 4` over 2·10^9 configurations (three extra axes the kernel ignores) runs 4 of
+    them and reports the best, in a process limited to 2 GB (listing them would take 8)."""
+    axes = [f"{name}=" + ",".join(map(str, range(n))) for name, n in (("X", 1000), ("Y", 1000), ("Z", 1000))]
+    cmd = [sys.executable, "-m", "jitlab", "tune", str(blocked), "-D", "BLOCK=16,64", "-D", "MODE=0",
+           *[a for axis in axes for a in ("-D", axis)], "--budget", "4", "--rep-s", "0.01", "--timeout", "60",
+           "--no-export", "--store", str(blocked.parent / "r.jsonl")]
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # noqa: E731
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=blocked.parent, preexec_fn=limit,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert p.stdout.count(": ok ") == 4 and "4 points run" in p.stdout and "size 1000: BLOCK=" in p.stdout

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from jitlab import config
+from jitlab.errors import ArgumentError
 
 
 def results_dir() -> Path:
@@ -18,9 +19,25 @@ def results_dir() -> Path:
     return d
 
 
+def check_file(path: Path, suffix: str = "jsonl") -> None:
+    """Refuse a results file that is a folder, naming a file in it to give instead.
+
+    Raises:
+        ArgumentError: ``path`` is a folder.
+    """
+    if path.is_dir():
+        raise ArgumentError(f"{path} is a folder, not a results file: give a file's path, e.g. "
+                            f"{path / ('results.' + suffix)}, or leave it out for the default")
+
+
 def read_lines(path: Path) -> list:
     """Every readable JSON line of an append-only file, oldest first (none if it is missing); a torn or
-    foreign line is skipped, never an error."""
+    foreign line is skipped, never an error.
+
+    Raises:
+        ArgumentError: ``path`` is a folder.
+    """
+    check_file(path)
     try:
         text = path.read_text(errors="replace")
     except FileNotFoundError:

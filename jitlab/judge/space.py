@@ -12,7 +12,11 @@ A reference declares its space as ``TUNE`` (a dict) beside the rest of its contr
         "run": run_tuned,                              # run(module, inputs, config); default: the ref's run
     }
 
-A call may override any of these (``jitlab.tune(path, defines=..., sizes=...)``). Constraints remove
+A call may override any of these (``jitlab.tune(path, defines=..., sizes=...)``). The space is checked
+before anything is tried: each define a list of values, each expression over the defines' names only.
+Its size is counted first (the product of the axes' lengths), and a space of more than
+:data:`ENUMERATE` configurations is never listed: a search with a budget samples it
+(:class:`jitlab.judge.search.Search`). Constraints remove
 configurations from the space; :func:`prune` then removes those a device cannot launch (threads per
 block, shared memory, registers per block, from the build's own resource table), and the tuner records
 each pruned point with its reason, so a rerun does not try it again.
@@ -26,12 +30,18 @@ import itertools
 import json
 import math
 import random
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from jitlab.errors import SnippetError
 from jitlab.jit.sources import collect_sources
+
+#: The most configurations a space lists whole; above it, a search (which needs a budget) samples it.
+ENUMERATE = 100_000
+#: The names an expression may use besides the defines'.
+_BUILTINS = {"min": min, "max": max, "abs": abs}
 
 #: Per compute capability: (the most shared memory one block may use with the opt-in, bytes; registers
 #: per SM). CUDA C Programming Guide, "Technical Specifications per Compute Capability".
@@ -66,18 +76,71 @@ class Limits:
         return cls(shared=shared, registers=registers)
 
 
-def _evaluator(spec, what: str) -> Callable[[dict], object] | None:
-    """A function of a configuration from a declared expression (``"BLOCK * ITEMS"``) or callable."""
-    if spec is None or callable(spec):
-        return spec
+def check_defines(defines) -> dict[str, list]:
+    """A space's axes as lists of values.
+
+    Raises:
+        SnippetError: Not a dict of ``#define`` names to non-empty lists of numbers or words (the message
+            shows the form).
+    """
+    example = "{'BLOCK': [128, 256, 512]}"
+    if not isinstance(defines, dict) or not defines:
+        raise SnippetError(f"TUNE defines {reprlib.repr(defines)}: give a dict of each #define's values, e.g. "
+                           f"defines={example} (-D BLOCK=128,256,512 on the command line)")
+    axes = {}
+    for name, values in defines.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise SnippetError(f"TUNE defines: {name!r} is not a #define's name; name each as C does, e.g. {example}")
+        if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, range)) or not values:
+            raise SnippetError(f"TUNE defines {name!r}: {reprlib.repr(values)}: give each #define a non-empty list "
+                               f"of values, e.g. {{{name!r}: [128, 256, 512]}}")
+        odd = next((v for v in values if not isinstance(v, (int, float, str))), None)
+        if odd is not None:
+            raise SnippetError(f"TUNE defines {name!r}: {odd!r} is not a value a #define can take; give numbers "
+                               f"or words")
+        axes[name] = list(values)
+    return axes
+
+
+def _evaluator(spec, what: str, names) -> Callable[[dict], object] | None:
+    """A function of a configuration from a declared expression (``"BLOCK * ITEMS"``), callable or number.
+
+    Raises:
+        SnippetError: Not one of those, not a Python expression, or an expression naming what is not a define;
+            when called, the expression or callable fails for a configuration.
+    """
+    if spec is None:
+        return None
     if isinstance(spec, (int, float)):
         return lambda config: spec
+    if callable(spec):
+        return _guarded(spec, spec, what)
+    if not isinstance(spec, str):
+        raise SnippetError(f"TUNE {what} {spec!r}: give an expression over the defines (e.g. 'BLOCK * ITEMS <= 4096'), "
+                           f"a callable of a configuration, or a number")
     try:
-        code = compile(str(spec), f"<TUNE {what}>", "eval")
+        code = compile(spec, f"<TUNE {what}>", "eval")
     except SyntaxError as e:
         raise SnippetError(f"TUNE {what} {spec!r} is not a Python expression ({e.msg}); write it over the "
                            f"defines' names, e.g. 'BLOCK * ITEMS <= 4096'") from None
-    return lambda config: eval(code, {"__builtins__": {"min": min, "max": max, "abs": abs}}, dict(config))
+    unknown = sorted({n.id for n in ast.walk(ast.parse(spec, mode="eval")) if isinstance(n, ast.Name)}
+                     - set(names) - set(_BUILTINS))
+    if unknown:
+        raise SnippetError(f"TUNE {what} {spec!r} names {', '.join(unknown)}, which {'is' if len(unknown) == 1 else 'are'} "
+                           f"not a define of the space ({', '.join(names)}): write it over those names, or add "
+                           f"the define with its values")
+    return _guarded(lambda config: eval(code, {"__builtins__": _BUILTINS}, dict(config)), spec, what)
+
+
+def _guarded(f: Callable[[dict], object], spec, what: str) -> Callable[[dict], object]:
+    """``f``, whose failure for a configuration is a :class:`SnippetError` naming the expression and the configuration."""
+    def evaluate(config: dict):
+        try:
+            return f(config)
+        except Exception as e:
+            raise SnippetError(f"TUNE {what} {spec!r} fails for {config_key(config)}: {type(e).__name__}: {e}; "
+                               f"make it hold for every value of the defines") from None
+    return evaluate
 
 
 @dataclass
@@ -105,12 +168,13 @@ class Space:
     variant: str = "original"
 
     def __post_init__(self):
-        if not self.defines or not all(isinstance(v, (list, tuple)) and v for v in self.defines.values()):
-            raise SnippetError(f"TUNE defines {self.defines!r}: give each #define a non-empty list of values, "
-                               f"e.g. {{'BLOCK': [128, 256, 512]}}")
-        self._checks = [_evaluator(c, "constraint") for c in self.constraints]
-        self._threads = _evaluator(self.threads, "threads")
-        self._shared = _evaluator(self.shared, "shared")
+        self.defines = check_defines(self.defines)
+        if isinstance(self.constraints, str) or not isinstance(self.constraints, (list, tuple)):
+            raise SnippetError(f"TUNE constraints {self.constraints!r}: give a list of expressions, e.g. "
+                               f"constraints=['BLOCK * ITEMS <= 4096']")
+        self._checks = [_evaluator(c, "constraint", self.defines) for c in self.constraints]
+        self._threads = _evaluator(self.threads, "threads", self.defines)
+        self._shared = _evaluator(self.shared, "shared", self.defines)
 
     @classmethod
     def from_ref(cls, ref, **overrides) -> Space:
@@ -131,119 +195,57 @@ class Space:
         if not declared.get("sizes"):
             version = ref.version(declared.get("variant", "original"))
             declared["sizes"] = ref.timed_sizes(version)
-        declared["defines"] = {k: list(v) for k, v in declared["defines"].items()}
         return cls(**declared)
 
     def allowed(self, config: dict) -> bool:
         """Whether every constraint holds for ``config``."""
         return all(check(config) for check in self._checks)
 
+    def count(self) -> int:
+        """How many configurations the axes make, before the constraints (the product of their lengths)."""
+        return math.prod(map(len, self.defines.values()))
+
     def configs(self) -> list[dict]:
-        """Every configuration that meets the constraints, in the declared order of the values."""
+        """Every configuration that meets the constraints, in the declared order of the values.
+
+        Raises:
+            SnippetError: More than :data:`ENUMERATE` of them (the message says to give a search a budget).
+        """
+        if self.count() > ENUMERATE:
+            raise SnippetError(f"TUNE: {self._size()}, too many to try every one: give budget=N (--budget N), "
+                               f"and a search samples the space")
         names = list(self.defines)
         product = (dict(zip(names, values)) for values in itertools.product(*self.defines.values()))
         return [c for c in product if self.allowed(c)]
+
+    def sample(self, n: int, rng: random.Random) -> list[dict]:
+        """Up to ``n`` distinct configurations that meet the constraints, drawn at random without listing the
+        space (fewer when the constraints leave few: it stops after ``20 * n`` draws)."""
+        axes = self.defines.items()
+        out: dict[str, dict] = {}
+        for _ in range(20 * n):
+            if len(out) == n:
+                break
+            c = {name: rng.choice(values) for name, values in axes}
+            key = config_key(c)
+            if key not in out and self.allowed(c):
+                out[key] = c
+        return list(out.values())
+
+    def __contains__(self, config) -> bool:
+        """Whether ``config`` is one of the space's configurations (its defines, values on their axes, allowed)."""
+        if not isinstance(config, dict) or set(config) != set(self.defines):
+            return False
+        return all(config[name] in values for name, values in self.defines.items()) and self.allowed(config)
+
+    def _size(self) -> str:
+        return f"{self.count():,} configurations ({' × '.join(str(len(v)) for v in self.defines.values())})"
 
     def threads_of(self, config: dict) -> int | None:
         return int(self._threads(config)) if self._threads else None
 
     def shared_of(self, config: dict) -> int:
         return int(self._shared(config)) if self._shared else 0
-
-
-class Search:
-    """The configurations a search tries, round by round, within ``budget`` of them.
-
-    Within the budget (or without one) it is every configuration, in one round. Above it, a seeded
-    random few first; then each round, per size, a model of the timings so far (least squares, a little
-    ridge, of the log time on a quadratic in each define's log2: tile sizes act by their ratios)
-    ranks the untried configurations, and the sizes take turns picking their predicted fastest. On the
-    SGEMM tiles' measured H200 timings (tests/fixtures/tune), 60 of 300 found each size's best within
-    3 % in 299 of 300 tries (100 seeds × 3 sizes); walks from the fastest to their neighbours missed
-    in 28 of 150, a random 60 for 9 seeds in 10. The same seed and the same timings give the same
-    choices, so a resumed search (its timings in the store) tries again what it tried before, which
-    the store already knows.
-    """
-
-    #: Random configurations first (at least; or an eighth of the budget).
-    START = 8
-    #: The ridge term of the fit (the features are of order 1).
-    RIDGE = 1.0
-
-    def __init__(self, space: Space, budget: int | None = None, seed: int = 0):
-        self.space = space
-        self.every = space.configs()
-        self.budget = len(self.every) if budget is None else max(0, min(budget, len(self.every)))
-        self.exhaustive = self.budget == len(self.every)
-        self._random = random.Random(seed)
-        self._keys = {config_key(c) for c in self.every}
-        # Per axis: its values are positive numbers (placed by their log2), else words (by their place).
-        self._numeric = {name: all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in values)
-                         for name, values in space.defines.items()}
-        self.tried: dict[str, dict] = {}
-
-    @property
-    def left(self) -> int:
-        return self.budget - len(self.tried)
-
-    def next(self, times: dict[object, dict[str, float]], batch: int) -> list[dict]:
-        """The next round's configurations (none when the budget is spent).
-
-        Args:
-            times: Per size (or per device and size), each timed configuration's key
-                (:func:`config_key`) → its time; lower is better.
-            batch: How many to choose at most, after the first round.
-        """
-        if self.left <= 0:
-            return []
-        untried = [c for c in self.every if config_key(c) not in self.tried]
-        if self.exhaustive:
-            picks = untried
-        elif not self.tried:
-            picks = self._random.sample(untried, min(self.left, max(self.START, self.budget // 8)))
-        else:
-            n = min(self.left, batch)
-            picks = self._predicted(times, untried, n)
-            rest = [c for c in untried if c not in picks]
-            picks += self._random.sample(rest, min(n - len(picks), len(rest)))
-        for c in picks:
-            self.tried[config_key(c)] = c
-        return picks
-
-    def _predicted(self, times: dict[object, dict[str, float]], untried: list[dict], n: int) -> list[dict]:
-        """Up to ``n`` untried configurations, each size's predicted fastest in turn."""
-        import torch  # lazy: only a budgeted search fits a model
-
-        if not untried:
-            return []
-        x_all = torch.tensor([self._features(c) for c in untried], dtype=torch.float64)
-        rankings = []
-        for t in times.values():
-            # Only this space's configurations (a store may hold others, from a space since changed).
-            timed = [(json.loads(key), ms) for key, ms in t.items() if key in self._keys and ms and ms > 0]
-            if len(timed) < 3:
-                continue
-            x = torch.tensor([self._features(c) for c, _ in timed], dtype=torch.float64)
-            y = torch.log(torch.tensor([ms for _, ms in timed], dtype=torch.float64))
-            ridge = self.RIDGE * torch.eye(x.shape[1], dtype=torch.float64)
-            w = torch.linalg.solve(x.T @ x + ridge, x.T @ (y - y.mean()))
-            rankings.append(torch.argsort(x_all @ w, stable=True).tolist())
-        picks, seen = [], set()
-        for turn in zip(*rankings):
-            for i in turn:
-                if i not in seen:
-                    seen.add(i)
-                    picks.append(untried[i])
-                    if len(picks) == n:
-                        return picks
-        return picks
-
-    def _features(self, config: dict) -> list[float]:
-        """1, each define's coordinate (log2 of a positive number, else its place on its axis), and
-        their products two by two."""
-        v = [math.log2(config[name]) if self._numeric[name] else float(values.index(config[name]))
-             for name, values in self.space.defines.items()]
-        return [1.0, *v, *(a * b for a, b in itertools.combinations_with_replacement(v, 2))]
 
 
 def axes_from(items) -> dict[str, list]:

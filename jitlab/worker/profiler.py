@@ -153,7 +153,7 @@ def profile(path, *, variant: str | None = None, size: int | None = None, kernel
         b = execute.build_program(path, **options)
 
         def measure() -> Profile:
-            run = execute.stream(tool_command(names, [str(b.artifact), *map(str, args)], PROGRAM_LAUNCHES),
+            run = execute.stream(tool_command(names, [str(b.artifact), *execute.program_args(args)], PROGRAM_LAUNCHES),
                                 stdin=stdin, timeout=timeout, echo=False)
             return _profile_of(run.stdout + run.stderr, None if run.ok else f"the program {run.status}")
     else:

@@ -264,7 +264,7 @@ def sanitize(path, tool: str = "memcheck", *, job: Job | None = None, variant: s
 def _sanitize_program(path, tool: str, args, stdin, timeout: float, options: dict) -> Report:
     """A program under the tool: its exit status is the outcome, each finding at its file and line."""
     b = execute.build_program(path, **options)
-    run = execute.stream(tool_command(tool, [str(b.artifact), *map(str, args)]), stdin=stdin, timeout=timeout, echo=False)
+    run = execute.stream(tool_command(tool, [str(b.artifact), *execute.program_args(args)]), stdin=stdin, timeout=timeout, echo=False)
     text = run.stdout + run.stderr
     findings, summary = parse(text, tool, [f.path for f in b.plan.files])
     category = PASS if run.ok else "timeout" if run.timed_out else "crashed" if (run.returncode or 0) < 0 else "error"

@@ -3,7 +3,7 @@
 The sweep, in order:
 
 1. **Plan.** The space (:class:`jitlab.judge.space.Space`: the ref's ``TUNE`` and the call's overrides),
-   every configuration within ``budget``, else a search (:class:`jitlab.judge.space.Search`) that
+   every configuration within ``budget``, else a search (:class:`jitlab.judge.search.Search`) that
    chooses ``budget`` of them round by round, from a model of the timings so far; each worker is
    probed for its device (model and driver, arch). Points the results store already holds for that
    device model are skipped: a rerun of a finished sweep runs nothing.
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -37,7 +38,8 @@ from jitlab.errors import CompileError, ToolchainError
 from jitlab.jit import api
 from jitlab.jit.sources import has_cuda, locate
 from jitlab.judge import refs, results, tunestore
-from jitlab.judge.space import Limits, Search, Space, compile_prune_reason, config_key, kernel_hash, launch_reason, prune
+from jitlab.judge.search import Search
+from jitlab.judge.space import Limits, Space, compile_prune_reason, config_key, kernel_hash, launch_reason, prune
 from jitlab.judge.tunereport import TuneReport, tuned_path
 from jitlab.judge.tunestore import Record, Store
 from jitlab.worker import jobs
@@ -224,6 +226,9 @@ class Sweep:
                                          (f or {}).get("seconds", out.seconds / len(job.sizes))))
             return
         status = tunestore.OK if out.passed else _STATUS.get(out.category, tunestore.FAILED)
+        median = d.get("median_ms")
+        if status == tunestore.OK and not (isinstance(median, (int, float)) and math.isfinite(median) and median > 0):
+            status, reason = tunestore.FAILED, f"timing: a median of {median!r} ms, no time to rank it by"
         self.record(self._record(job.options["defines"], job.size, slot, status, d, reason, out.seconds))
 
     def _record(self, config: dict | None, size, slot: Slot, status: str, d: dict, reason: str,
@@ -252,7 +257,7 @@ def tune(path, *, defines: dict | None = None, constraints: list | None = None, 
         shared: Dynamic shared memory per block in bytes (expression), for pruning.
         variant: The ref's version to tune (default ``"original"``).
         budget: The most configurations tried: all of them up to it; above, a few at random, then
-            those a model of the timings so far predicts fastest (:class:`~jitlab.judge.space.Search`).
+            those a model of the timings so far predicts fastest (:class:`~jitlab.judge.search.Search`).
         time_limit: Seconds after which no new point starts; the best so far is kept.
         seed: The search's seed.
         gpus: Devices: a count or numbers (``"0,1"``); default every GPU here (one CPU worker for C++).
@@ -321,9 +326,8 @@ def tune(path, *, defines: dict | None = None, constraints: list | None = None, 
         pool.close()
         lap("stop")
     stopped = "time limit" if done < started or (deadline and search.left > 0) else ""
-    wanted = {config_key(c) for c in space.configs()}
     known = [r for r in sweep.store.known(sweep.kernel).values()
-             if r.device in models and (r.config is None or config_key(r.config) in wanted)]
+             if r.device in models and (r.config is None or r.config in space)]
     report = TuneReport(name, sweep.kernel, space, known, sweep.store.path, measured=sweep.measured, skipped=skipped,
                         seconds=time.monotonic() - t0, stopped=stopped, devices=list(dict.fromkeys(s.device for s in slots)),
                         phases={k: round(v, 2) for k, v in phases.items()} if started else {})

@@ -21,6 +21,7 @@ from jitlab.judge import refs
 from jitlab.notebook import exercises
 
 FIXTURES = Path(__file__).parent / "fixtures" / "emulator"
+PLANTED = Path(__file__).parent / "fixtures" / "planted" / "hello_threads.cu"
 
 
 @pytest.fixture(scope="module")
@@ -292,6 +293,31 @@ def test_a_compile_error_is_at_the_users_line(write, cache):
     p = write("typo.cu", "__global__ void typo(float* y) {\n    y[0] = undefined_name;\n}\n")
     with pytest.raises(jitlab.CompileError, match=rf"{re.escape(str(p))}:2"):
         jitlab.load(p, device="cpu")
+
+
+def test_a_file_the_parser_cannot_read_is_the_host_compilers_error_at_its_line(cache):
+    """Lesson 00's planted mistake (no `;` after printf) is the emulator's compiler's error at the statement's
+    line, not the parser's "no __global__ kernel found"."""
+    with pytest.raises(jitlab.CompileError) as e:
+        jitlab.load(PLANTED, device="cpu")
+    d = e.value.diagnostics[0]
+    assert (Path(d.path), d.line) == (PLANTED, 7) and "expected" in d.message, str(e.value)
+    assert "cpu emulator" in e.value.summary and "no __global__" not in str(e.value)
+
+
+def test_an_exercise_the_parser_cannot_read_is_a_compile_error_at_its_line(tmp_path, cache):
+    """An exercise cell with its printf's `;` deleted checks as a compile error at that line (the emulator's
+    compiler), as `jitlab.check(path, device="cpu")` does."""
+    ex = exercises.get("hello_one")
+    src = tmp_path / "hello_one.cu"
+    src.write_text(ex.path.read_text().replace("(int)threadIdx.x);", "(int)threadIdx.x)"))
+    line = 1 + src.read_text().splitlines().index(next(x for x in src.read_text().splitlines() if "printf" in x))
+    r = exercises.check("hello_one", path=src, device="cpu")
+    assert r.status == "compile error" and isinstance(r.error, jitlab.CompileError), r
+    assert (Path(r.error.diagnostics[0].path), r.error.diagnostics[0].line) == (src, line)
+    shutil.copy(ex.ref, tmp_path / "hello_one.ref.py")
+    out = jitlab.check(src, device="cpu", isolate=False)
+    assert not out.passed and f"hello_one.cu:{line}:" in str(out) and "no __global__" not in str(out), str(out)
 
 
 def test_a_cpp_snippet_with_device_cpu_is_its_usual_cpu_build(cache):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ import jitlab
 from jitlab import config, snippets
 from jitlab.jit import toolchain
 
+PLANTED = Path(__file__).parent / "fixtures" / "planted" / "hello_threads.cu"
 SCALE = "void scale(float* y, const float* x, int n) {\n  for (int i = 0; i < n; ++i) y[i] = %s * x[i];\n}\n"
 
 
@@ -217,6 +219,17 @@ def test_a_missing_semicolon_is_the_compilers_error_at_the_cells_line(ip, capsys
     ip.run_cell_magic(magic, f"semi_{magic} --compile-only --arch sm_75" if magic == "cuda" else f"semi_{magic}", body)
     out = capsys.readouterr().out
     assert f"cell line {line}: error:" in out and ";" in out and "no __global__ kernel" not in out, out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path: --check runs on the CPU emulator")
+def test_the_planted_mistake_with_check_is_the_emulators_compiler_at_the_cells_line(ip, capsys):
+    """Lesson 00's planted mistake in a `%%cuda NAME --check` cell on a CPU machine: the emulator's compiler's
+    error at the cell's line (the file's line 5, the cell's 6), not "no __global__ kernel found"."""
+    body = PLANTED.read_text().split("\n", 2)[2]  # without the fixture's two comment lines
+    ip.run_cell_magic("cuda", "hello_threads --check", body)
+    out = capsys.readouterr().out
+    assert "cell line 6: error: expected" in out and "no __global__ kernel" not in out, out
+    assert "hello_threads" not in ip.user_ns
 
 
 def test_help_in_a_cell_of_its_own(ip, capsys):

@@ -70,14 +70,11 @@ def prepare(paths, opts: Options) -> tuple[Plan, list[str], dict]:
     emulated = on_emulator(files, opts)
     if opts.mode == "program":
         plan = program_plan(files, stem)
-    elif emulated:
-        plan = emulator_support.plan(files, stem, opts)
     else:
         try:
-            plan = codegen.plan(files, stem, opts.mode, opts.defines)
+            plan = emulator_support.plan(files, stem, opts) if emulated else codegen.plan(files, stem, opts.mode, opts.defines)
         except codegen.NothingToCall:
-            if any(f.parse_error for f in files):
-                compiler_first(files, opts)  # a syntax error the parser stumbled on: the compiler's message
+            compiler_first(files, opts)  # the parser found nothing: the compiler's message, if it has one
             raise
     user_dirs = user_include_dirs(opts)
     per_file = {str(f.path): local_headers([f], plan.include_dirs, user_dirs) for f in files}
@@ -137,13 +134,26 @@ def _archs(plan: Plan, opts: Options) -> list[str]:
 
 
 def compiler_first(files, opts: Options) -> None:
-    """Compile files the parser could not read (syntax only, no output) so that a syntax error is the
-    compiler's own message at the user's line, not "nothing found" where the parser stopped.
+    """Compile files the parser found nothing in (syntax only, no output), with the compiler the build would
+    use, so that a syntax error is that compiler's message at the user's line, not "nothing found".
+
+    The rule for every engine: the CPU emulator's files go to the host compiler against the SIMT header
+    (:func:`jitlab.jit.engines.emulator.check_syntax`); a ``.cu`` file to NVRTC where the build would take it
+    (:func:`_nvrtc_reads_it`), to nvcc otherwise and, for ``engine="auto"``, where NVRTC's error may be its own
+    (a host header it lacks); a ``.cpp`` file to the host compiler. A missing compiler is skipped, and code
+    that compiles leaves the parser's message to be raised.
 
     Raises:
         CompileError: The compiler rejected a file.
     """
+    if on_emulator(files, opts):
+        from jitlab.jit.engines import emulator  # lazy: see the engines' import above
+
+        emulator.check_syntax(files, opts)
+        return
     for f in files:
+        if f.language == "cuda" and _nvrtc_reads_it(opts) and nvrtc.check_syntax(f, opts, nvcc_next=opts.engine != "nvrtc"):
+            continue  # NVRTC compiled it
         cuda = f.language == "cuda"
         tool = toolchain.nvcc_path() if cuda else toolchain.cxx_path()
         if tool is None:
@@ -157,6 +167,13 @@ def compiler_first(files, opts: Options) -> None:
         if proc.returncode != 0:
             raise diagnostics.compile_error(f"{f.path} ({'nvcc' if cuda else 'c++'})", proc.stdout + proc.stderr,
                                             {str(f.path): f.text})
+
+
+def _nvrtc_reads_it(opts: Options) -> bool:
+    """Whether a ``.cu`` file the parser could not read goes to NVRTC first, as its build would (:func:`choose_engine`):
+    NVRTC is here, not ``engine="nvcc"``, and no compiler flags (which send a build to nvcc)."""
+    flags = [*opts.cflags, *opts.cuda_cflags, *opts.ldflags]
+    return opts.engine != "nvcc" and (opts.engine == "nvrtc" or not flags) and nvrtc.unavailable() is None
 
 
 def build(paths, opts: Options | None = None, *, use=None, rebuild_once: bool = False):

@@ -34,10 +34,11 @@ def test_saxpy_compile_only_two_archs_then_cache_hit(cache):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the GPU-less path")
-def test_load_cu_without_gpu_names_compile_only(cache):
-    """Loading a .cu with no GPU is a ToolchainError that names the compile_only fix."""
+def test_load_cu_for_cuda_without_gpu_names_compile_only(cache):
+    """Loading a .cu with device="cuda" and no GPU is a ToolchainError that names the compile_only fix
+    (device="auto", the default, runs a kernel-only one on the CPU emulator instead)."""
     with pytest.raises(jitlab.ToolchainError, match="compile_only"):
-        jitlab.load(KERNELS / "saxpy.cu")
+        jitlab.load(KERNELS / "saxpy.cu", device="cuda")
     assert not cache.exists() or not any(p.is_dir() for p in cache.iterdir())  # nothing was built
 
 

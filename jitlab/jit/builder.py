@@ -54,9 +54,33 @@ def flag_parts(opts: Options, with_cuda: bool = False) -> list:
 
 
 def on_emulator(files, opts: Options) -> bool:
-    """The CPU-or-GPU choice: whether the snippet builds for the CPU emulator (``device="cpu"`` and CUDA
-    code to emulate; a C++ snippet runs on the CPU either way, in its own build)."""
-    return opts.device == "cpu" and opts.mode != "program" and any(f.language == "cuda" for f in files)
+    """The CPU-or-GPU choice: whether the snippet builds for the CPU emulator.
+
+    ``device="cpu"``: whenever there is CUDA code to emulate. ``device="auto"`` (the default): on a machine
+    without a CUDA GPU, for a kernel-only ``.cu`` the emulator runs (no torch, nothing it refuses), unless
+    compile-only. Otherwise the GPU's build: a torch-style snippet keeps it, and a C++ snippet runs on the CPU
+    either way, in its own build.
+    """
+    if opts.mode == "program" or not any(f.language == "cuda" for f in files):
+        return False
+    if opts.device != "auto":
+        return opts.device == "cpu"
+    return (not opts.compile_only and opts.mode != "torch" and not toolchain.gpu_available()
+            and not emulator_support.available() and not emulator_support.refused(files))
+
+
+#: What a process is told, once, when ``device="auto"`` runs a snippet on the CPU emulator.
+ON_THE_EMULATOR = ("jitlab: no CUDA GPU here, so kernel-only .cu snippets run on the CPU emulator (CPU tensors, "
+                   "untimed); to compile for a GPU instead: device=\"cuda\", compile_only=True (--device cuda --compile-only)")
+_told = False
+
+
+def tell_once_on_the_emulator() -> None:
+    """Say :data:`ON_THE_EMULATOR` in one line, the first time in this process."""
+    global _told
+    if not _told:
+        _told = True
+        progress.say(ON_THE_EMULATOR)
 
 
 def prepare(paths, opts: Options) -> tuple[Plan, list[str], dict]:
@@ -68,6 +92,8 @@ def prepare(paths, opts: Options) -> tuple[Plan, list[str], dict]:
     """
     files, stem = snippet_files(paths)
     emulated = on_emulator(files, opts)
+    if emulated and opts.device == "auto":
+        tell_once_on_the_emulator()
     if opts.mode == "program":
         plan = program_plan(files, stem)
     else:
@@ -181,7 +207,8 @@ def build(paths, opts: Options | None = None, *, use=None, rebuild_once: bool = 
 
     Args:
         paths: A ``.cu``/``.cpp`` file, a folder of them, or a list.
-        opts: Build options (``mode="program"`` for a whole program, ``device="cpu"`` for the CPU emulator).
+        opts: Build options (``mode="program"`` for a whole program, ``device="cpu"`` for the CPU emulator, which
+            ``device="auto"`` also takes without a GPU: :func:`on_emulator`).
         use: Called with the build before it is returned (the loader's load); what it returns is returned.
         rebuild_once: A cached build that ``use`` finds unusable (:class:`cache.Unusable`) is made once more.
 
@@ -227,8 +254,8 @@ def build(paths, opts: Options | None = None, *, use=None, rebuild_once: bool = 
 def choose_engine(plan: Plan, opts: Options, archs: list[str] = ()) -> tuple[ModuleType, str]:
     """The engine that builds the plan and, for nvcc where NVRTC was a candidate, why not NVRTC.
 
-    A program goes to the program engine; a CUDA snippet for ``device="cpu"`` to the CPU emulator
-    (:func:`on_emulator`); otherwise ``engine="auto"`` takes NVRTC for a kernel-only ``.cu`` it can
+    A program goes to the program engine; a CUDA snippet for the CPU emulator (``device="cpu"``, or ``"auto"``
+    without a GPU: :func:`on_emulator`) to the emulator; otherwise ``engine="auto"`` takes NVRTC for a kernel-only ``.cu`` it can
     compile (:func:`nvrtc.unsuitable`) and for a split torch-style snippet's device code
     (:func:`_torch_engine`), nvcc (:func:`nvcc_engine`) for everything else, and
     ``"nvrtc"`` refuses what NVRTC cannot build, naming why and the fix.

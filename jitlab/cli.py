@@ -22,7 +22,7 @@ def _build(args) -> int:
         try:
             b = api.build(path, mode=args.mode, arch=args.arch, defines=defines,
                              cuda_cflags=args.nvcc_flag, cflags=args.cflag, compile_only=args.compile_only,
-                             engine=args.engine)
+                             engine=args.engine, device=args.device)
         except JitlabError as e:  # a CompileError too: its log saved where the message says
             print(_about(path, e), file=sys.stderr)
             status = 1
@@ -289,6 +289,9 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--mode", default="auto", choices=["auto", "kernel", "torch"])
     b.add_argument("--engine", default="auto", choices=["auto", "nvrtc", "nvcc"],
                    help="CUDA compiler: NVRTC in process for kernel-only .cu files it compiles (auto), or nvcc")
+    b.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
+                   help="auto: a GPU, else the CPU emulator for a kernel-only .cu (said once); cuda: a GPU build "
+                        "(without one, with --compile-only); cpu: the CPU emulator")
     b.add_argument("-D", "--define", action="append", help="preprocessor macro, NAME or NAME=VALUE")
     b.add_argument("--nvcc-flag", action="append", default=[], help="extra nvcc flag (repeatable)")
     b.add_argument("--cflag", action="append", default=[], help="extra C++ compiler flag (repeatable)")

@@ -45,6 +45,19 @@ def test_python_m_jitlab_is_the_command(tmp_path, write):
     assert r.returncode == 2 and "usage: jitlab" in r.stderr
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
+def test_build_device_chooses_the_emulator_or_a_gpu(jl):
+    """Without a GPU, `jitlab build X.cu` (--device auto) builds a kernel-only snippet for the CPU emulator,
+    --device cpu too; --device cuda is a GPU build, which without one names --compile-only."""
+    for args in ([], ["--device", "cpu"]):
+        r = jl("build", *args, "kernels/saxpy.cu")
+        assert r.returncode == 0 and "kernel-style (cpu emulator)" in r.stdout, r.stdout + r.stderr
+    r = jl("build", "--device", "cuda", "kernels/saxpy.cu")
+    assert r.returncode == 1 and "no CUDA GPU found" in r.stderr and "--compile-only" in r.stderr, r.stderr
+    r = jl("build", "--device", "gpu", "kernels/saxpy.cu")
+    assert r.returncode == 2 and "invalid choice: 'gpu'" in r.stderr
+
+
 def build_dirs(cache: Path) -> list[Path]:
     return [p for p in cache.iterdir() if p.is_dir()] if cache.exists() else []
 

@@ -86,6 +86,18 @@ def _is_gpu_guard(mark: ast.expr, aliases: dict[str, ast.expr]) -> bool:
             and bool(mark.args) and ast.unparse(mark.args[0]) == f"not {GPU_AVAILABLE}")
 
 
+def _is_no_gpu_guard(mark: ast.expr, aliases: dict[str, ast.expr]) -> bool:
+    """skipif(torch.cuda.is_available(), ...) (alone or or-ed with other conditions): the test runs only where
+    there is no GPU, so its ``device="cuda"`` and launches test the no-GPU path (an error, the CPU emulator)."""
+    if isinstance(mark, ast.Name) and mark.id in aliases:
+        mark = aliases[mark.id]
+    if not (isinstance(mark, ast.Call) and ast.unparse(mark.func) in ("pytest.mark.skipif", "mark.skipif") and mark.args):
+        return False
+    test = mark.args[0]
+    parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) else [test]
+    return any(ast.unparse(p) == GPU_AVAILABLE for p in parts)
+
+
 def _only_with_gpu(test: ast.expr) -> bool:
     """`if torch.cuda.is_available():` (alone or and-ed with other conditions)."""
     parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
@@ -186,7 +198,8 @@ def unmarked_gpu_tests(source: str, name: str = "<source>", shared_fixtures: dic
     module_marks = [m for s in tree.body if isinstance(s, ast.Assign)
                     and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in s.targets)
                     for m in _marks(s.value)]
-    module_gpu = any(_is_gpu_mark(m, aliases) or _is_gpu_guard(m, aliases) for m in module_marks)
+    module_gpu = any(_is_gpu_mark(m, aliases) or _is_gpu_guard(m, aliases) or _is_no_gpu_guard(m, aliases)
+                     for m in module_marks)
     functions = {s.name: s for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
     fixtures = {**(shared_fixtures or {}), **{k: f for k, f in functions.items() if _is_fixture(f)}}
     problems = []
@@ -202,7 +215,8 @@ def unmarked_gpu_tests(source: str, name: str = "<source>", shared_fixtures: dic
             marks += [m for s in cls.body if isinstance(s, ast.Assign)
                       and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in s.targets)
                       for m in _marks(s.value)]
-        if module_gpu or any(_is_gpu_mark(m, aliases) or _is_gpu_guard(m, aliases) for m in marks):
+        if module_gpu or any(_is_gpu_mark(m, aliases) or _is_gpu_guard(m, aliases) or _is_no_gpu_guard(m, aliases)
+                             for m in marks):
             continue
         uses = [f"{where}: {u}" for where, f in _reach(fn, functions, fixtures) for u in gpu_uses(f)]
         if uses:
@@ -275,6 +289,17 @@ def test_gpu_rule_accepts_marks_guards_and_cpu_only_code():
     """gpu marks (function, class, pytestmark, alias), GPU-only guards and CPU-only code pass the rule."""
     assert unmarked_gpu_tests(_fixture("gpu_marked.py"), "gpu_marked.py") == []
     assert unmarked_gpu_tests(_fixture("gpu_module.py"), "gpu_module.py") == []
+
+
+def test_a_test_that_runs_only_without_a_gpu_needs_none():
+    """A test skipped where torch sees a GPU (`skipif(torch.cuda.is_available())`, or an alias of it) tests the
+    no-GPU path: its `device="cuda"` and launches (the CPU emulator by default) need no GPU."""
+    body = 'def test_x():\n    """x."""\n    jitlab.load(p, device=GPU)\n    jitlab.load(p).k(y, grid=1, block=1)\n'
+    body = body.replace("GPU", '"cuda"')  # spelled here so that this test's own source holds no device="cuda"
+    guard = '@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")\n'
+    assert unmarked_gpu_tests(guard + body) == []
+    assert unmarked_gpu_tests(f"no_gpu = {guard[1:]}\n@no_gpu\n" + body) == []
+    assert len(unmarked_gpu_tests(body)) == 1
 
 
 def test_a_launch_on_the_cpu_emulator_needs_no_gpu():

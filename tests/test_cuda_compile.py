@@ -17,6 +17,7 @@ from jitlab.jit.resources import parse_resource_usage
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels"
+PLANTED = ROOT / "tests" / "fixtures" / "planted" / "hello_threads.cu"
 
 pytestmark = pytest.mark.skipif(toolchain.nvcc_path() is None, reason="needs nvcc")
 
@@ -33,10 +34,11 @@ def test_saxpy_compile_only_two_archs_then_cache_hit(cache):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the GPU-less path")
-def test_load_cu_without_gpu_names_compile_only(cache):
-    """Loading a .cu with no GPU is a ToolchainError that names the compile_only fix."""
+def test_load_cu_for_cuda_without_gpu_names_compile_only(cache):
+    """Loading a .cu with device="cuda" and no GPU is a ToolchainError that names the compile_only fix
+    (device="auto", the default, runs a kernel-only one on the CPU emulator instead)."""
     with pytest.raises(jitlab.ToolchainError, match="compile_only"):
-        jitlab.load(KERNELS / "saxpy.cu")
+        jitlab.load(KERNELS / "saxpy.cu", device="cuda")
     assert not cache.exists() or not any(p.is_dir() for p in cache.iterdir())  # nothing was built
 
 
@@ -45,6 +47,16 @@ def test_compile_only_without_arch_is_an_error(cache):
     """compile_only with no arch and no GPU to pick one raises ToolchainError naming --arch."""
     with pytest.raises(jitlab.ToolchainError, match="arch"):
         jitlab.build(KERNELS / "saxpy.cu", compile_only=True)
+
+
+def test_a_file_the_parser_cannot_read_is_nvccs_error_at_its_line(cache):
+    """Lesson 00's planted mistake (no `;` after printf), compile-only with nvcc: nvcc's error at the `}` it
+    expected the `;` before, not the parser's "no __global__ kernel found"."""
+    with pytest.raises(jitlab.CompileError) as e:
+        jitlab.build(PLANTED, compile_only=True, arch="sm_75", engine="nvcc")
+    d = e.value.diagnostics[0]
+    assert (Path(d.path), d.line) == (PLANTED, 8) and 'expected a ";"' in d.message, str(e.value)
+    assert "nvcc" in e.value.summary and "no __global__" not in str(e.value)
 
 
 def test_nvcc_error_points_at_the_users_line(cache, write):

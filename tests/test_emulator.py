@@ -7,8 +7,11 @@ on the emulator and compare.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ from jitlab.judge import refs
 from jitlab.notebook import exercises
 
 FIXTURES = Path(__file__).parent / "fixtures" / "emulator"
+PLANTED = Path(__file__).parent / "fixtures" / "planted" / "hello_threads.cu"
 
 
 @pytest.fixture(scope="module")
@@ -294,6 +298,31 @@ def test_a_compile_error_is_at_the_users_line(write, cache):
         jitlab.load(p, device="cpu")
 
 
+def test_a_file_the_parser_cannot_read_is_the_host_compilers_error_at_its_line(cache):
+    """Lesson 00's planted mistake (no `;` after printf) is the emulator's compiler's error at the statement's
+    line, not the parser's "no __global__ kernel found"."""
+    with pytest.raises(jitlab.CompileError) as e:
+        jitlab.load(PLANTED, device="cpu")
+    d = e.value.diagnostics[0]
+    assert (Path(d.path), d.line) == (PLANTED, 7) and "expected" in d.message, str(e.value)
+    assert "cpu emulator" in e.value.summary and "no __global__" not in str(e.value)
+
+
+def test_an_exercise_the_parser_cannot_read_is_a_compile_error_at_its_line(tmp_path, cache):
+    """An exercise cell with its printf's `;` deleted checks as a compile error at that line (the emulator's
+    compiler), as `jitlab.check(path, device="cpu")` does."""
+    ex = exercises.get("hello_one")
+    src = tmp_path / "hello_one.cu"
+    src.write_text(ex.path.read_text().replace("(int)threadIdx.x);", "(int)threadIdx.x)"))
+    line = 1 + src.read_text().splitlines().index(next(x for x in src.read_text().splitlines() if "printf" in x))
+    r = exercises.check("hello_one", path=src, device="cpu")
+    assert r.status == "compile error" and isinstance(r.error, jitlab.CompileError), r
+    assert (Path(r.error.diagnostics[0].path), r.error.diagnostics[0].line) == (src, line)
+    shutil.copy(ex.ref, tmp_path / "hello_one.ref.py")
+    out = jitlab.check(src, device="cpu", isolate=False)
+    assert not out.passed and f"hello_one.cu:{line}:" in str(out) and "no __global__" not in str(out), str(out)
+
+
 def test_a_cpp_snippet_with_device_cpu_is_its_usual_cpu_build(cache):
     """device="cpu" on a C++ snippet (no CUDA) builds it as always: the emulator is for .cu files."""
     m = jitlab.load(KERNELS / "add2_cpu.cpp", device="cpu")
@@ -309,6 +338,60 @@ def test_an_edit_rebuilds_and_the_same_text_is_a_cache_hit(write, cache):
     y = torch.zeros(4)
     jitlab.load(p, device="cpu").v(y, grid=1, block=4)
     assert y.tolist() == [2.0] * 4
+
+
+# ---- device="auto": without a GPU, kernel-only snippets run here by default ------------------------------
+no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
+TRIPLE = "__global__ void triple(float* y, int n) {\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] *= 3;\n}\n"
+
+
+@no_gpu
+def test_without_a_gpu_load_runs_a_kernel_only_snippet_on_the_emulator(write, use_shared_cache):
+    """`jitlab.load(path)` on a machine without a CUDA GPU builds a kernel-only .cu for the CPU emulator, and
+    its kernels run with CPU tensors (not "no CUDA GPU found … compile-only")."""
+    k = jitlab.load(write("triple.cu", TRIPLE))
+    assert k.build.engine == emulator_support.ENGINE
+    y = torch.arange(300.0)
+    k.triple(y, 300, grid=3, block=128)
+    assert torch.equal(y, torch.arange(300.0) * 3)
+
+
+@no_gpu
+@pytest.mark.parametrize("source, kw", [
+    (TRIPLE, {"device": "cuda"}),
+    (TRIPLE.replace("y[i] *= 3;", 'y[i] *= 3; asm("");'), {}),
+], ids=["device-cuda", "inline-ptx"])
+def test_without_a_gpu_what_is_not_for_the_emulator_keeps_the_gpu_build(write, cache, source, kw):
+    """device="cuda", or a kernel the emulator refuses, is a GPU build: without a GPU the error names compile_only."""
+    with pytest.raises(jitlab.ToolchainError, match="no CUDA GPU found.*compile_only"):
+        jitlab.load(write("triple.cu", source), **kw)
+
+
+@no_gpu
+def test_without_a_gpu_a_torch_style_snippet_keeps_its_gpu_build(cache):
+    """A torch-style .cu (host functions taking torch::Tensor) is never taken to the emulator by default."""
+    with pytest.raises(jitlab.ToolchainError, match="no CUDA GPU found"):
+        jitlab.load(KERNELS / "square_matrix.cu")
+
+
+@no_gpu
+def test_without_a_gpu_compile_only_is_not_the_emulators(write, cache):
+    """compile_only=True with device="auto" compiles for a GPU's arch, as before."""
+    b = jitlab.build(write("triple.cu", TRIPLE), compile_only=True, arch="sm_90")
+    assert b.engine != emulator_support.ENGINE and b.archs == ["sm_90"]
+
+
+@no_gpu
+def test_the_emulator_by_default_is_said_once_per_process(write, shared_cache):
+    """A new process that builds two kernel-only snippets without a GPU says once, in one line, that they run
+    on the CPU emulator and how to build for a GPU instead."""
+    a, b = write("triple.cu", TRIPLE), write("twice.cu", TRIPLE.replace("triple", "twice").replace("3", "2"))
+    script = f"import jitlab\njitlab.load({str(a)!r})\njitlab.load({str(b)!r})\njitlab.load({str(a)!r})\n"
+    env = {**os.environ, "JITLAB_CACHE_DIR": str(shared_cache), "PYTHONPATH": str(KERNELS.parent)}
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "no CUDA GPU here" in line]
+    assert len(said) == 1 and "CPU emulator" in said[0] and 'device="cuda"' in said[0] and "--device cuda" in said[0], r.stderr
 
 
 # ---- the same kernels on a GPU ------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ import jitlab
 from jitlab import config, snippets
 from jitlab.jit import toolchain
 
+PLANTED = Path(__file__).parent / "fixtures" / "planted" / "hello_threads.cu"
 SCALE = "void scale(float* y, const float* x, int n) {\n  for (int i = 0; i < n; ++i) y[i] = %s * x[i];\n}\n"
 
 
@@ -196,9 +198,9 @@ def test_help_option_prints_the_help_only(ip, tmp_path, capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
 def test_cuda_cell_without_a_gpu_suggests_the_magics_compile_only(ip, tmp_path, capsys):
-    """Without a GPU, `%%cuda NAME --bench` saves the cell and says in one line what it does on a GPU,
-    suggesting the same cell with `--compile-only`, not jitlab.build(...)."""
-    ip.run_cell_magic("cuda", "twice --bench -D F=2", "__global__ void twice(float* y) { y[0] *= F; }")
+    """Without a GPU, `%%cuda NAME --bench` of a kernel the CPU emulator does not run (inline PTX) saves the cell
+    and says in one line what it does on a GPU, suggesting the same cell with `--compile-only`, not jitlab.build(...)."""
+    ip.run_cell_magic("cuda", "twice --bench -D F=2", '__global__ void twice(float* y) { asm(""); y[0] *= F; }')
     out = capsys.readouterr().out
     assert out.startswith("needs a CUDA GPU") and out.count("\n") == 1 and "--bench runs it" in out
     assert "`%%cuda twice -D F=2 --compile-only`" in out and "jitlab.build" not in out
@@ -217,6 +219,39 @@ def test_a_missing_semicolon_is_the_compilers_error_at_the_cells_line(ip, capsys
     ip.run_cell_magic(magic, f"semi_{magic} --compile-only --arch sm_75" if magic == "cuda" else f"semi_{magic}", body)
     out = capsys.readouterr().out
     assert f"cell line {line}: error:" in out and ";" in out and "no __global__ kernel" not in out, out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path: --check runs on the CPU emulator")
+def test_the_planted_mistake_with_check_is_the_emulators_compiler_at_the_cells_line(ip, capsys):
+    """Lesson 00's planted mistake in a `%%cuda NAME --check` cell on a CPU machine: the emulator's compiler's
+    error at the cell's line (the file's line 5, the cell's 6), not "no __global__ kernel found"."""
+    body = PLANTED.read_text().split("\n", 2)[2]  # without the fixture's two comment lines
+    ip.run_cell_magic("cuda", "hello_threads --check", body)
+    out = capsys.readouterr().out
+    assert "cell line 6: error: expected" in out and "no __global__ kernel" not in out, out
+    assert "hello_threads" not in ip.user_ns
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path: the CPU emulator by default")
+def test_a_plain_cuda_cell_without_a_gpu_builds_and_runs_on_the_emulator(ip, capfd):
+    """Lesson 00's plain `%%cuda hello_threads` cell on a CPU machine builds for the CPU emulator and binds the
+    name, as on a GPU; calling it prints every thread's line."""
+    body = PLANTED.read_text().split("\n", 2)[2].replace("(int)blockDim.x)", "(int)blockDim.x);")
+    ip.run_cell_magic("cuda", "hello_threads", body)
+    out = capfd.readouterr().out
+    assert "hello_threads: built in" in out and "for the CPU emulator" in out and "needs a CUDA GPU" not in out, out
+    ip.run_cell("hello_threads(grid=2, block=4)")
+    printed = sorted(line for line in capfd.readouterr().out.splitlines() if line.startswith("block "))
+    assert printed == sorted(f"block {b} of 2, thread {t} of 4" for b in range(2) for t in range(4))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
+def test_device_cuda_keeps_a_plain_cell_for_a_gpu(ip, capsys, tmp_path):
+    """`%%cuda NAME --device cuda` without a GPU is saved, not built, in one line naming `--compile-only`."""
+    ip.run_cell_magic("cuda", "once --device cuda", "__global__ void once(float* y) { y[0] = 1; }")
+    out = capsys.readouterr().out
+    assert out.startswith("needs a CUDA GPU") and "`%%cuda once --device cuda --compile-only`" in out, out
+    assert (tmp_path / "kernels" / "once.cu").is_file() and "once" not in ip.user_ns
 
 
 def test_help_in_a_cell_of_its_own(ip, capsys):

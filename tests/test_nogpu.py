@@ -59,7 +59,7 @@ def test_bound_names_are_the_cells_own_top_level_names():
 @pytest.fixture
 def shell(ip, capsys, tmp_path):
     """ip (IPython with %load_ext jitlab) in a folder holding k.cu; run(cell) → (result, what the cell printed)."""
-    (tmp_path / "k.cu").write_text("__global__ void k(float* y) { y[0] = 1; }\n")
+    (tmp_path / "k.cu").write_text("__global__ void k(float* y) { y[0] = 1; }\n")  # device="cuda": a GPU's
 
     def run(cell):
         capsys.readouterr()
@@ -72,7 +72,7 @@ def shell(ip, capsys, tmp_path):
 def test_a_cell_that_needs_a_gpu_prints_one_line_and_counts_as_done(shell):
     """jitlab's no-GPU error is one line naming what the cell defines and how to get a GPU; the cell
     ends as done, so a Run All goes on."""
-    result, out = shell("import jitlab\nx = jitlab.load('k.cu')\ny = 1")
+    result, out = shell("import jitlab\nx = jitlab.load('k.cu', device='cuda')\ny = 1")
     assert out.count("\n") == 1 and out.startswith(nogpu.PREFIX)
     assert "defines jitlab, x, y" in out and "Runtime → Change runtime type → T4 GPU" in out
     assert "Traceback" not in out and result.success
@@ -82,7 +82,7 @@ def test_a_cell_that_needs_a_gpu_prints_one_line_and_counts_as_done(shell):
 def test_a_name_the_gpu_cell_left_undefined_is_one_line_naming_that_cell(shell):
     """A later NameError for a name the GPU cell would have bound names that cell, and that cell's
     names join the list (no cascade of tracebacks)."""
-    shell("import jitlab\nx = jitlab.load('k.cu')")
+    shell("import jitlab\nx = jitlab.load('k.cu', device='cuda')")
     result, out = shell("z = x + 1")
     assert out.count("\n") == 1 and out.startswith(nogpu.PREFIX)
     assert "`x` comes from cell [1] (`import jitlab`)" in out and result.success
@@ -102,14 +102,14 @@ def test_other_errors_keep_their_traceback(shell):
 
 @no_gpu
 def test_a_cuda_cell_without_a_gpu_is_one_line_and_its_name_is_remembered(shell, tmp_path):
-    """`%%cuda NAME --bench` saves the cell and says in one line what it does on a GPU and how to compile it
-    here; calling NAME later is one line naming the %%cuda cell."""
-    _, out = shell("%%cuda twice --bench\n__global__ void twice(float* y) { y[0] *= 2; }")
+    """`%%cuda NAME --bench --device cuda` saves the cell and says in one line what it does on a GPU and how to
+    compile it here; calling NAME later is one line naming the %%cuda cell."""
+    _, out = shell("%%cuda twice --bench --device cuda\n__global__ void twice(float* y) { y[0] *= 2; }")
     assert out.count("\n") == 1 and out.startswith(nogpu.PREFIX)
     assert "%%cuda twice builds it and binds twice and --bench runs it" in out
-    assert "`%%cuda twice --compile-only` compiles it" in out and (tmp_path / "kernels" / "twice.cu").is_file()
+    assert "`%%cuda twice --device cuda --compile-only` compiles it" in out and (tmp_path / "kernels" / "twice.cu").is_file()
     result, out = shell("twice(grid=1, block=1)")
-    assert "`twice` comes from cell [1] (`%%cuda twice --bench`)" in out and result.success
+    assert "`twice` comes from cell [1] (`%%cuda twice --bench --device cuda`)" in out and result.success
 
 
 @no_gpu

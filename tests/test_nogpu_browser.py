@@ -1,6 +1,7 @@
 """A lesson's GPU cells on a machine without a GPU, in a real browser: JupyterLab, headless Chromium.
 
-A notebook with ``%load_ext jitlab``, a ``%%cuda`` cell, a cell that loads a CUDA snippet, a cell that
+A notebook with ``%load_ext jitlab``, a ``%%cuda --device cuda`` cell, a cell that loads a CUDA snippet with
+``device="cuda"`` (without it, both run on the CPU emulator), a cell that
 calls what the ``%%cuda`` cell would have bound, and a plain last cell is run with JupyterLab's own
 Run All: every cell runs (Run All stops at a failed cell, so the last one printing proves none
 failed), each GPU cell shows one line saying it needs a GPU and how to get one, and no traceback is
@@ -33,9 +34,9 @@ HIGHLIGHT = ROOT / "build_cache" / "screens" / "cuda-cell-highlight.png"
 LABEXTENSION = ROOT / "jitlab" / "notebook" / "labextension"
 CELLS = [
     "%load_ext jitlab",
-    "%%cuda vadd\n// c = a + b, one thread per element\n__global__ void vadd(float* c, const float* a, "
+    "%%cuda vadd --device cuda\n// c = a + b, one thread per element\n__global__ void vadd(float* c, const float* a, "
     "const float* b, int n) {\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) c[i] = a[i] + b[i];\n}",
-    'import jitlab\nsaxpy = jitlab.load("kernels/saxpy.cu")',
+    'import jitlab\nsaxpy = jitlab.load("kernels/saxpy.cu", device="cuda")',
     "vadd(grid=1, block=1)",
     'print("the last cell ran")',
 ]

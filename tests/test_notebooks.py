@@ -19,6 +19,7 @@ import torch
 
 import jitlab
 from jitlab import snippets
+from jitlab.jit import builder
 from jitlab.judge import refs
 from jitlab.notebook import exercises, nogpu
 from jitlab.notebook import lessons as notebooks
@@ -34,8 +35,11 @@ WITH_EXERCISES = [name for name in LESSONS if name != "05_inspect_and_debug"]
 ALL = list(exercises.all_exercises().values())
 TORCH_STYLE = {"vadd_checks"}  # compiles torch headers: tens of seconds on 2 cores
 NOT_EMULATED = {"wmma_tile", *TORCH_STYLE}  # tensor cores; torch-style: the CPU emulator runs neither
-# What only a GPU can run; such cells must carry the `gpu` tag.
-NEEDS_GPU = re.compile(r'jitlab\.load\((?![^)]*\.cpp)|device="cuda"|torch\.cuda\.|\.cuda\(\)|^%%cuda (?!.*--(exercise|compile-only))', re.M)
+# What only a GPU can run, whatever the snippet; such cells must carry the `gpu` tag (and so must a cell that
+# loads, or is, a CUDA snippet the CPU emulator cannot run: see needs_a_gpu).
+NEEDS_GPU = re.compile(r'device="cuda"|torch\.cuda\.(?!is_available\(\))|\.cuda\(\)')
+LOAD = re.compile(r'jitlab\.load\(([^,)]*)')
+CUDA_CELL = re.compile(r"%%cuda (\S+)(.*)\n")
 
 
 @pytest.fixture(autouse=True)
@@ -90,12 +94,59 @@ def test_first_cell_is_the_colab_bootstrap(path):
     assert 'os.chdir("..")' in src and "print_environment()" in src
 
 
+def needs_a_gpu(source: str, folder: Path) -> bool:
+    """Whether a cell needs a GPU on a machine without one: it touches CUDA tensors, loads a CUDA snippet the
+    CPU emulator cannot run (or one it cannot tell), or is a `%%cuda` cell the emulator does not take (a
+    program, torch-style, refused, `--device cuda`); `--exercise` and `--compile-only` cells never do.
+    ``folder`` holds the notebook's `%%cuda` cells as `kernels/NAME.cu` (:func:`saved_cells`)."""
+    from jitlab.jit import emulator_support
+    from jitlab.jit.sources import is_program
+
+    if NEEDS_GPU.search(source):
+        return True
+    for arg in LOAD.findall(source):
+        literal = re.fullmatch(r'\s*"([^"]+)"\s*', arg)
+        if literal is None:
+            return True  # cannot tell
+        path = folder / literal[1] if (folder / literal[1]).exists() else ROOT / literal[1]
+        if not literal[1].endswith(".cpp") and emulator_support.cannot_run(path):
+            return True
+    cell = CUDA_CELL.match(source)
+    if cell is None or re.search(r"--(exercise|compile-only)", cell[2]):
+        return False
+    snippet = folder / "kernels" / f"{cell[1]}.cu"
+    return "--device cuda" in cell[2] or is_program(snippet) or bool(emulator_support.cannot_run(snippet))
+
+
+def saved_cells(nb, folder: Path) -> Path:
+    """Each `%%cuda NAME` cell of ``nb`` saved as ``folder/kernels/NAME.cu``, as running it would; returns ``folder``."""
+    (folder / "kernels").mkdir(parents=True, exist_ok=True)
+    for c in nb.cells:
+        cell = CUDA_CELL.match(c.source) if c.cell_type == "code" else None
+        if cell:
+            (folder / "kernels" / f"{cell[1]}.cu").write_text(c.source.split("\n", 1)[1])
+    return folder
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
-def test_cells_that_need_a_gpu_are_tagged(path):
-    """A cell that loads a CUDA kernel or touches torch.cuda carries the `gpu` tag."""
-    untagged = [c.source.splitlines()[0] for c in _nb(path).cells
-                if c.cell_type == "code" and NEEDS_GPU.search(c.source) and not notebooks.is_gpu_cell(c)]
+def test_cells_that_need_a_gpu_are_tagged(path, tmp_path):
+    """A cell that needs a GPU (CUDA tensors, a CUDA snippet the CPU emulator cannot run) carries the `gpu` tag."""
+    nb = _nb(path)
+    folder = saved_cells(nb, tmp_path)
+    untagged = [c.source.splitlines()[0] for c in nb.cells
+                if c.cell_type == "code" and not notebooks.is_gpu_cell(c) and needs_a_gpu(c.source, folder)]
     assert not untagged, untagged
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_cells_the_cpu_emulator_runs_are_not_tagged(path, tmp_path):
+    """A `gpu` tag is only where a GPU is needed: a kernel-only `%%cuda` cell the CPU emulator runs has none."""
+    nb = _nb(path)
+    folder = saved_cells(nb, tmp_path)
+    tagged = [c.source.splitlines()[0] for c in nb.cells
+              if c.cell_type == "code" and notebooks.is_gpu_cell(c) and CUDA_CELL.match(c.source)
+              and not needs_a_gpu(c.source, folder)]
+    assert not tagged, tagged
 
 
 # ---- exercises ----------------------------------------------------------------------------------
@@ -323,8 +374,9 @@ def test_notebook_runs_top_to_bottom_without_a_gpu(path, tmp_path, monkeypatch):
         text = notebooks.cell_text(c)
         assert not any(o.output_type == "error" for o in c.outputs) and "Traceback" not in text, (c.source, text)
         if notebooks.is_gpu_cell(c):
-            lines = [line for line in text.splitlines()  # less progress lines and what a closed bar left
-                     if line.strip() and not line.startswith(("jitlab: building ", "jitlab: built "))]
+            lines = [line for line in text.splitlines()  # less progress lines, what a closed bar left, and the
+                     if line.strip() and not line.startswith(("jitlab: building ", "jitlab: built "))  # line saying
+                     and line != builder.ON_THE_EMULATOR]  # once that kernel-only loads go to the CPU emulator
             assert len(lines) == 1 and lines[0].startswith(nogpu.PREFIX), (c.source, text)
         else:
             assert nogpu.PREFIX not in text, (c.source, text)

@@ -16,6 +16,7 @@ from jitlab.errors import SnippetError
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels"
+PLANTED = ROOT / "tests" / "fixtures" / "planted" / "hello_threads.cu"
 
 SCALE = """#include <cstdio>
 #include <cstdint>
@@ -120,6 +121,17 @@ def test_error_at_the_users_line(scale):
         assert (Path(d.path), d.line) == (scale, 5) and "undefined_q" in d.message
         assert "NVRTC" in e.value.summary
         assert "^" in str(e.value)
+
+
+@pytest.mark.parametrize("engine", ["nvrtc", "auto"])
+def test_a_file_the_parser_cannot_read_is_nvrtcs_error_at_its_line(engine, cache):
+    """Lesson 00's planted mistake (no `;` after printf), compile-only: NVRTC's error (the compiler this build
+    uses) at the `}` it expected the `;` before, not the parser's "no __global__ kernel found"."""
+    with pytest.raises(CompileError) as e:
+        jitlab.build(PLANTED, compile_only=True, arch="sm_90", engine=engine)
+    d = e.value.diagnostics[0]
+    assert (Path(d.path), d.line) == (PLANTED, 8) and 'expected a ";"' in d.message, str(e.value)
+    assert "NVRTC" in e.value.summary and "no __global__" not in str(e.value)
 
 
 @pytest.mark.parametrize("snippet, reason", [

@@ -489,6 +489,17 @@ def test_build_without_a_gpu_shows_each_kernels_resources(tmp_path, cache):
     assert r.html.index('class="jitlab-resources"') < r.html.index("<details>")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path: Build uses the CPU emulator")
+def test_without_a_gpu_build_of_an_unparsable_kernel_is_the_compilers_error_at_its_line(tmp_path, cache):
+    """Build on lesson 00's planted mistake (no `;` after printf) shows the emulator's compiler's error at the
+    statement's line, not "no __global__ kernel found"."""
+    p = tmp_path / "hello_threads.cu"
+    p.write_text((Path(__file__).parent / "fixtures" / "planted" / "hello_threads.cu").read_text())
+    r = Session(p).build()
+    assert not r.ok and r.status.startswith("compile error at hello_threads.cu:7:"), r.status
+    assert "no __global__" not in r.status + (r.log or "")
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
 def test_without_a_gpu_the_panel_runs_a_kernel_on_the_cpu_emulator(tmp_path, cache):
     """Build, Check and Bench on a kernel-only .cu without a GPU use the CPU emulator and say so; Bench

@@ -13,11 +13,11 @@ from jitlab.jit.flags import Options, normalize_defines
 from jitlab.jit.torch_compat import load_inline  # noqa: F401  (jitlab.load_inline: torch's, on this pipeline)
 
 
-DEVICES = ("cuda", "cpu")
+DEVICES = ("auto", "cuda", "cpu")
 
 
 def options(*, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None, ldflags=None,
-            compile_only: bool = False, debug: bool = False, engine: str = "auto", device="cuda") -> Options:
+            compile_only: bool = False, debug: bool = False, engine: str = "auto", device="auto") -> Options:
     """The :class:`Options` of the front door's keywords, checked and normalized: ``arch`` as a list (``"sm_75,sm_90"``
     or ``90`` read too), ``defines`` as the compilers get them, ``device`` one of :data:`DEVICES`.
 
@@ -27,10 +27,10 @@ def options(*, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cf
     if isinstance(arch, (str, int, float)):  # "sm_75,sm_90", or arch=90
         arch = [a for a in str(arch).split(",") if a.strip()]
     arch = [str(a) for a in arch or ()]  # toolchain.normalize_arch reads 90, "9.0", "sm_90"
-    device = "cuda" if device is None else str(device)
+    device = "auto" if device is None else str(device)
     if device not in DEVICES:
-        raise SnippetError(f"device={device!r}: use 'cuda' (a GPU) or 'cpu' (the CPU emulator, kernel-only .cu "
-                           f"snippets; .cpp snippets run on the CPU either way)")
+        raise SnippetError(f"device={device!r}: use 'auto' (a GPU, else the CPU emulator for a kernel-only .cu), "
+                           f"'cuda' (a GPU) or 'cpu' (the CPU emulator; .cpp snippets run on the CPU either way)")
     return Options(mode=mode, arch=arch or None, defines=normalize_defines(defines),
                    cflags=list(cflags or ()), cuda_cflags=list(cuda_cflags or ()),
                    ldflags=list(ldflags or ()), compile_only=compile_only, debug=debug, engine=engine,
@@ -38,7 +38,7 @@ def options(*, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cf
 
 
 def load(path=None, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None, ldflags=None,
-         debug: bool = False, engine: str = "auto", device: str = "cuda", name=None, sources=None,
+         debug: bool = False, engine: str = "auto", device: str = "auto", name=None, sources=None,
          **torch_keywords):
     """Build a snippet (or find it in the cache) and return its functions.
 
@@ -55,8 +55,10 @@ def load(path=None, *more, mode: str = "auto", arch=None, defines=None, cflags=N
             with ``jitlab.check(path, isolate=True)``, whose worker also sets ``CUDA_LAUNCH_BLOCKING``.
         engine: ``"auto"`` (NVRTC, in process, for a kernel-only ``.cu`` it compiles; nvcc otherwise,
             with the reason in the build output), ``"nvrtc"`` or ``"nvcc"``.
-        device: ``"cuda"``, or ``"cpu"``: a kernel-only ``.cu`` built for jitlab's CPU emulator and called
-            the same way with CPU tensors (no GPU needed; see :mod:`jitlab.jit.engines.emulator`).
+        device: ``"auto"`` (a GPU where torch sees one; without one, a kernel-only ``.cu`` the emulator runs
+            goes to the CPU emulator, said once per process), ``"cuda"`` (a GPU build, compile-only without
+            one), or ``"cpu"``: a kernel-only ``.cu`` built for jitlab's CPU emulator and called the same way
+            with CPU tensors (no GPU needed; see :mod:`jitlab.jit.engines.emulator`).
         name, sources, **torch_keywords: ``torch.utils.cpp_extension.load``'s arguments, so its calls run
             unchanged: ``load(name="ext", sources=["ext.cpp", "ext.cu"], extra_cflags=[...],
             extra_cuda_cflags=[...], extra_ldflags=[...], extra_include_paths=[...], verbose=True,
@@ -102,9 +104,10 @@ def _load_torch_style(path, more, name, sources, opts: Options, kw: dict):
 
 def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None, cuda_cflags=None,
           ldflags=None, compile_only: bool = False, debug: bool = False, engine: str = "auto",
-          device: str = "cuda") -> Build:
+          device: str = "auto") -> Build:
     """Build a snippet without loading it; ``compile_only=True`` needs no GPU (nvcc, or NVRTC), nor
-    does ``device="cpu"`` (the CPU emulator's build of a kernel-only ``.cu``).
+    does ``device="cpu"`` (the CPU emulator's build of a kernel-only ``.cu``), which ``device="auto"`` takes
+    for one on a machine without a GPU (see :func:`load`).
 
     Returns:
         The :class:`Build`: ``.cached``, ``.seconds``, ``.folder``, ``.resources`` (per kernel, per arch).

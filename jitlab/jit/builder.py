@@ -54,9 +54,33 @@ def flag_parts(opts: Options, with_cuda: bool = False) -> list:
 
 
 def on_emulator(files, opts: Options) -> bool:
-    """The CPU-or-GPU choice: whether the snippet builds for the CPU emulator (``device="cpu"`` and CUDA
-    code to emulate; a C++ snippet runs on the CPU either way, in its own build)."""
-    return opts.device == "cpu" and opts.mode != "program" and any(f.language == "cuda" for f in files)
+    """The CPU-or-GPU choice: whether the snippet builds for the CPU emulator.
+
+    ``device="cpu"``: whenever there is CUDA code to emulate. ``device="auto"`` (the default): on a machine
+    without a CUDA GPU, for a kernel-only ``.cu`` the emulator runs (no torch, nothing it refuses), unless
+    compile-only. Otherwise the GPU's build: a torch-style snippet keeps it, and a C++ snippet runs on the CPU
+    either way, in its own build.
+    """
+    if opts.mode == "program" or not any(f.language == "cuda" for f in files):
+        return False
+    if opts.device != "auto":
+        return opts.device == "cpu"
+    return (not opts.compile_only and opts.mode != "torch" and not toolchain.gpu_available()
+            and not emulator_support.available() and not emulator_support.refused(files))
+
+
+#: What a process is told, once, when ``device="auto"`` runs a snippet on the CPU emulator.
+ON_THE_EMULATOR = ("jitlab: no CUDA GPU here, so kernel-only .cu snippets run on the CPU emulator (CPU tensors, "
+                   "untimed); to compile for a GPU instead: device=\"cuda\", compile_only=True (--device cuda --compile-only)")
+_told = False
+
+
+def tell_once_on_the_emulator() -> None:
+    """Say :data:`ON_THE_EMULATOR` in one line, the first time in this process."""
+    global _told
+    if not _told:
+        _told = True
+        progress.say(ON_THE_EMULATOR)
 
 
 def prepare(paths, opts: Options) -> tuple[Plan, list[str], dict]:
@@ -68,16 +92,15 @@ def prepare(paths, opts: Options) -> tuple[Plan, list[str], dict]:
     """
     files, stem = snippet_files(paths)
     emulated = on_emulator(files, opts)
+    if emulated and opts.device == "auto":
+        tell_once_on_the_emulator()
     if opts.mode == "program":
         plan = program_plan(files, stem)
-    elif emulated:
-        plan = emulator_support.plan(files, stem, opts)
     else:
         try:
-            plan = codegen.plan(files, stem, opts.mode, opts.defines)
+            plan = emulator_support.plan(files, stem, opts) if emulated else codegen.plan(files, stem, opts.mode, opts.defines)
         except codegen.NothingToCall:
-            if any(f.parse_error for f in files):
-                compiler_first(files, opts)  # a syntax error the parser stumbled on: the compiler's message
+            compiler_first(files, opts)  # the parser found nothing: the compiler's message, if it has one
             raise
     user_dirs = user_include_dirs(opts)
     per_file = {str(f.path): local_headers([f], plan.include_dirs, user_dirs) for f in files}
@@ -137,13 +160,26 @@ def _archs(plan: Plan, opts: Options) -> list[str]:
 
 
 def compiler_first(files, opts: Options) -> None:
-    """Compile files the parser could not read (syntax only, no output) so that a syntax error is the
-    compiler's own message at the user's line, not "nothing found" where the parser stopped.
+    """Compile files the parser found nothing in (syntax only, no output), with the compiler the build would
+    use, so that a syntax error is that compiler's message at the user's line, not "nothing found".
+
+    The rule for every engine: the CPU emulator's files go to the host compiler against the SIMT header
+    (:func:`jitlab.jit.engines.emulator.check_syntax`); a ``.cu`` file to NVRTC where the build would take it
+    (:func:`_nvrtc_reads_it`), to nvcc otherwise and, for ``engine="auto"``, where NVRTC's error may be its own
+    (a host header it lacks); a ``.cpp`` file to the host compiler. A missing compiler is skipped, and code
+    that compiles leaves the parser's message to be raised.
 
     Raises:
         CompileError: The compiler rejected a file.
     """
+    if on_emulator(files, opts):
+        from jitlab.jit.engines import emulator  # lazy: see the engines' import above
+
+        emulator.check_syntax(files, opts)
+        return
     for f in files:
+        if f.language == "cuda" and _nvrtc_reads_it(opts) and nvrtc.check_syntax(f, opts, nvcc_next=opts.engine != "nvrtc"):
+            continue  # NVRTC compiled it
         cuda = f.language == "cuda"
         tool = toolchain.nvcc_path() if cuda else toolchain.cxx_path()
         if tool is None:
@@ -159,12 +195,20 @@ def compiler_first(files, opts: Options) -> None:
                                             {str(f.path): f.text})
 
 
+def _nvrtc_reads_it(opts: Options) -> bool:
+    """Whether a ``.cu`` file the parser could not read goes to NVRTC first, as its build would (:func:`choose_engine`):
+    NVRTC is here, not ``engine="nvcc"``, and no compiler flags (which send a build to nvcc)."""
+    flags = [*opts.cflags, *opts.cuda_cflags, *opts.ldflags]
+    return opts.engine != "nvcc" and (opts.engine == "nvrtc" or not flags) and nvrtc.unavailable() is None
+
+
 def build(paths, opts: Options | None = None, *, use=None, rebuild_once: bool = False):
     """Build a snippet, or find it in the cache: the one entrance of every build kind.
 
     Args:
         paths: A ``.cu``/``.cpp`` file, a folder of them, or a list.
-        opts: Build options (``mode="program"`` for a whole program, ``device="cpu"`` for the CPU emulator).
+        opts: Build options (``mode="program"`` for a whole program, ``device="cpu"`` for the CPU emulator, which
+            ``device="auto"`` also takes without a GPU: :func:`on_emulator`).
         use: Called with the build before it is returned (the loader's load); what it returns is returned.
         rebuild_once: A cached build that ``use`` finds unusable (:class:`cache.Unusable`) is made once more.
 
@@ -210,8 +254,8 @@ def build(paths, opts: Options | None = None, *, use=None, rebuild_once: bool = 
 def choose_engine(plan: Plan, opts: Options, archs: list[str] = ()) -> tuple[ModuleType, str]:
     """The engine that builds the plan and, for nvcc where NVRTC was a candidate, why not NVRTC.
 
-    A program goes to the program engine; a CUDA snippet for ``device="cpu"`` to the CPU emulator
-    (:func:`on_emulator`); otherwise ``engine="auto"`` takes NVRTC for a kernel-only ``.cu`` it can
+    A program goes to the program engine; a CUDA snippet for the CPU emulator (``device="cpu"``, or ``"auto"``
+    without a GPU: :func:`on_emulator`) to the emulator; otherwise ``engine="auto"`` takes NVRTC for a kernel-only ``.cu`` it can
     compile (:func:`nvrtc.unsuitable`) and for a split torch-style snippet's device code
     (:func:`_torch_engine`), nvcc (:func:`nvcc_engine`) for everything else, and
     ``"nvrtc"`` refuses what NVRTC cannot build, naming why and the fix.

@@ -144,7 +144,8 @@ def _require_something_to_call(files: list[SourceFile]) -> None:
 
 
 class NothingToCall(SnippetError):
-    """No kernel or host function found: where the parser stopped early, the compiler is asked first."""
+    """No kernel or host function found; the build's compiler reads the files first (:func:`jitlab.jit.builder.compiler_first`),
+    so a syntax error the parser stumbled on is the compiler's message at its line."""
 
 
 def _kernel_plan(files: list[SourceFile], stem: str) -> KernelPlan:

@@ -98,6 +98,12 @@ def cannot_run(path) -> str:
         files = [parse_file(p) for p in collect_sources(path)]
     except SnippetError as e:
         return str(e)
+    return refused(files)
+
+
+def refused(files: list[SourceFile]) -> str:
+    """Why the CPU emulator cannot run these parsed files (``""`` when it can): a torch-style snippet, or a
+    feature it does not emulate (named, with its line)."""
     if any(f.uses_torch for f in files):
         return "the CPU emulator runs kernel-only snippets, and this one uses torch"
     return next((why for why in map(refusal, files) if why), "")

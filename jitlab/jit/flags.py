@@ -34,8 +34,9 @@ class Options:
         debug: A debug build: device code with ``-G`` (no optimization, full debug info), host code
             with ``-g -O0``, and ``assert`` on even if a flag defines ``NDEBUG``.
         engine: ``"auto"``, ``"nvrtc"`` or ``"nvcc"`` (see :func:`jitlab.jit.builder.choose_engine`).
-        device: ``"cuda"``, or ``"cpu"`` for a kernel-only ``.cu`` run by the CPU emulator
-            (:mod:`jitlab.jit.engines.emulator`).
+        device: ``"auto"`` (a GPU, or the CPU emulator for a kernel-only ``.cu`` on a machine without one:
+            :func:`jitlab.jit.builder.on_emulator`), ``"cuda"``, or ``"cpu"`` for a kernel-only ``.cu`` run by
+            the CPU emulator (:mod:`jitlab.jit.engines.emulator`).
         with_cuda: C++ sources without CUDA ones are compiled with CUDA's headers and linked with
             its libraries (torch's ``with_cuda=True``); CUDA sources always are.
 
@@ -53,7 +54,7 @@ class Options:
     compile_only: bool = False
     debug: bool = False
     engine: str = "auto"
-    device: str = "cuda"
+    device: str = "auto"
     with_cuda: bool = False
 
     def __post_init__(self):

@@ -9,7 +9,8 @@ rebound freely. Compile errors are shown in the cell with the cell's own line nu
 line says what is wrong and prints the help. A thin layer: the work is in :mod:`jitlab.snippets`, :func:`jitlab.load` and
 :mod:`jitlab.judge.runner`.
 
-Without a CUDA GPU a ``%%cuda`` cell says so in one line (:mod:`jitlab.notebook.nogpu`, which
+Without a CUDA GPU a kernel-only ``%%cuda`` cell builds and runs on the CPU emulator (``--device`` chooses);
+one the emulator cannot run says so in one line (:mod:`jitlab.notebook.nogpu`, which
 ``%load_ext jitlab`` also installs for every other cell); ``--compile-only`` still compiles it, for
 :data:`jitlab.config.DEFAULT_ARCHS` unless ``--arch`` names others, and shows each kernel's
 registers, shared and local memory and spills.
@@ -43,6 +44,7 @@ HELP = """\
   -D NAME[=VALUE]       preprocessor macro (repeatable)
   --arch sm_75,sm_90    archs to build for (default: this GPU; without one, {archs})
   --compile-only        compile only, and show each kernel's registers and memory; nothing is bound
+  --device D            auto (a GPU, else the CPU emulator for a kernel-only snippet), cuda, or cpu
   --flag FLAG           extra nvcc/compiler flag (repeatable)
   --dir DIR             folder for the snippet (default: kernels, or the project's ../kernels)
   --check               check it against kernels/NAME.ref.py after building
@@ -54,7 +56,7 @@ HELP = """\
   --force               bind NAME even over a Python builtin or a name the notebook bound itself
   -h, --help            this help
 """
-OPTIONS = ("-D", "--arch", "--compile-only", "--flag", "--dir", "--check", "--bench", "--exercise", "--args", "--timeout",
+OPTIONS = ("-D", "--arch", "--compile-only", "--device", "--flag", "--dir", "--check", "--bench", "--exercise", "--args", "--timeout",
            "--force", "--help")
 #: Archs a compile-only build is for when there is no GPU to ask and ``--arch`` names none.
 NO_GPU_ARCHS = ",".join(config.DEFAULT_ARCHS)
@@ -91,6 +93,7 @@ def parse_line(line: str, magic: str = "cuda") -> argparse.Namespace:
     p.add_argument("-D", "--define", action="append", default=[])
     p.add_argument("--arch")
     p.add_argument("--compile-only", action="store_true")
+    p.add_argument("--device", default="auto", choices=api.DEVICES)
     p.add_argument("--flag", action="append", default=[])
     p.add_argument("--dir")
     p.add_argument("--check", action="store_true")
@@ -176,9 +179,9 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
     path = snippets.save(Path(args.dir) / f"{args.name}{ext}", cell)
     if is_program(path):
         return run_program_cell(args, path, cell, namespace, ext)
+    if ext == ".cu" and not args.compile_only and on_the_emulator(args, path):
+        return run_on_the_emulator(args, path, cell, namespace)
     if ext == ".cu" and not args.compile_only and not toolchain.gpu_available():  # never loadable here
-        if args.check and not emulator_support.cannot_run(path):
-            return check_on_the_emulator(args, path, cell, namespace)
         nogpu.skipped([args.name], no_gpu_message(args, line))
         return None
     defines, flags = cell_options(args, ext)
@@ -191,7 +194,7 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
             if args.check or args.bench:
                 print(f"(--{'bench' if args.bench else 'check'} is not run with --compile-only: nothing was loaded)")
             return b
-        return api.load(path, arch=args.arch, defines=defines, **flags)
+        return api.load(path, arch=args.arch, defines=defines, device=args.device, **flags)
 
     m = shown(make, path, cell)
     if m is None or args.compile_only:
@@ -212,23 +215,32 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
     return m
 
 
-def check_on_the_emulator(args, path: Path, cell: str, namespace: dict):
-    """``%%cuda NAME --check`` without a GPU: built for the CPU emulator, bound, and checked there (never
-    timed: ``--bench`` says why). Returns the module, ``None`` on an error shown."""
+def on_the_emulator(args, path: Path) -> bool:
+    """Whether a ``%%cuda`` cell runs on the CPU emulator: ``--device cpu``, or ``auto`` (the default) on a
+    machine without a GPU for a snippet the emulator runs (what :func:`jitlab.load` does with ``device="auto"``)."""
+    if args.device == "auto":
+        return not toolchain.gpu_available() and not emulator_support.cannot_run(path)
+    return args.device == "cpu"
+
+
+def run_on_the_emulator(args, path: Path, cell: str, namespace: dict):
+    """A ``%%cuda NAME`` cell on the CPU emulator: built, bound as NAME and, with ``--check``/``--bench``, checked
+    there (never timed: ``--bench`` says why), as a cell on a GPU is. Returns the module, ``None`` on an error shown."""
     from jitlab.worker import isolate
 
     defines, _ = cell_options(args, ".cu")
-    m = shown(lambda: api.load(path, defines=defines, device="cpu"), path, cell)
+    m = shown(lambda: api.load(path, defines=defines, device=args.device), path, cell)
     if m is None:
         return None
     namespace[args.name] = m
     state = "cache hit" if m.build.cached else f"built in {m.build.seconds:.2f} s"
-    print(f"{args.name}: {state} for the CPU emulator (no CUDA GPU here); functions: {', '.join(m.functions)}; "
+    print(f"{args.name}: {state} for the CPU emulator; functions: {', '.join(m.functions)}; "
           f"{how_to_call(args.name, m)} with CPU tensors")
-    try:
-        print(isolate.check_snippet(path.resolve(), device="cpu", defines=defines))  # the worker has its own cwd
-    except JitlabError as e:
-        print(f"jitlab: cannot check {args.name}: {e}")
+    if args.check or args.bench:
+        try:
+            print(isolate.check_snippet(path.resolve(), device="cpu", defines=defines))  # the worker has its own cwd
+        except JitlabError as e:
+            print(f"jitlab: cannot check {args.name}: {e}")
     if args.bench:
         print(f"(--bench: {emulator_support.NO_TIMING})")
     return m

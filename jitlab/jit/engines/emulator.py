@@ -102,6 +102,27 @@ def unit_text(files: list[SourceFile], exported: list[Function]) -> str:
     return "".join(parts) + line_directive(f"{codegen.GENERATED}.cpp") + runtime_helpers(cuda=True) + "\n".join(shims)
 
 
+def check_syntax(files: list[SourceFile], opts: Options) -> None:
+    """Compile files the parser found nothing in, syntax only, as an emulated build compiles them (the host
+    compiler, the SIMT header, the same translation), so that a syntax error is that compiler's message at
+    the user's line (:func:`jitlab.jit.builder.compiler_first`). Nothing without a host compiler.
+
+    Raises:
+        CompileError: The host compiler rejected the code.
+    """
+    cxx = toolchain.cxx_path()
+    if cxx is None:
+        return
+    includes = ["-I", str(INCLUDE), *(f"-I{f.path.parent}" for f in files), *(f"-I{d}" for d in user_include_dirs(opts))]
+    defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
+    proc = subprocess.run([cxx, "-fsyntax-only", "-std=c++17", "-w", *includes, "-include", "jitlab_simt.h", *defines,
+                           *opts.cflags, "-x", "c++", "-"], input=unit_text(files, []), capture_output=True, text=True,
+                          errors="surrogateescape")
+    if proc.returncode != 0:
+        raise diagnostics.compile_error(f"{', '.join(f.path.name for f in files)} (c++, {ENGINE})",
+                                        proc.stdout + proc.stderr, {str(f.path): f.text for f in files})
+
+
 def _digest_of_runtime() -> str:
     return cache.build_key({"files": {p.name: p.read_text() for p in [RUNTIME, *sorted(INCLUDE.iterdir())]}})
 

@@ -21,11 +21,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from jitlab.jit import cache, deps, toolchain
+from jitlab.jit import cache, deps, diagnostics, toolchain
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import line_directive
 from jitlab.jit.plan import KernelPlan, Manifest
 from jitlab.jit.resources import demangle, parse_resource_usage
+from jitlab.jit.sources import user_include_dirs
 
 SHIMS = Path(__file__).parent / "nvrtc_include"
 # System headers NVRTC compiles: its own and the toolkit's device headers, and jitlab's stand-ins.
@@ -254,6 +255,33 @@ def compile_cubins(plan, archs: list[str], defines: dict, debug: bool = False) -
         names = {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in cudacore.symbol_mapping(obj).items()}
         out.append(Cubin(arch, bytes(obj.code), names, log.getvalue().replace("\x00", "").strip()))
     return out
+
+
+def check_syntax(f, opts: Options, nvcc_next: bool) -> bool:
+    """Compile one ``.cu`` file the parser found nothing in (no kernels named, for the oldest arch), so that a
+    syntax error is NVRTC's message at the user's line (:func:`jitlab.jit.builder.compiler_first`).
+
+    Args:
+        f: The parsed file.
+        opts: Build options (defines, include folders, ``arch``).
+        nvcc_next: nvcc is asked next where NVRTC's error may be its own (:func:`only_nvrtc_fails`).
+
+    Returns:
+        Whether NVRTC compiled it (``False``: nvcc is to be asked).
+
+    Raises:
+        CompileError: NVRTC rejected the code.
+    """
+    arch = toolchain.normalize_arch(opts.arch[0]) if opts.arch else toolchain.oldest_arch()
+    plan = KernelPlan(stem=f.path.stem, cuda=True, files=[f], include_dirs=[str(f.path.parent), *user_include_dirs(opts)],
+                      exported=[], cpp_sources=[], cuda_sources=[])  # no kernels to name: a syntax check
+    try:
+        compile_cubins(plan, [arch], opts.defines, opts.debug)
+    except NvrtcError as e:
+        if nvcc_next and only_nvrtc_fails(e.log, [str(f.path)]):
+            return False
+        raise diagnostics.compile_error(f"{f.path} (NVRTC, {arch})", e.log, {str(f.path): f.text}) from None
+    return True
 
 
 def resource_usage(cubin: Path, arch: str) -> dict:

@@ -20,9 +20,8 @@ def _build(args) -> int:
     for path in args.paths:
         t0 = time.perf_counter()
         try:
-            b = api.build(path, mode=args.mode, arch=args.arch, defines=defines,
-                             cuda_cflags=args.nvcc_flag, cflags=args.cflag, compile_only=args.compile_only,
-                             engine=args.engine, device=args.device)
+            b = api.build(path, mode=args.mode, arch=args.arch, defines=defines, cuda_cflags=args.nvcc_flag,
+                          cflags=args.cflag, compile_only=args.compile_only, engine=args.engine, device=args.device)
         except JitlabError as e:  # a CompileError too: its log saved where the message says
             print(_about(path, e), file=sys.stderr)
             status = 1
@@ -30,10 +29,8 @@ def _build(args) -> int:
         what = "cache hit" if b.cached else f"built in {time.perf_counter() - t0:.2f} s"
         engine = f" ({b.engine})" if b.plan.cuda else ""
         print(f"{path}: {b.plan.kind}-style{engine}, {what} -> {b.folder}")
-        for note in b.notes:
-            print(f"  {note}")
-        for name, why in b.plan.skipped:
-            print(f"  {name}: not callable ({why})")
+        for line in [*b.notes, *(f"{name}: not callable ({why})" for name, why in b.plan.skipped)]:
+            print(f"  {line}")
         print_resources(b.resources)
     return status
 
@@ -289,9 +286,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--mode", default="auto", choices=["auto", "kernel", "torch"])
     b.add_argument("--engine", default="auto", choices=["auto", "nvrtc", "nvcc"],
                    help="CUDA compiler: NVRTC in process for kernel-only .cu files it compiles (auto), or nvcc")
-    b.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
-                   help="auto: a GPU, else the CPU emulator for a kernel-only .cu (said once); cuda: a GPU build "
-                        "(without one, with --compile-only); cpu: the CPU emulator")
+    b.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"], help="auto: a GPU, else the CPU "
+                   "emulator for a kernel-only .cu (said once); cuda: a GPU build (--compile-only without one); cpu")
     b.add_argument("-D", "--define", action="append", help="preprocessor macro, NAME or NAME=VALUE")
     b.add_argument("--nvcc-flag", action="append", default=[], help="extra nvcc flag (repeatable)")
     b.add_argument("--cflag", action="append", default=[], help="extra C++ compiler flag (repeatable)")

@@ -1,25 +1,32 @@
 """Operator snippets in the process: register a build's operators, and take them back when it is edited.
 
 An operator snippet (:mod:`jitlab.jit.ops`) is linked as a plain shared library, never a Python
-extension module (which can never be unloaded), and opened with ``ctypes`` (``RTLD_LOCAL``, so a later
-version never binds to this one's symbols). ``jitlab_ops_register()`` registers its operators and
-returns an error as text; loading an edited version first calls the old one's ``jitlab_ops_unregister()``
-(its ``torch::Library`` objects destroyed, so the dispatcher forgets every registration) and closes it.
+extension module, and opened with ``ctypes`` (``RTLD_LOCAL``, so a later version never binds to this
+one's symbols). ``jitlab_ops_register()`` registers its operators and returns an error as text; loading
+an edited version first calls the old one's ``jitlab_ops_unregister()`` (its ``torch::Library`` objects
+destroyed, so the dispatcher forgets every registration).
+
+Another thread may be calling an operator while it is replaced (a training loop, a notebook's background
+thread), and nothing tells when that call ends. So a replaced library is never closed: its code stays
+mapped for the rest of the process (one small mapping per reload), and a call in flight finishes in the
+old kernel. The dispatcher's entry of every operator a build defines is held by name
+(``jitlab_ops_hold``, ``c10::Dispatcher::registerName``), so it is never freed between the old version's
+unregistration and the new one's registration: a call that already looked it up reads live memory.
+Both C calls run with the GIL held (``PyDLL``), so no Python thread starts a call halfway through one.
 
 ``torch.ops`` caches on the Python side what it looked up: ``torch.ops.myops.scale`` (an
 ``OpOverloadPacket``, an attribute of the ``_OpNamespace``) and its overloads (``.default``, attributes
-of the packet, some in ``torch._ops.cached_ops``) hold handles into the dispatcher's operator table,
-which dangle once the operator is gone. They are detached before the old library goes and refreshed in
-place after the new one registers: a reference kept anywhere (``f = torch.ops.myops.scale``) calls the
-new code, and one to an operator the new version dropped raises an error saying so.
+of the packet, some in ``torch._ops.cached_ops``). While a build is replaced, a call through them waits
+(:func:`_pause`); afterwards they are refreshed in place: a reference kept anywhere
+(``f = torch.ops.myops.scale``) calls the new code, and one to an operator the new version dropped
+raises an error saying so.
 """
 
 from __future__ import annotations
 
-import _ctypes
 import ctypes
 import re
-import warnings
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,13 +70,14 @@ active: dict[str, Library] = {}
 def activate(name: str, path: Path, files: list[SourceFile], operators: list[Operator]) -> Library:
     """Make build ``name`` the one whose operators ``torch.ops`` runs (nothing to do when it already is).
 
-    Earlier builds of the same snippet, and builds that define the same namespace or operator, are
-    unloaded first; when the new one fails to register, they are loaded back, so the last working
-    version keeps running.
+    An earlier build of the same snippet is unloaded first; when the new one fails to register, it is
+    loaded back, so the last working version keeps running. Calls on other threads meanwhile wait for
+    the new version (Python callers) or finish in the old one (calls in flight).
 
     Raises:
         SnippetError: A schema does not parse, a namespace belongs to something outside jitlab (torch's
-            ``aten``, another extension), or torch refused a registration; each names the fix.
+            ``aten``, another extension) or to another snippet, or torch refused a registration; each
+            names the fix.
     """
     if name in active:
         return active[name]
@@ -79,9 +87,10 @@ def activate(name: str, path: Path, files: list[SourceFile], operators: list[Ope
                   frozenset(b.namespace for b in blocks if b.macro in ("TORCH_LIBRARY", "STABLE_TORCH_LIBRARY")),
                   frozenset(f"{o.namespace}::{o.name}" for o in operators if o.schema),
                   frozenset(b.namespace for b in blocks))
-    replaced = [lib for lib in active.values()
-                if lib.snippet == new.snippet or lib.owns & new.owns or lib.defines & new.defines]
-    stale = _detach(new.namespaces.union(*(lib.namespaces for lib in replaced)))
+    _check_not_taken(new, blocks)
+    replaced = [lib for lib in active.values() if lib.snippet == new.snippet]
+    done = threading.Event()
+    stale = _pause(new.namespaces.union(*(lib.namespaces for lib in replaced)), done)
     try:
         for lib in replaced:
             unload(lib)
@@ -94,17 +103,17 @@ def activate(name: str, path: Path, files: list[SourceFile], operators: list[Ope
             raise
     finally:
         _refresh(stale)
+        done.set()
     return new
 
 
 def unload(lib: Library) -> None:
-    """Take a library's operators back from the dispatcher and close it (``torch.ops`` caches are the caller's)."""
+    """Take a library's operators back from the dispatcher (``torch.ops`` caches are the caller's).
+
+    The library stays open: a call in flight on another thread may still be running its code.
+    """
     lib.lib.jitlab_ops_unregister()
-    _ctypes.dlclose(lib.lib._handle)
     active.pop(lib.name, None)
-    if _mapped(lib.path):  # its registrations are gone either way; only its memory stays
-        warnings.warn(f"jitlab: {lib.path.name} stayed loaded after it was closed (something holds it open)",
-                      stacklevel=3)
 
 
 def packet(op: Operator):
@@ -113,10 +122,10 @@ def packet(op: Operator):
 
 
 def _open(lib: Library, blocks: list[ops.Block]) -> None:
-    handle = ctypes.CDLL(str(lib.path))  # RTLD_LOCAL
+    handle = ctypes.PyDLL(str(lib.path))  # RTLD_LOCAL; calls keep the GIL; never closed (see the module's doc)
+    _hold(handle, blocks)
     error = ctypes.create_string_buffer(_ERROR_SIZE)
     if handle.jitlab_ops_register(error, ctypes.c_ulong(_ERROR_SIZE)) != 0:
-        _ctypes.dlclose(handle._handle)
         message = error.value.decode(errors="replace").split("\nException raised from")[0].strip()
         at = [f"{Path(b.path).name}:{line}" for b in blocks for schema, line in b.defs
               if "<--- HERE" in message and schema in message]  # a schema torch's parser rejected
@@ -126,6 +135,36 @@ def _open(lib: Library, blocks: list[ops.Block]) -> None:
                            f"(the m.def schema, or the m.impl kernel's signature to match it) and load again")
     lib.lib = handle
     active[lib.name] = lib
+
+
+#: ``ns::op.overload`` of every operator whose dispatcher entry is held for the rest of the process.
+_held: set[str] = set()
+
+
+def _hold(handle, blocks: list[ops.Block]) -> None:
+    """Hold the dispatcher entries of the operators (each overload) a library defines, so a reload never frees one."""
+    names = {f"{b.namespace}::{schema.split('(')[0].split('::')[-1].strip()}"
+             for b in blocks if b.defines for schema, _ in b.defs}
+    for qualified in sorted(names - _held):
+        name, _, overload = qualified.partition(".")
+        handle.jitlab_ops_hold(name.encode(), overload.encode())
+        _held.add(qualified)
+
+
+def _check_not_taken(new: Library, blocks: list[ops.Block]) -> None:
+    """Refuse a namespace or operator another loaded snippet defines (loading it would unload the other)."""
+    for lib in active.values():
+        if lib.snippet == new.snippet:
+            continue
+        taken = sorted(lib.owns & new.owns) or sorted(lib.defines & new.defines)
+        if taken:
+            ns = taken[0].split("::")[0]
+            b = next((b for b in blocks if b.namespace == ns and b.defines), blocks[0])
+            other = ", ".join(lib.snippet)
+            raise SnippetError(f"{b.path}:{b.line}: {b.macro}({ns}, m): `{taken[0]}` is already defined by "
+                               f"another loaded snippet, {other}; give this snippet a namespace of its own "
+                               f"(e.g. {b.macro}({ns}2, m)), or declare the shared namespace with "
+                               f"TORCH_LIBRARY_FRAGMENT({ns}, m) in both and define each operator once")
 
 
 def _check_schemas(operators: list[Operator]) -> None:
@@ -157,27 +196,41 @@ def _check_namespaces(owned: frozenset[str], blocks: list[ops.Block]) -> None:
         del probe  # destroying the probe gives the namespace back
 
 
-def _detach(namespaces) -> list[tuple]:
-    """Take the namespaces' cached packets off ``torch.ops``: ``(namespace, name, packet, overloads)``."""
+def _pause(namespaces, done: threading.Event) -> list[tuple]:
+    """Make calls through the namespaces' cached packets and overloads wait until ``done``, then go
+    wherever :func:`_refresh` pointed them: ``(namespace, name, packet, overloads)`` of each."""
     stale = []
     for ns in sorted(namespaces):
         space = torch.ops.__dict__.get(ns)
         for name in list(getattr(space, "_dir", [])):
-            space._dir.remove(name)
-            old = space.__dict__.pop(name, None)
-            if old is None:
+            old = space.__dict__.get(name)
+            if not isinstance(old, torch._ops.OpOverloadPacket):
                 continue
             overloads = {k: v for k, v in vars(old).items() if isinstance(v, torch._ops.OpOverload)}
-            torch._ops.cached_ops.difference_update(overloads.values())
+            for obj in (old, *overloads.values()):
+                vars(obj)["_op"] = _waiting(obj, done)
             stale.append((space, name, old, overloads))
     return stale
 
 
+def _waiting(obj, done: threading.Event):
+    def wait(*args, **kwargs):
+        done.wait()
+        return obj._op(*args, **kwargs)  # the refreshed operator, or one that says it is gone
+    return wait
+
+
 def _refresh(stale: list[tuple]) -> None:
-    """Point each detached packet and overload at what is registered now (the same Python objects)."""
+    """Point each paused packet and overload at what is registered now (the same Python objects)."""
     for space, name, old, overloads in stale:
-        fresh = getattr(space, name, None)
+        torch._ops.cached_ops.difference_update(overloads.values())
+        space._dir.remove(name)
+        try:
+            fresh = type(space).__getattr__(space, name)  # a new packet from the dispatcher (torch caches it)
+        except AttributeError:
+            fresh = None
         if fresh is None:
+            space.__dict__.pop(name, None)
             _retire(old, overloads.values())
             continue
         _become(old, fresh)
@@ -192,9 +245,11 @@ def _refresh(stale: list[tuple]) -> None:
 
 
 def _become(old, fresh) -> None:
+    """Give ``old`` the state of ``fresh``, never passing through an empty state another thread could see."""
     state = dict(vars(fresh))
-    vars(old).clear()
     vars(old).update(state)
+    for key in [k for k in vars(old) if k not in state]:
+        del vars(old)[key]
 
 
 def _retire(old, overloads) -> None:
@@ -208,10 +263,3 @@ def _retire(old, overloads) -> None:
 
         vars(obj)["_op"] = gone
 
-
-def _mapped(path: Path) -> bool:
-    try:
-        with open("/proc/self/maps") as maps:
-            return any(str(path) in line for line in maps)
-    except OSError:
-        return False

@@ -51,7 +51,7 @@ C. Sources, keys and saves.
       with ``$`` or ``:`` in its path builds (torch's ``build.ninja`` cannot name it directly).
    4. A UTF-8 byte-order mark: a ``.cpp`` with one builds and runs, a ``.cu`` with one compiles, and
       the user's file keeps its bytes.
-   5. ``%%cpp``/``%%cuda`` saves: a symlinked snippet stays a link and its target gets the text; the
+   5. ``%%cpp``/``%%cuda`` saves: a symlinked snippet is refused and the file it points to untouched; the
       file keeps its mode (a new one gets the umask's); history entries saved within one second (or
       one clock tick) are listed in save order.
 
@@ -1058,19 +1058,21 @@ def cuda_cell(ip, text: str) -> None:
     ip.run_cell_magic("cuda", "k --compile-only --arch sm_90", text)
 
 
-def test_save_writes_through_a_symlink(ip, tmp_path):
-    """A symlinked snippet stays a link; the file it points to gets the cell; the old text goes to history."""
+def test_save_refuses_a_symlinked_snippet(ip, tmp_path):
+    """A `%%cuda NAME` whose kernels/NAME.cu is a link to a file outside is refused, naming the link and the
+    fix; the file it points to keeps its text and mode, the link stays, and nothing goes to the history."""
     real = tmp_path / "elsewhere" / "k.cu"
     real.parent.mkdir()
     real.write_text(KERNEL.format("1.0f"))
+    real.chmod(0o600)
     link = tmp_path / "kernels" / "k.cu"
     link.parent.mkdir()
     link.symlink_to(real)
-    cuda_cell(ip, KERNEL.format("2.0f"))
+    with pytest.raises(jitlab.SnippetError, match=rf"(?s)kernels/k.cu is a symbolic link to {real}.*never writes through.*--dir"):
+        cuda_cell(ip, KERNEL.format("2.0f"))
     assert link.is_symlink() and os.readlink(link) == str(real)
-    assert real.read_text() == KERNEL.format("2.0f")
-    assert [p.read_text() for p in snippets.history(link)] == [KERNEL.format("1.0f")]
-    assert sorted(x.name for x in real.parent.iterdir()) == ["k.cu"]  # no temporary file left
+    assert real.read_text() == KERNEL.format("1.0f") and real.stat().st_mode & 0o777 == 0o600
+    assert snippets.history(link) == [] and sorted(x.name for x in link.parent.iterdir()) == ["k.cu"]
 
 
 def test_save_keeps_the_files_mode(ip, tmp_path):

@@ -1005,6 +1005,30 @@ def test_cu_in_a_folder_with_a_quote_is_refused_with_the_fix(cache, odd_folder):
         jitlab.build(p, compile_only=True, arch="sm_90", engine="nvcc")
 
 
+def test_backtick_in_a_cu_folder_runs_nothing(cache, tmp_path, monkeypatch):
+    """nvcc runs its steps through a shell: a `.cu` (with a local header) in a folder whose name holds
+    `` `touch MARK` `` compiles as nvcc, and nothing runs the command."""
+    monkeypatch.chdir(tmp_path)  # where the command would make MARK
+    d = tmp_path / "a`touch MARK`b"
+    d.mkdir()
+    (d / "four.h").write_text("#define FOUR 4.0f\n")
+    p = d / "k.cu"
+    p.write_text('#include "four.h"\n__global__ void k(float* y) { y[threadIdx.x] = FOUR; }\n')
+    b = jitlab.build(p, compile_only=True, arch="sm_90", engine="nvcc")
+    assert b.artifact.is_file() and not list(tmp_path.rglob("MARK"))
+    assert str(d / "four.h") in (b.folder / "cuda.d").read_text().replace("\\ ", " ")
+
+
+def test_backtick_in_a_cache_folder_is_refused_with_the_fix(write, tmp_path, monkeypatch):
+    """A cache folder whose path holds a backtick is refused for nvcc, naming JITLAB_CACHE_DIR; nothing runs."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(tmp_path / "c`touch MARK`"))
+    p = write("k.cu", "__global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\n")
+    with pytest.raises(jitlab.ToolchainError, match="backtick.*set JITLAB_CACHE_DIR"):
+        jitlab.build(p, compile_only=True, arch="sm_90", engine="nvcc")
+    assert not list(tmp_path.rglob("MARK"))
+
+
 @pytest.mark.parametrize("char", ["$", ":"])
 def test_cache_folder_with_ninja_special_characters_builds(write, tmp_path, monkeypatch, char):
     """torch's build.ninja cannot name such a folder; the build still works, and the cache stays there."""

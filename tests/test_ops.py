@@ -6,6 +6,9 @@ Every test registers in a namespace of its own (``jlt_<test>``): registrations l
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -239,6 +242,17 @@ def test_namespace_owned_by_torch_is_refused(use_shared_cache, tmp_path):
     assert torch.ops.aten.add(torch.ones(1), torch.ones(1)).item() == 2.0
 
 
+def test_a_refused_load_leaves_torchs_own_operators_alone(use_shared_cache, tmp_path):
+    """A TORCH_LIBRARY(aten) snippet, refused, leaves torch's operator objects exactly as they were (the
+    same objects, the same state: torch keys tables by them)."""
+    overload = torch.ops.aten.rnn_relu.input
+    state = dict(vars(overload))
+    with pytest.raises(jitlab.SnippetError, match="already torch's own"):
+        jitlab.load(write(tmp_path, "scale.cpp", SCALE, "aten"))
+    assert torch.ops.aten.rnn_relu.input is overload
+    assert vars(overload).keys() == state.keys() and all(vars(overload)[k] is v for k, v in state.items())
+
+
 def test_second_snippet_of_one_namespace_is_refused(use_shared_cache, tmp_path):
     """A second snippet declaring a loaded snippet's TORCH_LIBRARY namespace is an error naming the first and
     the fix; the first keeps running, and reloading the first stays allowed."""
@@ -318,15 +332,14 @@ print("reloads survived", calls[0], "calls")
 """
 
 
-def test_reload_while_another_thread_calls_the_op(use_shared_cache, tmp_path):
-    """Loading edits while a thread calls the op never kills the process; every call returns a result."""
-    import os
-    import subprocess
-    import sys
-
+@pytest.mark.parametrize("spin", ["200000", "1"], ids=["slow", "instant"])
+def test_reload_while_another_thread_calls_the_op(use_shared_cache, tmp_path, spin):
+    """Loading edits while a thread calls the op (a slow kernel or an instant one) never kills the
+    process; every call returns the old or the new result, and after each load the new one."""
     env = {**os.environ, "JITLAB_CACHE_DIR": str(use_shared_cache),
            "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    child = subprocess.run([sys.executable, "-c", RELOAD_UNDER_LOAD, BUSY, str(tmp_path / "busy.cpp")],
+    snippet = BUSY.replace("200000", spin)
+    child = subprocess.run([sys.executable, "-c", RELOAD_UNDER_LOAD, snippet, str(tmp_path / "busy.cpp")],
                            capture_output=True, text=True, env=env, timeout=900)
     assert child.returncode == 0, (child.returncode, child.stderr[-3000:])
     assert "reloads survived" in child.stdout

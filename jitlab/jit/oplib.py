@@ -7,23 +7,25 @@ an edited version first calls the old one's ``jitlab_ops_unregister()`` (its ``t
 destroyed, so the dispatcher forgets every registration).
 
 Another thread may be calling an operator while it is replaced (a training loop, a notebook's background
-thread), and nothing tells when that call ends. So a replaced library is never closed: its code stays
-mapped for the rest of the process (one small mapping per reload), and a call in flight finishes in the
-old kernel. The dispatcher's entry of every operator a build defines is held by name
-(``jitlab_ops_hold``, ``c10::Dispatcher::registerName``), so it is never freed between the old version's
-unregistration and the new one's registration: a call that already looked it up reads live memory.
-Both C calls run with the GIL held (``PyDLL``), so no Python thread starts a call halfway through one.
+thread). ``torch.ops.myops.scale`` (an ``OpOverloadPacket``, an attribute of the ``_OpNamespace``) and
+its overloads (``.default``, attributes of the packet, some in ``torch._ops.cached_ops``) call through
+their ``_op``, which for jitlab's operators counts the call in flight (:class:`_Calls`): a replacement
+waits until none is running and holds new ones until it is done, since the dispatcher's table is not
+safe to change under a call. Afterwards the same objects are refreshed in place: a reference kept
+anywhere (``f = torch.ops.myops.scale``) calls the new code, and one to an operator the new version
+dropped raises an error saying so.
 
-``torch.ops`` caches on the Python side what it looked up: ``torch.ops.myops.scale`` (an
-``OpOverloadPacket``, an attribute of the ``_OpNamespace``) and its overloads (``.default``, attributes
-of the packet, some in ``torch._ops.cached_ops``). While a build is replaced, a call through them waits
-(:func:`_pause`); afterwards they are refreshed in place: a reference kept anywhere
-(``f = torch.ops.myops.scale``) calls the new code, and one to an operator the new version dropped
-raises an error saying so.
+A caller that bypasses those objects (TorchScript, C++) is not counted, so the rest keeps it alive: a
+replaced library is never closed (its code stays mapped for the rest of the process, one small mapping
+per reload, and a call in flight finishes in the old kernel); the dispatcher's entry of every operator
+a build defines is held by name (``jitlab_ops_hold``, ``c10::Dispatcher::registerName``), so it is never
+freed between the old version's unregistration and the new one's registration; and both C calls run
+with the GIL held (``PyDLL``), so no Python thread starts a call halfway through one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import re
 import threading
@@ -70,9 +72,9 @@ active: dict[str, Library] = {}
 def activate(name: str, path: Path, files: list[SourceFile], operators: list[Operator]) -> Library:
     """Make build ``name`` the one whose operators ``torch.ops`` runs (nothing to do when it already is).
 
-    An earlier build of the same snippet is unloaded first; when the new one fails to register, it is
-    loaded back, so the last working version keeps running. Calls on other threads meanwhile wait for
-    the new version (Python callers) or finish in the old one (calls in flight).
+    An earlier build of the same snippet is unloaded first, once no call through ``torch.ops`` is running
+    (new ones wait for the new version); when the new one fails to register, the old one is loaded back,
+    so the last working version keeps running.
 
     Raises:
         SnippetError: A schema does not parse, a namespace belongs to something outside jitlab (torch's
@@ -89,21 +91,20 @@ def activate(name: str, path: Path, files: list[SourceFile], operators: list[Ope
                   frozenset(b.namespace for b in blocks))
     _check_not_taken(new, blocks)
     replaced = [lib for lib in active.values() if lib.snippet == new.snippet]
-    done = threading.Event()
-    stale = _pause(new.namespaces.union(*(lib.namespaces for lib in replaced)), done)
-    try:
-        for lib in replaced:
-            unload(lib)
+    _check_namespaces(new.owns.difference(*(lib.owns for lib in replaced)), blocks)  # before anything changes
+    with _calls.replacing():
+        stale = _cached(new.defines.union(*(lib.defines for lib in replaced)))  # never torch's own operators
         try:
-            _check_namespaces(new.owns, blocks)
-            _open(new, blocks)
-        except SnippetError:
-            for lib in replaced:  # the last working version keeps running
-                _open(lib, [])
-            raise
-    finally:
-        _refresh(stale)
-        done.set()
+            for lib in replaced:
+                unload(lib)
+            try:
+                _open(new, blocks)
+            except SnippetError:
+                for lib in replaced:  # the last working version keeps running
+                    _open(lib, [])
+                raise
+        finally:
+            _refresh(stale)
     return new
 
 
@@ -117,8 +118,70 @@ def unload(lib: Library) -> None:
 
 
 def packet(op: Operator):
-    """``torch.ops.<ns>.<op>``, or ``None`` when the dispatcher has no such operator."""
-    return getattr(getattr(torch.ops, op.namespace), op.name, None)
+    """``torch.ops.<ns>.<op>``, or ``None`` when the dispatcher has no such operator; it and each of its
+    overloads count their calls (:class:`_Calls`)."""
+    found = getattr(getattr(torch.ops, op.namespace), op.name, None)
+    if found is not None:
+        for obj in (found, *(getattr(found, name, None) for name in found.overloads())):
+            if obj is not None and not isinstance(vars(obj).get("_op"), _Counted):
+                vars(obj)["_op"] = _Counted(vars(obj)["_op"])
+    return found
+
+
+class _Calls:
+    """The calls in flight through jitlab's operators' ``torch.ops`` objects, and the replacement that waits
+    for them: while one runs, no call starts (each waits, then runs the new version)."""
+
+    def __init__(self):
+        self._changed = threading.Condition()
+        self._running = 0
+        self._replacing = None  # the thread replacing a build
+
+    def enter(self) -> None:
+        with self._changed:
+            while self._replacing not in (None, threading.get_ident()):
+                self._changed.wait()
+            self._running += 1
+
+    def leave(self) -> None:
+        with self._changed:
+            self._running -= 1
+            self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def replacing(self):
+        with self._changed:
+            while self._replacing is not None:
+                self._changed.wait()
+            self._replacing = threading.get_ident()
+            while self._running:  # a thread's own call cannot be running here: a kernel never loads a build
+                self._changed.wait()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._replacing = None
+                self._changed.notify_all()
+
+
+_calls = _Calls()
+
+
+class _Counted:
+    """An operator object's ``_op``: the call counted in flight; ``op`` is what runs (torch's, refreshed
+    in place on a reload, or one that says the operator is gone)."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, op):
+        self.op = op
+
+    def __call__(self, *args, **kwargs):
+        _calls.enter()
+        try:
+            return self.op(*args, **kwargs)
+        finally:
+            _calls.leave()
 
 
 def _open(lib: Library, blocks: list[ops.Block]) -> None:
@@ -196,32 +259,21 @@ def _check_namespaces(owned: frozenset[str], blocks: list[ops.Block]) -> None:
         del probe  # destroying the probe gives the namespace back
 
 
-def _pause(namespaces, done: threading.Event) -> list[tuple]:
-    """Make calls through the namespaces' cached packets and overloads wait until ``done``, then go
-    wherever :func:`_refresh` pointed them: ``(namespace, name, packet, overloads)`` of each."""
+def _cached(defined) -> list[tuple]:
+    """The cached packets of the operators ``defined`` (``ns::op``) and their overloads:
+    ``(namespace, name, packet, overloads)``."""
     stale = []
-    for ns in sorted(namespaces):
+    for ns, _, name in sorted(q.partition("::") for q in defined):
         space = torch.ops.__dict__.get(ns)
-        for name in list(getattr(space, "_dir", [])):
-            old = space.__dict__.get(name)
-            if not isinstance(old, torch._ops.OpOverloadPacket):
-                continue
+        old = space.__dict__.get(name) if space is not None and name in space._dir else None
+        if isinstance(old, torch._ops.OpOverloadPacket):
             overloads = {k: v for k, v in vars(old).items() if isinstance(v, torch._ops.OpOverload)}
-            for obj in (old, *overloads.values()):
-                vars(obj)["_op"] = _waiting(obj, done)
             stale.append((space, name, old, overloads))
     return stale
 
 
-def _waiting(obj, done: threading.Event):
-    def wait(*args, **kwargs):
-        done.wait()
-        return obj._op(*args, **kwargs)  # the refreshed operator, or one that says it is gone
-    return wait
-
-
 def _refresh(stale: list[tuple]) -> None:
-    """Point each paused packet and overload at what is registered now (the same Python objects)."""
+    """Point each cached packet and overload at what is registered now (the same Python objects)."""
     for space, name, old, overloads in stale:
         torch._ops.cached_ops.difference_update(overloads.values())
         space._dir.remove(name)
@@ -245,8 +297,13 @@ def _refresh(stale: list[tuple]) -> None:
 
 
 def _become(old, fresh) -> None:
-    """Give ``old`` the state of ``fresh``, never passing through an empty state another thread could see."""
+    """Give ``old`` the state of ``fresh`` (its call counter kept, running the fresh operator), never passing
+    through an empty state another thread could see."""
     state = dict(vars(fresh))
+    counted = vars(old).get("_op")
+    if isinstance(counted, _Counted):
+        counted.op = state["_op"]
+        state["_op"] = counted
     vars(old).update(state)
     for key in [k for k in vars(old) if k not in state]:
         del vars(old)[key]
@@ -261,5 +318,8 @@ def _retire(old, overloads) -> None:
             raise RuntimeError(f"{_name} is no longer registered: the snippet that defined it was loaded again "
                                f"without it; use the module the new load returned")
 
-        vars(obj)["_op"] = gone
+        if isinstance(vars(obj).get("_op"), _Counted):
+            vars(obj)["_op"].op = gone
+        else:
+            vars(obj)["_op"] = gone
 

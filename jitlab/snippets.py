@@ -1,9 +1,10 @@
 """Saving snippet files safely: atomic writes, and every replaced version kept in a history folder.
 
 A user's ``.cu`` file is never lost or half-written: the new text goes to a temporary file in the
-same folder and replaces the old one with ``os.replace`` (through a symbolic link to the file it
-points to, keeping the file's mode); the old text, if different, is first copied to
-``<folder>/.history/<name>/<date>-<time>-<nanoseconds>-<hash>.<ext>``, named and listed in save order.
+same folder and replaces the old one with ``os.replace``, keeping the file's mode; the old text, if
+different, is first copied to ``<folder>/.history/<name>/<date>-<time>-<nanoseconds>-<hash>.<ext>``,
+named and listed in save order. A snippet path that is a symbolic link is refused, never written through:
+jitlab made no link, so one there may point anywhere (a planted ``kernels/k.cu`` → ``~/.bashrc``).
 """
 
 from __future__ import annotations
@@ -72,14 +73,15 @@ def version_label(entry: Path) -> str:
 def save(path: str | Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically, keeping the replaced version in the history.
 
-    A symbolic link stays a link: the file it points to gets the text (see :func:`atomic_write`),
-    and the history is kept beside the link, under the snippet's name.
-
     Returns:
         The path written (``path`` itself).
+
+    Raises:
+        SnippetError: ``path`` is a symbolic link (nothing is written, the history included).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    refuse_link(path)
     if not text.endswith("\n"):
         text += "\n"
     if path.is_file():
@@ -119,33 +121,47 @@ def _stamp(ns: int) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S', time.localtime(seconds))}-{fraction:09d}"
 
 
+def refuse_link(path: Path) -> None:
+    """Refuse to write ``path`` when it is a symbolic link (jitlab never writes through one it did not make).
+
+    Raises:
+        SnippetError: Naming the link, where it points, and the fix.
+    """
+    if not path.is_symlink():
+        return
+    target = os.path.realpath(path)
+    raise SnippetError(f"{path} is a symbolic link to {target}, and jitlab never writes through a link it did not "
+                       f"make (it could point anywhere); nothing was written. To edit that file, give its folder "
+                       f"(--dir {os.path.dirname(target)}, or load it by its own path); to keep the snippet here, "
+                       f"remove the link (`rm {path}`) and save again")
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` all at once: a temporary file in the same folder, then ``os.replace``.
 
-    A reader sees the old file or the new one, never half of it. A symbolic link is written
-    through: its target is replaced (the link stays a link). The file keeps the mode it had; a new
-    file gets the usual mode for this process's umask (``0644`` under umask ``022``), not the
-    ``0600`` of the temporary file.
+    A reader sees the old file or the new one, never half of it. The file keeps the mode it had; a new
+    file gets the usual mode for this process's umask (``0644`` under umask ``022``), not the ``0600``
+    of the temporary file. ``os.replace`` swaps the name itself, so a link made after the check is
+    replaced, never written through.
 
     Raises:
-        SnippetError: ``path`` is a link into a folder that does not exist.
+        SnippetError: ``path`` is a symbolic link.
     """
-    target = Path(os.path.realpath(path))
-    if not target.parent.is_dir():
-        raise SnippetError(f"{path} is a link to {target}, whose folder does not exist; fix or remove the link")
+    path = Path(path)
+    refuse_link(path)
     try:
-        mode = stat.S_IMODE(target.stat().st_mode)
+        mode = stat.S_IMODE(path.lstat().st_mode)
     except FileNotFoundError:
         mode = 0o666 & ~_umask()
     # the temporary name keeps at most 100 characters of the file's: beside a 250-character name it still fits
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:100]}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:100]}.", suffix=".tmp")
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -257,6 +257,32 @@ def test_a_team_cache_needs_its_group_named(tmp_path, monkeypatch, write):
     assert jitlab.build(tiny(write)).folder.parent == team
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to a group needs root")
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_a_team_cache_gives_the_team_what_jitlab_makes(tmp_path, monkeypatch, write, umask):
+    """In a setgid 2775 team cache, the lock, the build folder, the manifest and the artifact jitlab makes
+    are the group's to read and write (folders to enter), whatever the umask."""
+    import grp
+    import stat
+
+    team = tmp_path / "team"
+    team.mkdir()
+    os.chown(team, os.geteuid(), grp.getgrnam("users").gr_gid)
+    team.chmod(0o2775)
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(team))
+    monkeypatch.setenv("JITLAB_CACHE_GROUP", "users")
+    old = os.umask(umask)
+    try:
+        b = jitlab.build(tiny(write))
+    finally:
+        os.umask(old)
+    lock = team / f"{b.folder.name}.lock"
+    made = {lock: 0o060, b.folder: 0o070, b.folder / jcache.MANIFEST: 0o060, b.artifact: 0o060}
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in made}
+    assert all(modes[p.name] & bits == bits for p, bits in made.items()), {k: oct(v) for k, v in modes.items()}
+    assert b.folder.stat().st_mode & stat.S_ISGID and not any(m & 0o002 for m in modes.values())
+
+
 def test_a_planted_lock_link_truncates_nothing(cache, write, tmp_path):
     """A symbolic link at a build's lock path is refused; the file it points to is untouched."""
     b = jitlab.build(tiny(write))

@@ -51,7 +51,7 @@ C. Sources, keys and saves.
       with ``$`` or ``:`` in its path builds (torch's ``build.ninja`` cannot name it directly).
    4. A UTF-8 byte-order mark: a ``.cpp`` with one builds and runs, a ``.cu`` with one compiles, and
       the user's file keeps its bytes.
-   5. ``%%cpp``/``%%cuda`` saves: a symlinked snippet stays a link and its target gets the text; the
+   5. ``%%cpp``/``%%cuda`` saves: a symlinked snippet is refused and the file it points to untouched; the
       file keeps its mode (a new one gets the umask's); history entries saved within one second (or
       one clock tick) are listed in save order.
 
@@ -1005,6 +1005,30 @@ def test_cu_in_a_folder_with_a_quote_is_refused_with_the_fix(cache, odd_folder):
         jitlab.build(p, compile_only=True, arch="sm_90", engine="nvcc")
 
 
+def test_backtick_in_a_cu_folder_runs_nothing(cache, tmp_path, monkeypatch):
+    """nvcc runs its steps through a shell: a `.cu` (with a local header) in a folder whose name holds
+    `` `touch MARK` `` compiles as nvcc, and nothing runs the command."""
+    monkeypatch.chdir(tmp_path)  # where the command would make MARK
+    d = tmp_path / "a`touch MARK`b"
+    d.mkdir()
+    (d / "four.h").write_text("#define FOUR 4.0f\n")
+    p = d / "k.cu"
+    p.write_text('#include "four.h"\n__global__ void k(float* y) { y[threadIdx.x] = FOUR; }\n')
+    b = jitlab.build(p, compile_only=True, arch="sm_90", engine="nvcc")
+    assert b.artifact.is_file() and not list(tmp_path.rglob("MARK"))
+    assert str(d / "four.h") in (b.folder / "cuda.d").read_text().replace("\\ ", " ")
+
+
+def test_backtick_in_a_cache_folder_is_refused_with_the_fix(write, tmp_path, monkeypatch):
+    """A cache folder whose path holds a backtick is refused for nvcc, naming JITLAB_CACHE_DIR; nothing runs."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(tmp_path / "c`touch MARK`"))
+    p = write("k.cu", "__global__ void k(float* y) { y[threadIdx.x] = 1.0f; }\n")
+    with pytest.raises(jitlab.ToolchainError, match="backtick.*set JITLAB_CACHE_DIR"):
+        jitlab.build(p, compile_only=True, arch="sm_90", engine="nvcc")
+    assert not list(tmp_path.rglob("MARK"))
+
+
 @pytest.mark.parametrize("char", ["$", ":"])
 def test_cache_folder_with_ninja_special_characters_builds(write, tmp_path, monkeypatch, char):
     """torch's build.ninja cannot name such a folder; the build still works, and the cache stays there."""
@@ -1058,19 +1082,21 @@ def cuda_cell(ip, text: str) -> None:
     ip.run_cell_magic("cuda", "k --compile-only --arch sm_90", text)
 
 
-def test_save_writes_through_a_symlink(ip, tmp_path):
-    """A symlinked snippet stays a link; the file it points to gets the cell; the old text goes to history."""
+def test_save_refuses_a_symlinked_snippet(ip, tmp_path):
+    """A `%%cuda NAME` whose kernels/NAME.cu is a link to a file outside is refused, naming the link and the
+    fix; the file it points to keeps its text and mode, the link stays, and nothing goes to the history."""
     real = tmp_path / "elsewhere" / "k.cu"
     real.parent.mkdir()
     real.write_text(KERNEL.format("1.0f"))
+    real.chmod(0o600)
     link = tmp_path / "kernels" / "k.cu"
     link.parent.mkdir()
     link.symlink_to(real)
-    cuda_cell(ip, KERNEL.format("2.0f"))
+    with pytest.raises(jitlab.SnippetError, match=rf"(?s)kernels/k.cu is a symbolic link to {real}.*never writes through.*--dir"):
+        cuda_cell(ip, KERNEL.format("2.0f"))
     assert link.is_symlink() and os.readlink(link) == str(real)
-    assert real.read_text() == KERNEL.format("2.0f")
-    assert [p.read_text() for p in snippets.history(link)] == [KERNEL.format("1.0f")]
-    assert sorted(x.name for x in real.parent.iterdir()) == ["k.cu"]  # no temporary file left
+    assert real.read_text() == KERNEL.format("1.0f") and real.stat().st_mode & 0o777 == 0o600
+    assert snippets.history(link) == [] and sorted(x.name for x in link.parent.iterdir()) == ["k.cu"]
 
 
 def test_save_keeps_the_files_mode(ip, tmp_path):

@@ -13,7 +13,8 @@ engines → load/launch.
   cache entry records and the ``Build``; a leaf that imports nothing of jitlab.
 - **build/cache**: ``builder`` (the one entrance: ``prepare`` every kind, ``choose_engine`` with the
   CPU/GPU choice, ``find_or_build``), ``sources`` and ``flags`` (what a build reads, the flags its
-  options become), ``shellwords`` (torch's flag lists), ``toolchain``, ``ninja_tool``, ``cudacore``,
+  options become), ``shellwords`` (torch's flag lists), ``toolchain``, ``nvcc_shell`` (every nvcc run,
+  nothing its own shell would run), ``ninja_tool``, ``cudacore``,
   ``cache`` (``find_or_make``: one find-or-build under a lock), ``cachedir``, ``locks``, ``deps``
   (what a build read), ``cleaning``, ``diagnostics`` and ``resources`` (compiler logs read back),
   ``symbols`` (``nm``).

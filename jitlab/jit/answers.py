@@ -103,6 +103,7 @@ def _keep(path: Path, answers: dict[str, str]) -> None:
     _unsaved.discard(path)
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".versions-", suffix=".tmp")
+        cachedir.share(Path(tmp), fd)
         with os.fdopen(fd, "w") as f:
             json.dump(dict(list(answers.items())[-KEPT:]), f, indent=1)
         os.replace(tmp, path)

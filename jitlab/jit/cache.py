@@ -121,6 +121,7 @@ def write_json(path: Path, data: dict) -> None:
     file or the whole new one, never a part."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
     try:
+        cachedir.share(Path(tmp), fd)  # mkstemp's 0600 is the team's too in a team cache
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)
             f.flush()
@@ -316,6 +317,7 @@ def _found_or_made(name: str, make, root, content, known, keep, reads, skip, bef
         reset_dir(folder)
         started = time.time_ns()
         result = make(target, folder)
+        cachedir.share_tree(folder)  # what the compilers wrote, the team's in a team cache
         rows = deps.stamp([*result.read, *reads], started, known or {}, keep, folder, skip)
         record = write_manifest(folder, dataclasses.replace(result, deps=None if result.unstable else rows))
         answers.save()  # the tools' answers asked before this cache existed
@@ -351,4 +353,4 @@ def reset_dir(folder: Path) -> None:
     """Remove an unfinished or corrupt build folder and make it anew, empty."""
     if folder.exists():
         shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True, exist_ok=True)
+    cachedir.make_dirs(folder)

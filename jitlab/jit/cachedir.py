@@ -2,8 +2,9 @@
 
 A build cache (``$JITLAB_CACHE_DIR``) or header folder (``$JITLAB_PCH_DIR``) is trusted only when this
 user owns it and no one else may write it (or a team named by ``$JITLAB_CACHE_GROUP`` does): a build
-planted in it would run in the user's process. A folder jitlab creates carries ``CACHEDIR.TAG``. A
-folder that cannot be written (read-only, a file in the way, a full disk) is a :class:`CacheError`
+planted in it would run in the user's process. In a team's cache, what jitlab creates is the team's
+to read and write (:func:`share`), whatever the umask. A folder jitlab creates carries ``CACHEDIR.TAG``.
+A folder that cannot be written (read-only, a file in the way, a full disk) is a :class:`CacheError`
 naming the fix.
 """
 
@@ -35,11 +36,62 @@ def make_root(root: Path) -> None:
     """Create the cache folder ``root`` if it is missing; one jitlab creates carries the cache tag."""
     if root.is_dir():
         return
-    root.mkdir(parents=True, exist_ok=True)
+    make_dirs(root)
     with contextlib.suppress(OSError):
         fd = os.open(root / TAG, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        share(root / TAG, fd)
         with os.fdopen(fd, "w") as f:
             f.write(TAG_TEXT)
+
+
+def make_dirs(folder: Path) -> None:
+    """``folder.mkdir(parents=True, exist_ok=True)``, each folder made shared as :func:`share` says."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    folder.mkdir(parents=True, exist_ok=True)
+    for p in reversed(missing):
+        share(p)
+
+
+def share(path: Path, fd: int | None = None) -> None:
+    """Give a file or folder jitlab just made its folder's group access, when that folder is the team's.
+
+    A team cache is a folder group-owned by the group ``JITLAB_CACHE_GROUP`` names (usually setgid, mode
+    2775): every member builds, locks and replaces entries in it, so what one member creates must be
+    writable by the next, whatever that member's umask. A file gets the folder's group read and write
+    bits (execute where its owner has it), a folder all of them; the setgid bit a folder inherits keeps the
+    group. Outside a team's folder, and for a link, nothing changes: the umask rules.
+
+    Args:
+        path: What was made (a file, or a folder).
+        fd: Its open descriptor, when there is one (changed through it, never through a path a link replaced).
+    """
+    if not config.getenv("JITLAB_CACHE_GROUP"):
+        return
+    team = _team_gid()
+    try:
+        folder = os.stat(path.parent)
+        st = os.fstat(fd) if fd is not None else os.lstat(path)
+        if folder.st_gid != team or stat.S_ISLNK(st.st_mode) or st.st_uid != os.geteuid():
+            return
+        group = stat.S_IMODE(folder.st_mode) & 0o070
+        if not stat.S_ISDIR(st.st_mode):
+            group &= 0o060 | ((st.st_mode & stat.S_IXUSR) >> 3)
+        mode = stat.S_IMODE(st.st_mode)
+        if mode | group != mode:
+            if fd is not None:
+                os.fchmod(fd, mode | group)
+            else:
+                os.chmod(path, mode | group, follow_symlinks=False)
+    except (OSError, NotImplementedError):
+        return  # best effort: the member who needs it is told the file is not writable, with the fix
+
+
+def share_tree(folder: Path) -> None:
+    """:func:`share` ``folder`` and everything in it (a build's files, as its compilers left them)."""
+    share(folder)
+    for top, dirs, files in os.walk(folder):
+        for name in [*dirs, *files]:
+            share(Path(top) / name)
 
 
 def is_tagged(root: Path) -> bool:

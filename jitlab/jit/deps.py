@@ -25,7 +25,7 @@ from dataclasses import astuple, dataclass
 from pathlib import Path
 
 from jitlab import config
-from jitlab.jit import ninja_tool, toolchain
+from jitlab.jit import ninja_tool, nvcc_shell, toolchain
 
 #: A file written less than this before its build started may have been written during it: the
 #: kernel stamps files with a clock that lags the real one by up to a tick (4-10 ms).
@@ -245,7 +245,8 @@ def preprocessor_deps(command: list[str], source: Path, folder: Path) -> list[st
     command run as ``-M`` (preprocessing only), for compilers whose build wrote ``-MMD`` lists."""
     cmd = [c for c in command if c not in ("-c", "-MMD", "-MD")]
     out = folder / (source.name + ".all.d")
-    proc = subprocess.run([*cmd, "-M", "-MF", str(out), str(source)], cwd=folder, capture_output=True, text=True)
+    run = nvcc_shell.run_nvcc if Path(cmd[0]).name == "nvcc" else subprocess.run  # nvcc's steps go through a shell
+    proc = run([*cmd, "-M", "-MF", str(out), str(source)], cwd=folder, capture_output=True, text=True)
     return read_depfile(out) if proc.returncode == 0 else []
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from jitlab import config
 from jitlab.errors import CacheError
-from jitlab.jit.cachedir import make_root, trusted_root, writing
+from jitlab.jit.cachedir import make_root, share, trusted_root, writing
 
 #: Seconds between a waiting build's reports of whom it waits for.
 LOCK_REPORT_EVERY = 10.0
@@ -91,6 +91,7 @@ def open_lock(path: Path):
                              f"someone else may have planted it: remove it (`rm {path}`) and look at who can "
                              f"write {path.parent}") from None
         raise
+    share(path, fd)
     return os.fdopen(fd, "r+")
 
 

@@ -1,25 +1,34 @@
 """Operator snippets in the process: register a build's operators, and take them back when it is edited.
 
 An operator snippet (:mod:`jitlab.jit.ops`) is linked as a plain shared library, never a Python
-extension module (which can never be unloaded), and opened with ``ctypes`` (``RTLD_LOCAL``, so a later
-version never binds to this one's symbols). ``jitlab_ops_register()`` registers its operators and
-returns an error as text; loading an edited version first calls the old one's ``jitlab_ops_unregister()``
-(its ``torch::Library`` objects destroyed, so the dispatcher forgets every registration) and closes it.
+extension module, and opened with ``ctypes`` (``RTLD_LOCAL``, so a later version never binds to this
+one's symbols). ``jitlab_ops_register()`` registers its operators and returns an error as text; loading
+an edited version first calls the old one's ``jitlab_ops_unregister()`` (its ``torch::Library`` objects
+destroyed, so the dispatcher forgets every registration).
 
-``torch.ops`` caches on the Python side what it looked up: ``torch.ops.myops.scale`` (an
-``OpOverloadPacket``, an attribute of the ``_OpNamespace``) and its overloads (``.default``, attributes
-of the packet, some in ``torch._ops.cached_ops``) hold handles into the dispatcher's operator table,
-which dangle once the operator is gone. They are detached before the old library goes and refreshed in
-place after the new one registers: a reference kept anywhere (``f = torch.ops.myops.scale``) calls the
-new code, and one to an operator the new version dropped raises an error saying so.
+Another thread may be calling an operator while it is replaced (a training loop, a notebook's background
+thread). ``torch.ops.myops.scale`` (an ``OpOverloadPacket``, an attribute of the ``_OpNamespace``) and
+its overloads (``.default``, attributes of the packet, some in ``torch._ops.cached_ops``) call through
+their ``_op``, which for jitlab's operators counts the call in flight (:class:`_Calls`): a replacement
+waits until none is running and holds new ones until it is done, since the dispatcher's table is not
+safe to change under a call. Afterwards the same objects are refreshed in place: a reference kept
+anywhere (``f = torch.ops.myops.scale``) calls the new code, and one to an operator the new version
+dropped raises an error saying so.
+
+A caller that bypasses those objects (TorchScript, C++) is not counted, so the rest keeps it alive: a
+replaced library is never closed (its code stays mapped for the rest of the process, one small mapping
+per reload, and a call in flight finishes in the old kernel); the dispatcher's entry of every operator
+a build defines is held by name (``jitlab_ops_hold``, ``c10::Dispatcher::registerName``), so it is never
+freed between the old version's unregistration and the new one's registration; and both C calls run
+with the GIL held (``PyDLL``), so no Python thread starts a call halfway through one.
 """
 
 from __future__ import annotations
 
-import _ctypes
+import contextlib
 import ctypes
 import re
-import warnings
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,13 +72,14 @@ active: dict[str, Library] = {}
 def activate(name: str, path: Path, files: list[SourceFile], operators: list[Operator]) -> Library:
     """Make build ``name`` the one whose operators ``torch.ops`` runs (nothing to do when it already is).
 
-    Earlier builds of the same snippet, and builds that define the same namespace or operator, are
-    unloaded first; when the new one fails to register, they are loaded back, so the last working
-    version keeps running.
+    An earlier build of the same snippet is unloaded first, once no call through ``torch.ops`` is running
+    (new ones wait for the new version); when the new one fails to register, the old one is loaded back,
+    so the last working version keeps running.
 
     Raises:
         SnippetError: A schema does not parse, a namespace belongs to something outside jitlab (torch's
-            ``aten``, another extension), or torch refused a registration; each names the fix.
+            ``aten``, another extension) or to another snippet, or torch refused a registration; each
+            names the fix.
     """
     if name in active:
         return active[name]
@@ -79,44 +89,106 @@ def activate(name: str, path: Path, files: list[SourceFile], operators: list[Ope
                   frozenset(b.namespace for b in blocks if b.macro in ("TORCH_LIBRARY", "STABLE_TORCH_LIBRARY")),
                   frozenset(f"{o.namespace}::{o.name}" for o in operators if o.schema),
                   frozenset(b.namespace for b in blocks))
-    replaced = [lib for lib in active.values()
-                if lib.snippet == new.snippet or lib.owns & new.owns or lib.defines & new.defines]
-    stale = _detach(new.namespaces.union(*(lib.namespaces for lib in replaced)))
-    try:
-        for lib in replaced:
-            unload(lib)
+    _check_not_taken(new, blocks)
+    replaced = [lib for lib in active.values() if lib.snippet == new.snippet]
+    _check_namespaces(new.owns.difference(*(lib.owns for lib in replaced)), blocks)  # before anything changes
+    with _calls.replacing():
+        stale = _cached(new.defines.union(*(lib.defines for lib in replaced)))  # never torch's own operators
         try:
-            _check_namespaces(new.owns, blocks)
-            _open(new, blocks)
-        except SnippetError:
-            for lib in replaced:  # the last working version keeps running
-                _open(lib, [])
-            raise
-    finally:
-        _refresh(stale)
+            for lib in replaced:
+                unload(lib)
+            try:
+                _open(new, blocks)
+            except SnippetError:
+                for lib in replaced:  # the last working version keeps running
+                    _open(lib, [])
+                raise
+        finally:
+            _refresh(stale)
     return new
 
 
 def unload(lib: Library) -> None:
-    """Take a library's operators back from the dispatcher and close it (``torch.ops`` caches are the caller's)."""
+    """Take a library's operators back from the dispatcher (``torch.ops`` caches are the caller's).
+
+    The library stays open: a call in flight on another thread may still be running its code.
+    """
     lib.lib.jitlab_ops_unregister()
-    _ctypes.dlclose(lib.lib._handle)
     active.pop(lib.name, None)
-    if _mapped(lib.path):  # its registrations are gone either way; only its memory stays
-        warnings.warn(f"jitlab: {lib.path.name} stayed loaded after it was closed (something holds it open)",
-                      stacklevel=3)
 
 
 def packet(op: Operator):
-    """``torch.ops.<ns>.<op>``, or ``None`` when the dispatcher has no such operator."""
-    return getattr(getattr(torch.ops, op.namespace), op.name, None)
+    """``torch.ops.<ns>.<op>``, or ``None`` when the dispatcher has no such operator; it and each of its
+    overloads count their calls (:class:`_Calls`)."""
+    found = getattr(getattr(torch.ops, op.namespace), op.name, None)
+    if found is not None:
+        for obj in (found, *(getattr(found, name, None) for name in found.overloads())):
+            if obj is not None and not isinstance(vars(obj).get("_op"), _Counted):
+                vars(obj)["_op"] = _Counted(vars(obj)["_op"])
+    return found
+
+
+class _Calls:
+    """The calls in flight through jitlab's operators' ``torch.ops`` objects, and the replacement that waits
+    for them: while one runs, no call starts (each waits, then runs the new version)."""
+
+    def __init__(self):
+        self._changed = threading.Condition()
+        self._running = 0
+        self._replacing = None  # the thread replacing a build
+
+    def enter(self) -> None:
+        with self._changed:
+            while self._replacing not in (None, threading.get_ident()):
+                self._changed.wait()
+            self._running += 1
+
+    def leave(self) -> None:
+        with self._changed:
+            self._running -= 1
+            self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def replacing(self):
+        with self._changed:
+            while self._replacing is not None:
+                self._changed.wait()
+            self._replacing = threading.get_ident()
+            while self._running:  # a thread's own call cannot be running here: a kernel never loads a build
+                self._changed.wait()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._replacing = None
+                self._changed.notify_all()
+
+
+_calls = _Calls()
+
+
+class _Counted:
+    """An operator object's ``_op``: the call counted in flight; ``op`` is what runs (torch's, refreshed
+    in place on a reload, or one that says the operator is gone)."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, op):
+        self.op = op
+
+    def __call__(self, *args, **kwargs):
+        _calls.enter()
+        try:
+            return self.op(*args, **kwargs)
+        finally:
+            _calls.leave()
 
 
 def _open(lib: Library, blocks: list[ops.Block]) -> None:
-    handle = ctypes.CDLL(str(lib.path))  # RTLD_LOCAL
+    handle = ctypes.PyDLL(str(lib.path))  # RTLD_LOCAL; calls keep the GIL; never closed (see the module's doc)
+    _hold(handle, blocks)
     error = ctypes.create_string_buffer(_ERROR_SIZE)
     if handle.jitlab_ops_register(error, ctypes.c_ulong(_ERROR_SIZE)) != 0:
-        _ctypes.dlclose(handle._handle)
         message = error.value.decode(errors="replace").split("\nException raised from")[0].strip()
         at = [f"{Path(b.path).name}:{line}" for b in blocks for schema, line in b.defs
               if "<--- HERE" in message and schema in message]  # a schema torch's parser rejected
@@ -126,6 +198,36 @@ def _open(lib: Library, blocks: list[ops.Block]) -> None:
                            f"(the m.def schema, or the m.impl kernel's signature to match it) and load again")
     lib.lib = handle
     active[lib.name] = lib
+
+
+#: ``ns::op.overload`` of every operator whose dispatcher entry is held for the rest of the process.
+_held: set[str] = set()
+
+
+def _hold(handle, blocks: list[ops.Block]) -> None:
+    """Hold the dispatcher entries of the operators (each overload) a library defines, so a reload never frees one."""
+    names = {f"{b.namespace}::{schema.split('(')[0].split('::')[-1].strip()}"
+             for b in blocks if b.defines for schema, _ in b.defs}
+    for qualified in sorted(names - _held):
+        name, _, overload = qualified.partition(".")
+        handle.jitlab_ops_hold(name.encode(), overload.encode())
+        _held.add(qualified)
+
+
+def _check_not_taken(new: Library, blocks: list[ops.Block]) -> None:
+    """Refuse a namespace or operator another loaded snippet defines (loading it would unload the other)."""
+    for lib in active.values():
+        if lib.snippet == new.snippet:
+            continue
+        taken = sorted(lib.owns & new.owns) or sorted(lib.defines & new.defines)
+        if taken:
+            ns = taken[0].split("::")[0]
+            b = next((b for b in blocks if b.namespace == ns and b.defines), blocks[0])
+            other = ", ".join(lib.snippet)
+            raise SnippetError(f"{b.path}:{b.line}: {b.macro}({ns}, m): `{taken[0]}` is already defined by "
+                               f"another loaded snippet, {other}; give this snippet a namespace of its own "
+                               f"(e.g. {b.macro}({ns}2, m)), or declare the shared namespace with "
+                               f"TORCH_LIBRARY_FRAGMENT({ns}, m) in both and define each operator once")
 
 
 def _check_schemas(operators: list[Operator]) -> None:
@@ -157,27 +259,30 @@ def _check_namespaces(owned: frozenset[str], blocks: list[ops.Block]) -> None:
         del probe  # destroying the probe gives the namespace back
 
 
-def _detach(namespaces) -> list[tuple]:
-    """Take the namespaces' cached packets off ``torch.ops``: ``(namespace, name, packet, overloads)``."""
+def _cached(defined) -> list[tuple]:
+    """The cached packets of the operators ``defined`` (``ns::op``) and their overloads:
+    ``(namespace, name, packet, overloads)``."""
     stale = []
-    for ns in sorted(namespaces):
+    for ns, _, name in sorted(q.partition("::") for q in defined):
         space = torch.ops.__dict__.get(ns)
-        for name in list(getattr(space, "_dir", [])):
-            space._dir.remove(name)
-            old = space.__dict__.pop(name, None)
-            if old is None:
-                continue
+        old = space.__dict__.get(name) if space is not None and name in space._dir else None
+        if isinstance(old, torch._ops.OpOverloadPacket):
             overloads = {k: v for k, v in vars(old).items() if isinstance(v, torch._ops.OpOverload)}
-            torch._ops.cached_ops.difference_update(overloads.values())
             stale.append((space, name, old, overloads))
     return stale
 
 
 def _refresh(stale: list[tuple]) -> None:
-    """Point each detached packet and overload at what is registered now (the same Python objects)."""
+    """Point each cached packet and overload at what is registered now (the same Python objects)."""
     for space, name, old, overloads in stale:
-        fresh = getattr(space, name, None)
+        torch._ops.cached_ops.difference_update(overloads.values())
+        space._dir.remove(name)
+        try:
+            fresh = type(space).__getattr__(space, name)  # a new packet from the dispatcher (torch caches it)
+        except AttributeError:
+            fresh = None
         if fresh is None:
+            space.__dict__.pop(name, None)
             _retire(old, overloads.values())
             continue
         _become(old, fresh)
@@ -192,9 +297,16 @@ def _refresh(stale: list[tuple]) -> None:
 
 
 def _become(old, fresh) -> None:
+    """Give ``old`` the state of ``fresh`` (its call counter kept, running the fresh operator), never passing
+    through an empty state another thread could see."""
     state = dict(vars(fresh))
-    vars(old).clear()
+    counted = vars(old).get("_op")
+    if isinstance(counted, _Counted):
+        counted.op = state["_op"]
+        state["_op"] = counted
     vars(old).update(state)
+    for key in [k for k in vars(old) if k not in state]:
+        del vars(old)[key]
 
 
 def _retire(old, overloads) -> None:
@@ -206,12 +318,8 @@ def _retire(old, overloads) -> None:
             raise RuntimeError(f"{_name} is no longer registered: the snippet that defined it was loaded again "
                                f"without it; use the module the new load returned")
 
-        vars(obj)["_op"] = gone
+        if isinstance(vars(obj).get("_op"), _Counted):
+            vars(obj)["_op"].op = gone
+        else:
+            vars(obj)["_op"] = gone
 
-
-def _mapped(path: Path) -> bool:
-    try:
-        with open("/proc/self/maps") as maps:
-            return any(str(path) in line for line in maps)
-    except OSError:
-        return False

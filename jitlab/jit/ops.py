@@ -181,6 +181,12 @@ _PRELUDE = _QUEUE + """\
     init(*lib); \\
     return std::shared_ptr<void>(lib); }); \\
   void init(torch::Library&
+// Holds an operator's dispatcher entry for the rest of the process (jitlab.jit.oplib calls it before
+// registering), so a reload never frees the entry a call in flight on another thread is reading.
+extern "C" __attribute__((weak, visibility("default"))) void jitlab_ops_hold(const char* name, const char* overload) {
+  static auto* held = new std::vector<c10::RegistrationHandleRAII>();  // never destroyed: never released
+  held->push_back(c10::Dispatcher::singleton().registerName(c10::OperatorName(name, overload)));
+}
 #define TORCH_LIBRARY(ns, m) JITLAB_QUEUE_LIBRARY(DEF, ns, std::nullopt, \\
   TORCH_LIBRARY_init_##ns, TORCH_LIBRARY_static_init_##ns) m)
 #define TORCH_LIBRARY_FRAGMENT(ns, m) _TORCH_LIBRARY_FRAGMENT(ns, m, C10_UID)

@@ -13,12 +13,11 @@ absolute imports always find first.)
 from __future__ import annotations
 
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 
 from jitlab.errors import ArgumentError, SnippetError
-from jitlab.jit import api, builder, cache, diagnostics, toolchain
+from jitlab.jit import api, builder, cache, diagnostics, nvcc_shell, toolchain
 from jitlab.jit.flags import nvcc_command
 from jitlab.jit.sources import has_cuda, sources_by_path
 from jitlab.tools import listing
@@ -171,7 +170,7 @@ def ptx(path, kernel: str | None = None, arch: str = "sm_90", mode: str = "auto"
         src, out = Path(tmp) / "cuda.cu", Path(tmp) / "cuda.ptx"
         src.write_text("\n".join(plan.device_sources))
         cmd = nvcc_command(plan, name, archs, opts, ["-ptx", str(src), "-o", str(out)])
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = nvcc_shell.run_nvcc(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             log = " ".join(cmd) + "\n" + proc.stdout + proc.stderr
             raise diagnostics.compile_error(f"{path} (nvcc -ptx, {archs[0]})", log, sources_by_path(plan))

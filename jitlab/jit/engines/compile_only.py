@@ -7,11 +7,10 @@ resource usage are the same.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import cache, deps, diagnostics, toolchain
+from jitlab.jit import cache, deps, diagnostics, nvcc_shell, toolchain
 from jitlab.jit.flags import Options, nvcc_command
 from jitlab.jit.plan import KernelPlan, Manifest
 from jitlab.jit.resources import parse_resource_usage
@@ -40,7 +39,7 @@ def make(plan: KernelPlan, name: str, folder: Path, archs: list[str], opts: Opti
     src.write_text("\n".join(plan.cuda_sources), encoding="utf-8", errors="surrogateescape")
     depfile = folder / "cuda.d"
     cmd = nvcc_command(plan, name, archs, opts, ["-c", str(src), "-o", str(folder / "cuda.o"), "-MD", "-MF", str(depfile)])
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = nvcc_shell.run_nvcc(cmd, capture_output=True, text=True)
     log = " ".join(cmd) + "\n" + proc.stdout + proc.stderr
     (folder / "build.log").write_text(log)
     if proc.returncode != 0:

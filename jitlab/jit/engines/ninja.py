@@ -22,7 +22,7 @@ from pathlib import Path
 
 from jitlab import output
 from jitlab.errors import ToolchainError
-from jitlab.jit import cache, deps, diagnostics, ninja_tool, toolchain
+from jitlab.jit import cache, deps, diagnostics, ninja_tool, nvcc_shell, toolchain
 from jitlab.jit.flags import Options, compile_flags
 from jitlab.jit.resources import parse_resource_usage
 from jitlab.jit.sources import describe, sources_by_path
@@ -48,6 +48,10 @@ def make(plan: KernelPlan, name: str, folder: Path, archs: list[str], opts: Opti
     from torch.utils import cpp_extension
 
     cflags, cuda_cflags = compile_flags(plan, archs, opts)
+    if plan.cuda:  # torch's ninja rule hands these to nvcc, whose own shell would run a backtick in them
+        bad = [a for a in [*(f"-I{d}" for d in plan.include_dirs), *cuda_cflags] if nvcc_shell.NVCC_SHELL_CODE in a]
+        if bad:
+            raise nvcc_shell.nvcc_shell_code_error(bad[0])
     ninja_tool.ensure_ninja()
     _forget_name(name)
     ok = False
@@ -106,8 +110,9 @@ def _ninja_escape(flag: str) -> str:
     return flag.replace("$", "$$")
 
 
-#: What torch's ``build.ninja`` cannot hold in a source's path: it escapes spaces only, ninja reads ``$`` and ``:``.
-_NINJA_UNSAFE = ("$", ":", "\n")
+#: What torch's ``build.ninja`` cannot hold in a source's path: it escapes spaces only, ninja reads ``$`` and ``:``,
+#: and nvcc, which its rules run, hands a backtick to a shell.
+_NINJA_UNSAFE = ("$", ":", "\n", "`")
 
 
 def _ninja_folder(folder: Path) -> Path:

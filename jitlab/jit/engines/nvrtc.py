@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from jitlab.jit import cache, deps, diagnostics, toolchain
+from jitlab.jit import cache, cachedir, deps, diagnostics, toolchain
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import line_directive
 from jitlab.jit.plan import KernelPlan, Manifest
@@ -125,7 +125,7 @@ def _read_memo(path: Path) -> dict | None:
 def _write_memo(path: Path, data: dict) -> None:
     """Best effort: a cache that cannot be written only costs the lookup next time."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        cachedir.make_dirs(path.parent)
         cache.write_json(path, data)
     except OSError:
         pass

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from jitlab import config, progress
 from jitlab.errors import SnippetError
-from jitlab.jit import cache, deps, diagnostics, header_sets, toolchain
+from jitlab.jit import cache, deps, diagnostics, header_sets, nvcc_shell, toolchain
 from jitlab.jit.engines import linker, pch, torch_headers
 from jitlab.jit.flags import Options, object_flags
 from jitlab.jit.parse import line_directive
@@ -207,7 +207,8 @@ def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, hea
         include = ["-include", str(header), "-Winvalid-pch"] if header and unit.torch else []
         cmd = [toolchain.require_tool(toolchain.cxx_path(), "c++"), "-x", "c++", "-c", str(src), "-o", str(obj),
                *include, *cmd_flags, "-MD", "-MF", str(depfile)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
+    run = nvcc_shell.run_nvcc if unit.compiler == "nvcc" else subprocess.run  # nvcc's steps go through a shell
+    proc = run(cmd, capture_output=True, text=True, cwd=folder)
     log = shlex.join(cmd) + "\n" + proc.stdout + proc.stderr  # the command as a shell would take it back
     (folder / "build.log").write_text(log)
     if proc.returncode != 0:

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 from jitlab import config
-from jitlab.jit import cache, deps, diagnostics, toolchain
+from jitlab.jit import cache, deps, diagnostics, nvcc_shell, toolchain
 from jitlab.jit.flags import Options, arch_flags
 from jitlab.jit.parse import line_directive
 from jitlab.jit.plan import Manifest, ProgramPlan
@@ -63,7 +63,8 @@ def make(plan: ProgramPlan, name: str, folder: Path, archs: list[str], opts: Opt
         copy.write_text(line_directive(f.path) + f.text + "\n", encoding="utf-8", errors="surrogateescape")
         inputs.append(copy.name)
     cmd = [*command(plan, inputs, EXECUTABLE, archs, opts), "-MD"]  # a depfile per input: what the build read
-    proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, errors="replace")
+    run = nvcc_shell.run_nvcc if plan.cuda else subprocess.run  # nvcc's steps go through a shell
+    proc = run(cmd, cwd=folder, capture_output=True, text=True, errors="replace")
     log = f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
     (folder / "build.log").write_text(log)
     exe = folder / EXECUTABLE

@@ -81,7 +81,7 @@ def test_gpu_cells_show_one_line_and_run_all_goes_on_in_chromium(request):
             assert "Runtime → Change runtime type → T4 GPU" in text, text
         assert "binds vadd" in cells.nth(1).inner_text()
         assert "defines jitlab, saxpy" in cells.nth(2).inner_text()
-        assert "`vadd` comes from cell [2] (`%%cuda vadd`)" in cells.nth(3).inner_text()
+        assert "`vadd` comes from cell [2] (`%%cuda vadd --device cuda`)" in cells.nth(3).inner_text()
         expect(page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")).to_have_count(0)
         assert "Traceback" not in page.locator(".jp-Notebook").inner_text()
 

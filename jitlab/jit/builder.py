@@ -58,14 +58,15 @@ def on_emulator(files, opts: Options) -> bool:
 
     ``device="cpu"``: whenever there is CUDA code to emulate. ``device="auto"`` (the default): on a machine
     without a CUDA GPU, for a kernel-only ``.cu`` the emulator runs (no torch, nothing it refuses), unless
-    compile-only. Otherwise the GPU's build: a torch-style snippet keeps it, and a C++ snippet runs on the CPU
+    compile-only or an arch is named (``arch="sm_75"`` asks for that GPU's build, as the tuner's pruning
+    does). Otherwise the GPU's build: a torch-style snippet keeps it, and a C++ snippet runs on the CPU
     either way, in its own build.
     """
     if opts.mode == "program" or not any(f.language == "cuda" for f in files):
         return False
     if opts.device != "auto":
         return opts.device == "cpu"
-    return (not opts.compile_only and opts.mode != "torch" and not toolchain.gpu_available()
+    return (not opts.compile_only and not opts.arch and opts.mode != "torch" and not toolchain.gpu_available()
             and not emulator_support.available() and not emulator_support.refused(files))
 
 

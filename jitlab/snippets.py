@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from jitlab.errors import SnippetError
+from jitlab.errors import ArgumentError, SnippetError
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -30,6 +30,36 @@ def check_name(name: str) -> str:
     """
     if not _NAME.match(name):
         raise SnippetError(f"{name!r} is not a valid kernel name: use letters, digits and _ (not first), e.g. `saxpy2`")
+    if len(name) > MAX_NAME:
+        raise SnippetError(f"the kernel name {name[:24]}… is {len(name)} characters: use at most {MAX_NAME} "
+                           f"(it names the snippet's file and its history folder, and file names have a limit)")
+    return name
+
+
+#: The longest snippet or extension name: it names files (the snippet, its history, its build's folder
+#: and module, with a key added), and a file name has at most 255 bytes.
+MAX_NAME = 100
+
+
+def check_extension_name(name, call: str) -> str:
+    """An extension's ``name=``: a string jitlab can name files and the module's C symbol after.
+
+    torch writes it into ``PyInit_<name>``; jitlab turns other ASCII punctuation into ``_`` as well, so
+    ``"my-ext"`` builds, but a name outside ASCII (no C symbol or portable file name to make of it) or
+    longer than :data:`MAX_NAME` is refused here, naming the fix, not later as a link error or
+    ``File name too long``.
+
+    Raises:
+        ArgumentError: Naming the fix.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ArgumentError(f"{call}(name=...) takes the extension's name as a non-empty string, e.g. name='my_ext'")
+    if not name.isascii():
+        raise ArgumentError(f"{call}(name={name!r}): the name becomes file names and the module's C symbol, so it "
+                            f"must be ASCII: use letters, digits and _, e.g. name='my_ext'")
+    if len(name) > MAX_NAME:
+        raise ArgumentError(f"{call}(name={name[:24]!r}…) is {len(name)} characters: use at most "
+                            f"{MAX_NAME} (it names files, and a file name has a limit)")
     return name
 
 

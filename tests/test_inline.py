@@ -253,3 +253,18 @@ TORCH_LIBRARY_IMPL(jitlab_inline_both, CPU, m) { m.impl("twice", &twice); }
     m = jitlab.load_inline(name="both_kinds", cpp_sources=src, functions=["twice"])
     assert m.twice(torch.ones(2)).tolist() == [2.0, 2.0]
     assert torch.ops.jitlab_inline_both.twice(torch.ones(2)).tolist() == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("name, says", [("k" * 300, "is 300 characters: use at most 100"),
+                                        ("ядро", "must be ASCII"), ("", "non-empty string"), (None, "non-empty string")])
+def test_an_extension_name_no_file_or_symbol_can_carry_is_refused_at_the_door(cache, name, says):
+    """load_inline, build_inline and torch's load(name=, sources=) refuse a name that would end in `File name too
+    long` or an unexplained link error, naming the fix, before anything is written or compiled."""
+    with pytest.raises(jitlab.ArgumentError, match=says):
+        jitlab.load_inline(name=name, cpp_sources="int seven() { return 7; }", functions="seven")
+    with pytest.raises(jitlab.ArgumentError, match=says):
+        torch_compat.build_inline(name, ["int seven() { return 7; }"], functions=["seven"])
+    if name is not None:  # load(sources=) without a name takes the first source's stem
+        with pytest.raises(jitlab.ArgumentError, match=says):
+            jitlab.load(name=name, sources=["nothing.cpp"])
+    assert not (cache / "inline").exists()

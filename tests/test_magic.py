@@ -58,6 +58,16 @@ def test_bad_magic_line_prints_help(ip, tmp_path, capsys):
     assert not (tmp_path / "kernels").exists()
 
 
+def test_a_name_too_long_for_a_file_is_refused_naming_the_limit(ip, tmp_path, capsys):
+    """A 300-character %%cpp or %%cuda name is refused naming the limit, nothing written (it was an OSError:
+    File name too long from inside the save)."""
+    for magic in ("cpp", "cuda"):
+        ip.run_cell_magic(magic, "k" * 300, "int seven() { return 7; }\n")
+        out = capsys.readouterr().out
+        assert "is 300 characters: use at most 100" in out and "Traceback" not in out
+    assert not (tmp_path / "kernels").exists() or not any((tmp_path / "kernels").iterdir())
+
+
 def test_cuda_cell_compile_only_without_gpu(ip, tmp_path, capsys):
     """On a machine without a GPU a CUDA cell can be compile-checked for named archs, and shows each
     kernel's registers and shared/local memory per arch."""

@@ -241,11 +241,11 @@ def torch_load_args(path, more: tuple, name, sources) -> tuple[object, str | Non
     """
     if sources is None and len(more) == 1 and isinstance(path, str) and not Path(path).exists() \
             and Path(path).suffix.lower() not in (*config.SOURCE_EXTS, *config.HEADER_EXTS):
-        return more[0], path
+        return more[0], snippets.check_extension_name(path, "load")
     if sources is not None:
         if path is not None:
             raise ArgumentError("load() takes a path or sources=, not both")
-        return sources, name
+        return sources, snippets.check_extension_name(name, "load") if name is not None else None
     if path is None:
         raise ArgumentError("load() needs what to build: a path (file, folder or list), or torch's sources=[...]")
     return ([path, *more] if more else path), name
@@ -342,6 +342,7 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
     """
     from jitlab.jit import loader  # lazy: the loader brings the launch machinery
 
+    snippets.check_extension_name(name, "load_inline")
     if sycl_sources:
         raise ArgumentError("load_inline(sycl_sources=...): jitlab builds C++ and CUDA, not SYCL; "
                             "use torch.utils.cpp_extension.load_inline for SYCL")
@@ -375,6 +376,7 @@ def build_inline(name, cpp_sources, cuda_sources=None, functions=None, *, compil
     """
     from jitlab.jit import builder
 
+    snippets.check_extension_name(name, "build_inline")
     flags = {k: torch_kwargs.pop(k, None) for k in ("extra_cflags", "extra_cuda_cflags", "extra_ldflags",
                                                     "extra_include_paths", "with_cuda")}
     base = Options(mode="torch", compile_only=compile_only, arch=[arch] if isinstance(arch, str) else arch)

@@ -36,9 +36,12 @@ def check_name(name: str) -> str:
     return name
 
 
-#: The longest snippet or extension name: it names files (the snippet, its history, its build's folder
-#: and module, with a key added), and a file name has at most 255 bytes.
-MAX_NAME = 100
+#: The longest snippet name: ``<name>.cpp`` is a file name, at most 255 bytes (the build's folders and
+#: module shorten it themselves).
+MAX_NAME = 250
+#: The longest extension name (``load_inline``'s ``name=``): its sources' folder and files, and the
+#: object-cache entries named after them with a key added, must each stay within 255 bytes.
+MAX_EXTENSION_NAME = 100
 
 
 def check_extension_name(name, call: str) -> str:
@@ -46,7 +49,7 @@ def check_extension_name(name, call: str) -> str:
 
     torch writes it into ``PyInit_<name>``; jitlab turns other ASCII punctuation into ``_`` as well, so
     ``"my-ext"`` builds, but a name outside ASCII (no C symbol or portable file name to make of it) or
-    longer than :data:`MAX_NAME` is refused here, naming the fix, not later as a link error or
+    longer than :data:`MAX_EXTENSION_NAME` is refused here, naming the fix, not later as a link error or
     ``File name too long``.
 
     Raises:
@@ -57,9 +60,9 @@ def check_extension_name(name, call: str) -> str:
     if not name.isascii():
         raise ArgumentError(f"{call}(name={name!r}): the name becomes file names and the module's C symbol, so it "
                             f"must be ASCII: use letters, digits and _, e.g. name='my_ext'")
-    if len(name) > MAX_NAME:
+    if len(name) > MAX_EXTENSION_NAME:
         raise ArgumentError(f"{call}(name={name[:24]!r}…) is {len(name)} characters: use at most "
-                            f"{MAX_NAME} (it names files, and a file name has a limit)")
+                            f"{MAX_EXTENSION_NAME} (it names files, and a file name has a limit)")
     return name
 
 

@@ -64,7 +64,7 @@ def test_a_name_too_long_for_a_file_is_refused_naming_the_limit(ip, tmp_path, ca
     for magic in ("cpp", "cuda"):
         ip.run_cell_magic(magic, "k" * 300, "int seven() { return 7; }\n")
         out = capsys.readouterr().out
-        assert "is 300 characters: use at most 100" in out and "Traceback" not in out
+        assert "is 300 characters: use at most 250" in out and "Traceback" not in out
     assert not (tmp_path / "kernels").exists() or not any((tmp_path / "kernels").iterdir())
 
 

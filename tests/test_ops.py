@@ -279,23 +279,11 @@ def test_other_host_functions_are_not_bound():
     assert [u.name for u in plan.units] == ["ops_helper.cpp", "jitlab_ops.cpp"]
 
 
-BUSY = """\
-#include <torch/extension.h>
+# SCALE with a slow kernel: calls are in flight when the reload comes.
+BUSY = SCALE.replace("NS", "jlt_busy").replace(
+    "  return x * a + OFFSET;",
+    "  volatile long spin = 0;\n  for (long i = 0; i < 200000; ++i) spin += i;\n  return x * a + OFFSET;")
 
-torch::Tensor scale_cpu(const torch::Tensor& x, double a) {
-  volatile long spin = 0;
-  for (long i = 0; i < 200000; ++i) spin += i;  // a slow kernel: calls are in flight when the reload comes
-  return x * a + OFFSET;
-}
-
-TORCH_LIBRARY(jlt_busy, m) {
-  m.def("scale(Tensor x, float a) -> Tensor");
-}
-
-TORCH_LIBRARY_IMPL(jlt_busy, CPU, m) {
-  m.impl("scale", &scale_cpu);
-}
-"""
 
 RELOAD_UNDER_LOAD = """\
 import sys, threading, time

@@ -705,3 +705,23 @@ def test_cpp_source_including_cuda_allocator_header_builds(cache, tmp_path):
                    "int zero() { return 0; }\n"
                    'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("zero", &zero); }\n')
     assert jitlab.load(name="contract_allocator", sources=str(src), with_cuda=True).zero() == 0
+
+
+@pytest.mark.gpu
+def test_a_library_handed_over_holds_its_kernels(cache, monkeypatch, tmp_path):
+    """build_directory's <name>.so and is_python_module=False's path are libraries with the kernels' SASS
+    inside (as torch's), not a host module whose kernels jitlab loads from a CUBIN."""
+    cuobjdump = shutil.which("cuobjdump")
+    assert cuobjdump, "cuobjdump (CUDA toolkit) is needed to read the binary"
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    arch = "sm_%d%d" % torch.cuda.get_device_capability()
+    m = jitlab.load_inline(name="contract_handed", cpp_sources=ADD_ONE_DECL, cuda_sources=ADD_ONE_CU,
+                           functions="add_one", build_directory=str(tmp_path))
+    x = torch.randn(100, device="cuda")
+    torch.testing.assert_close(m.add_one(x), x + 1)
+    path = jitlab.load_inline(name="contract_handed_lib", cpp_sources=ADD_ONE_DECL, cuda_sources=ADD_ONE_CU,
+                              functions="add_one", is_python_module=False)
+    for library in (tmp_path / "contract_handed.so", Path(path)):
+        assert library.suffix == ".so", library
+        listing = subprocess.run([cuobjdump, "--list-elf", str(library)], capture_output=True, text=True).stdout
+        assert arch in listing, f"{library}: {listing}"

@@ -27,6 +27,7 @@ import jitlab
 from jitlab.errors import ArgumentError, SnippetError
 from jitlab.judge import refs, tunestore
 from jitlab.judge.search import Search
+from jitlab.judge.timing import GPU_LOCK_ENV
 from jitlab.judge.space import Limits, Space, compile_prune_reason, kernel_hash, prune
 from jitlab.judge.tunereport import TuneReport, best_defines
 from jitlab.judge.tunestore import Record, Store
@@ -386,6 +387,52 @@ def test_a_pool_warms_its_workers_before_any_job():
                 assert w.proc is not None and w.proc.poll() is None
     finally:
         pool.close()
+
+
+def test_lanes_of_a_device_share_its_lock_file():
+    """Several worker processes per device: each slot has its own key, a device's lanes name one lock file,
+    another device another, and a single lane names none (nothing to share)."""
+    slots = local_slots(2, lanes=3)
+    assert [s.key for s in slots] == ["0", "0.1", "0.2", "1", "1.1", "1.2"]
+    locks = {name: {s.env[GPU_LOCK_ENV] for s in slots if s.name == name} for name in ("0", "1")}
+    assert all(len(paths) == 1 for paths in locks.values()) and locks["0"] != locks["1"]
+    assert all(GPU_LOCK_ENV not in s.env for s in local_slots(2))
+    pool = LocalPool(local_slots(1, timing=False, lanes=2))
+    try:
+        assert sorted(pool._workers) == ["0", "0.1"]
+    finally:
+        pool.close()
+
+
+def test_gpu_access_lets_checks_share_and_timing_wait(tmp_path, monkeypatch):
+    """Under one GPU lock, two checks hold it together, and a timing starts only once both have let go."""
+    import threading
+
+    from jitlab.judge.timing import gpu_access
+
+    monkeypatch.setenv(GPU_LOCK_ENV, str(tmp_path / "gpu.lock"))
+    release, held, timed = threading.Event(), threading.Barrier(3), threading.Event()
+
+    def check():
+        with gpu_access(exclusive=False):
+            held.wait(timeout=10)  # both checks inside at once, or this breaks
+            release.wait(timeout=10)
+
+    def time_it():
+        with gpu_access(exclusive=True):
+            timed.set()
+
+    checks = [threading.Thread(target=check) for _ in range(2)]
+    for t in checks:
+        t.start()
+    held.wait(timeout=10)
+    timer = threading.Thread(target=time_it)
+    timer.start()
+    assert not timed.wait(0.5), "the timing started while checks held the GPU"
+    release.set()
+    for t in [*checks, timer]:
+        t.join(timeout=10)
+    assert timed.is_set()
 
 
 def test_a_resumed_sweep_runs_only_the_points_its_store_lacks(blocked, tmp_path):

@@ -93,6 +93,7 @@ def _load_torch_style(path, more, name, sources, opts: Options, kw: dict):
     torch_compat.check_load_keywords(kw)
     opts = torch_compat.torch_options(kw.get("extra_cflags"), kw.get("extra_cuda_cflags"), kw.get("extra_ldflags"),
                                       kw.get("extra_include_paths"), opts, kw.get("with_cuda"))
+    opts = torch_compat.library_options(opts, kw.get("build_directory"), kw.get("is_python_module", True))
     mod = loader.load_or_rebuild(paths, opts)  # operators (TORCH_LIBRARY): the earlier build unloaded first
     if kw.get("verbose"):
         torch_compat.show_log(mod.build)

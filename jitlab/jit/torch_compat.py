@@ -264,6 +264,15 @@ def check_load_keywords(kwargs: dict) -> None:
     note_ignored("load", **{k: v for k, v in kwargs.items() if k in IGNORED})
 
 
+def library_options(opts: Options, build_directory, is_python_module: bool) -> Options:
+    """``opts`` for a call that hands over torch's library file (``build_directory``, ``is_python_module=False``):
+    it holds its kernels, as torch's does, for whoever loads or inspects it (``cuobjdump``, another process).
+    The torch-style NVRTC engine's module has none (the loader fills it from a CUBIN): the nvcc split builds it.
+    """
+    wants_file = bool(build_directory) or not is_python_module
+    return replace(opts, engine="nvcc") if wants_file and opts.engine == "auto" else opts
+
+
 def place_library(build_directory, name: str, artifact: Path) -> Path:
     """torch's ``build_directory``: the built library is also ``<build_directory>/<name>.so``, where torch's
     would be (jitlab builds in its cache; this is a copy, replaced all at once, for whoever looks there).
@@ -313,7 +322,7 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
     the name. Flag entries mean what they mean to torch (split as its shell would; see
     :func:`torch_options`), and ``TORCH_CUDA_ARCH_LIST`` chooses the architectures when set. The build
     lives in jitlab's cache; with ``build_directory`` the library is also put there as ``<name>.so``,
-    as torch's would be. ``keep_intermediates``, ``use_pch`` and the SYCL options are accepted and
+    as torch's would be, its kernels inside (:func:`library_options`). ``keep_intermediates``, ``use_pch`` and the SYCL options are accepted and
     have no effect (said once per process).
 
     Args:
@@ -348,8 +357,8 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
                             "use torch.utils.cpp_extension.load_inline for SYCL")
     note_ignored("load_inline", keep_intermediates=keep_intermediates,
                  use_pch=use_pch, with_sycl=with_sycl, extra_sycl_cflags=extra_sycl_cflags)
-    opts = torch_options(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths, Options(mode="torch"),
-                         with_cuda)
+    opts = library_options(torch_options(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths,
+                                         Options(mode="torch"), with_cuda), build_directory, is_python_module)
     where = origins.caller_file()
     with claimed(name, cpp_sources, cuda_sources, functions) as folder:
         snip = materialize(name, cpp_sources, cuda_sources, functions, with_pytorch_error_handling,

@@ -347,6 +347,9 @@ def grade(problem, solution, *, loader: str = "jitlab", device: str = "cuda", tr
             ``compile_ref``, on a GPU), each with :func:`jitlab.judge.timing.time_fn` (``rep_s`` each).
         imported: ``(module, builds)`` from :func:`import_solution` when the caller imported it already.
 
+    Where several worker processes share the GPU, the check shares it with theirs and the timing has it
+    alone (:func:`jitlab.judge.timing.gpu_access`).
+
     Raises:
         CompileError, Exception: What importing the solution or making ``ModelNew`` raises.
     """
@@ -355,8 +358,8 @@ def grade(problem, solution, *, loader: str = "jitlab", device: str = "cuda", tr
     if not hasattr(sol, "ModelNew"):
         raise ArgumentError(f"{solution}: defines no class ModelNew (KernelBench imports ModelNew from the solution)")
     set_seed(seed)
-    init = _on(prob.get_init_inputs(), device)
-    with torch.no_grad():
+    with timing.gpu_access(exclusive=False), torch.no_grad():
+        init = _on(prob.get_init_inputs(), device)
         set_seed(seed)
         model = prob.Model(*init).to(device)
         set_seed(seed)
@@ -374,8 +377,9 @@ def grade(problem, solution, *, loader: str = "jitlab", device: str = "cuda", tr
         verdict = checker.check(call(new), call(model), inputs, sizes=["get_inputs()"],
                                 seeds=trial_seeds(seed, trials), device=device, name="ModelNew",
                                 tolerance_override={"rtol": TOLERANCE, "atol": TOLERANCE})
-        graded = Graded(verdict, builds)
-        if verdict.passed and time_it:
+    graded = Graded(verdict, builds)
+    if verdict.passed and time_it:
+        with timing.gpu_access(exclusive=True), torch.no_grad():
             graded.data = _times(model, new, inputs(None, seed, device)["inputs"], device, compile_ref, rep_s)
     return graded
 

@@ -7,6 +7,8 @@ statistics come from ``time.perf_counter``.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import math
 import os
 import statistics
@@ -14,6 +16,33 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+
+#: The lock file of one GPU that several worker processes share (set in their environment by the pool).
+GPU_LOCK_ENV = "JITLAB_GPU_LOCK"
+
+
+@contextlib.contextmanager
+def gpu_access(exclusive: bool):
+    """Hold this process's GPU while a block runs, when several worker processes share it.
+
+    Their environment names one lock file per GPU (``JITLAB_GPU_LOCK``; none: nothing to share, nothing
+    held). Checks hold it shared and run side by side; timing holds it alone (``exclusive``), so no other
+    process's kernels run under a timed one. The GPU's queued work is finished before the lock is let go.
+    """
+    path = os.environ.get(GPU_LOCK_ENV)
+    if not path:
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            if torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+    finally:
+        os.close(fd)  # and with it the lock
 
 
 @dataclass

@@ -8,16 +8,18 @@ The batch, in order (the tuner's engine, :mod:`jitlab.worker.tune`, with a Kerne
    (:func:`jitlab.judge.kernelbench.compile_pair`), ``build_threads`` at a time, all started together
    (the first to need the precompiled torch headers makes them; device code compiles meanwhile); a
    compile error is that solution's grade, at its line.
-3. **Grade, one at a time per GPU, while the rest build.** What has been built is graded as a batch
-   while the builds go on; each built solution is a job for a warm worker process per device
-   (local, or Dask's as ``jitlab tune --cluster`` runs them): import it (its builds are cache hits), check
-   it on the problem's inputs, time it against ``Model`` eager and compiled. A crash or a hang costs that
-   worker, which is restarted for the next solution. Each grade is appended to the results file as it ends.
+3. **Grade while the rest build, timing one at a time per GPU.** What has been built is graded as a batch
+   while the builds go on; each built solution is a job for a warm worker process (local: up to
+   ``MAX_LANES`` per device, whose checks share it and whose timings take it in turn; or Dask's, one per
+   GPU, as ``jitlab tune --cluster`` runs them): import it (its builds are cache hits), check it on the
+   problem's inputs, time it against ``Model`` eager and compiled. A crash or a hang costs that worker,
+   which is restarted for the next solution. Each grade is appended to the results file as it ends.
 4. **Report**: a verdict line per solution and the counts (:class:`jitlab.judge.gradebook.Report`).
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -36,6 +38,9 @@ from jitlab.worker.tune import make_pool
 
 #: Seconds one solution's grading may take (torch.compile of a large Model takes tens of seconds).
 TIMEOUT = 300.0
+#: Worker processes per GPU: their checks share it, their timings take it in turn. One per 4 CPU cores, so a
+#: small machine's cores stay with the builds (each worker imports torch and holds a CUDA context).
+MAX_LANES = 4
 COMPILE_ONLY_ARCH = "sm_90"
 
 
@@ -70,7 +75,8 @@ def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster:
         raise ToolchainError("no CUDA GPU found: grading a KernelBench solution runs it; build them only with "
                              "--compile-only (jitlab check ... --compile-only), grade C++-only solutions of a CPU "
                              "problem with --device cpu, or pass --cluster tcp://... (workers with GPUs)")
-    pool = make_pool(cuda and not compile_only, gpus, None if compile_only else cluster)
+    lanes = max(1, min(MAX_LANES, len(os.sched_getaffinity(0)) // 4)) if cuda and not compile_only else 1
+    pool = make_pool(cuda and not compile_only, gpus, None if compile_only else cluster, lanes=lanes)
     if build_threads and hasattr(pool, "build_threads"):
         pool.build_threads = build_threads
     book = Gradebook(store)

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import os
 import queue
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from jitlab.judge.timing import GPU_LOCK_ENV
 from jitlab.worker import isolate, jobs
 from jitlab.worker.jobs import Job, Outcome
 from jitlab.worker.tunejob import device_identity
@@ -39,6 +42,7 @@ class Slot:
         arch: ``sm_XY``, or None for the CPU.
         host: The machine it is on.
         address: The Dask worker's address (Dask pools only).
+        lane: Which of the device's slots this is, when it has several (:func:`local_slots`'s ``lanes``).
     """
 
     name: str
@@ -47,9 +51,15 @@ class Slot:
     arch: str | None = None
     host: str = ""
     address: str = ""
+    lane: int = 0
+
+    @property
+    def key(self) -> str:
+        """The slot's own name: the device's, with the lane after a dot when it is not the first."""
+        return f"{self.name}.{self.lane}" if self.lane else self.name
 
 
-def local_slots(gpus, timing: bool = True) -> list[Slot]:
+def local_slots(gpus, timing: bool = True, lanes: int = 1) -> list[Slot]:
     """Slots for ``gpus``: a count (``2``: this process's visible devices 0 and 1) or device numbers
     (``"0,2"``, ``[0, 2]``), numbered as this process sees them (under ``CUDA_VISIBLE_DEVICES``).
 
@@ -57,6 +67,8 @@ def local_slots(gpus, timing: bool = True) -> list[Slot]:
         timing: The workers time kernels, so launches stay asynchronous (``CUDA_LAUNCH_BLOCKING=0``;
             a blocking launch would add its host-side latency to every timed kernel). Checks keep the
             isolated worker's ``CUDA_LAUNCH_BLOCKING=1``, which makes a fault name its launch.
+        lanes: Worker processes per device. More than one share the device through its lock file
+            (:func:`jitlab.judge.timing.gpu_access`): their checks run side by side, their timings one at a time.
     """
     if isinstance(gpus, int):
         names = [str(i) for i in range(gpus)]
@@ -69,8 +81,18 @@ def local_slots(gpus, timing: bool = True) -> list[Slot]:
     blocking = {"CUDA_LAUNCH_BLOCKING": "0"} if timing else {}
     visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     # Slot N is this process's visible device N: under CUDA_VISIBLE_DEVICES=2,3 slot 0 is device 2.
-    return [Slot(n, {"CUDA_VISIBLE_DEVICES": visible[int(n)] if visible and n.isdigit() and int(n) < len(visible)
-                     else n, **blocking}) for n in names]
+    slots = []
+    for n in names:
+        device = visible[int(n)] if visible and n.isdigit() and int(n) < len(visible) else n
+        shared = {GPU_LOCK_ENV: str(gpu_lock_path(device))} if lanes > 1 else {}
+        slots += [Slot(n, {"CUDA_VISIBLE_DEVICES": device, **blocking, **shared}, lane=k) for k in range(lanes)]
+    return slots
+
+
+def gpu_lock_path(device: str) -> Path:
+    """The lock file of this machine's GPU ``device`` (as ``CUDA_VISIBLE_DEVICES`` names it), one per user:
+    every pool of this user on the machine times on it one at a time."""
+    return Path(tempfile.gettempdir()) / f"jitlab-{os.getuid()}-gpu-{device}.lock"
 
 
 def identify(slot: Slot, cuda: bool, index: int) -> Slot:
@@ -99,7 +121,7 @@ class LocalPool:
     def __init__(self, slots: list[Slot], build_threads: int | None = None):
         self.slots = slots
         self.build_threads = build_threads or len(os.sched_getaffinity(0))
-        self._workers = {s.name: isolate.Worker(dict(s.env)) for s in slots}
+        self._workers = {s.key: isolate.Worker(dict(s.env)) for s in slots}
 
     def probe(self, cuda: bool) -> list[Slot]:
         """Each slot's device, asked in this process: no worker starts until a job needs it, so a rerun
@@ -147,13 +169,13 @@ class LocalPool:
                         job = mine.get_nowait()
                     except queue.Empty:
                         return
-                    answers.put((slot, job, run_guarded(self._workers[slot.name], job, timeout)))
+                    answers.put((slot, job, run_guarded(self._workers[slot.key], job, timeout)))
             except BaseException as e:  # a bug here, not a job's failure: raised in the caller's thread
                 answers.put(e)
             finally:
                 answers.put(None)
 
-        threads = [threading.Thread(target=feed, args=(s,), daemon=True, name=f"jitlab-slot-{s.name}") for s in busy]
+        threads = [threading.Thread(target=feed, args=(s,), daemon=True, name=f"jitlab-slot-{s.key}") for s in busy]
         for t in threads:
             t.start()
         left = len(threads)

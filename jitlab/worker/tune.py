@@ -78,9 +78,9 @@ def build_config(path: str, item: tuple[dict, str | None]) -> Built:
     return Built(b.resources, cached=b.cached)
 
 
-def make_pool(cuda: bool, gpus, cluster: str | None, timing: bool = True):
+def make_pool(cuda: bool, gpus, cluster: str | None, timing: bool = True, lanes: int = 1):
     """The pool a sweep (or a batch check: ``timing=False``) runs on: Dask for ``cluster`` (``"local"`` or
-    ``tcp://…``), else local worker processes.
+    ``tcp://…``), else local worker processes, ``lanes`` per device (:func:`jitlab.worker.pool.local_slots`).
 
     Raises:
         ToolchainError: A CUDA snippet, no ``gpus`` given, and no CUDA GPU here.
@@ -96,7 +96,7 @@ def make_pool(cuda: bool, gpus, cluster: str | None, timing: bool = True):
                                  "a GPU machine, or pass cluster='tcp://...' (a Dask scheduler whose workers have GPUs)")
     if cluster:
         return dask_pool().local(gpus, timing)
-    return LocalPool(local_slots(gpus, timing))
+    return LocalPool(local_slots(gpus, timing, lanes))
 
 
 def dask_pool():

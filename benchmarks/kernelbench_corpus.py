@@ -160,7 +160,8 @@ def summary(report: dict) -> dict:
     """What a check's report says of its time: the counts, and each solution's build and grading seconds."""
     return {"counts": report["counts"], "seconds": report["seconds"],
             "grades": {g["pair"]: {"category": g["category"], "build_s": g["build_s"], "grade_s": g["seconds"],
-                                   "time": g["time"]} for g in report.get("grades", [])}}
+                                   "time": g["time"], "error": "" if g["category"] == "pass" else g["message"][:2000]}
+                       for g in report.get("grades", [])}}
 
 
 def checks(sample: list, args, env: dict, out: dict) -> None:

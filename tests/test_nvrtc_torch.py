@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 STAND_IN = Path(__file__).parent / "fixtures" / "slots"
 FEATURES = Path(__file__).parent / "fixtures" / "split" / "features.cu"
 TORCH_STYLE = ["kernels/square_matrix.cu", "kernels/custom_operation.cu", "kernels/exercises/vadd_checks.cu",
-               "kernels/exercises/solutions/vadd_checks.cu", "kernels/vector_add", "tests/fixtures/split/features.cu"]
+               "kernels/exercises/solutions/vadd_checks.cu", "kernels/vector_add", "tests/fixtures/split/features.cu",
+               "tests/fixtures/split/extern_c.cu"]
 ARCH = "sm_90"
 
 
@@ -204,6 +205,17 @@ def test_the_module_defines_the_kernel_symbols_inside_and_exports_the_setter(use
                    for s in undefined)
     local = subprocess.run(["nm", str(so)], capture_output=True, text=True, check=True).stdout
     assert " t _Z13square_kernelPfi" in local and " t __wrap_cudaLaunchKernel" in local
+
+
+@pytest.mark.slow
+def test_an_extern_c_kernel_is_a_slot_defined_inside_the_module(use_shared_cache):
+    """A kernel with C linkage (its symbol is its plain name) gets a slot, and the module leaves no symbol of
+    it for the dynamic loader to find (an undefined one fails the import)."""
+    b = jitlab.build(STAND_IN.parent / "split" / "extern_c.cu", compile_only=True, arch=ARCH, engine="nvrtc")
+    assert [(name, expression) for name, expression, _ in b.manifest.slots] == [("shift_kernel", "shift_kernel")]
+    dynamic = subprocess.run(["nm", "-D", str(jitlab.config.cache_dir() / b.manifest.library)],
+                             capture_output=True, text=True, check=True).stdout
+    assert "shift_kernel" not in dynamic, dynamic
 
 
 @pytest.mark.slow

@@ -161,3 +161,11 @@ def test_nvcc_only_flag_falls_back_to_nvcc_and_runs(fresh):
     assert any("nvcc-only flag -G" in n for n in m.build.notes)
     x = torch.randn(64, device="cuda")
     torch.testing.assert_close(m.times4(x), x * 4)
+
+
+def test_an_extern_c_kernel_runs_through_its_slot(fresh):
+    """A kernel with C linkage, launched from torch-style host code: NVRTC builds it and the result is right."""
+    m = jitlab.load(_copy(FEATURES.parent / "extern_c.cu", fresh / "extern_c.cu"))
+    assert m.build.engine == "nvrtc-torch"
+    x = torch.randn(1000, device="cuda")
+    torch.testing.assert_close(m.shift(x, 1.5), x + 1.5)

@@ -110,6 +110,8 @@ def find(undefined: list[str], kernels: set[str], variables: set[str]) -> tuple[
             qual = head.removeprefix("void ").strip() if "<" in head else head
             if qual.split("<")[0] in kernels and "(anonymous namespace)" not in qual:
                 slots.append(Slot(symbol, qual, qual, True))
+        elif name in kernels:  # an extern "C" kernel: its symbol is its plain name, and so is its expression
+            slots.append(Slot(symbol, name, name, True))
         elif name.split("::")[-1] in variables:
             slots.append(Slot(symbol, name, "&" + name, False))
     return slots, wrapped

@@ -183,6 +183,42 @@ def test_a_stale_answer_in_the_pipe_is_skipped_by_its_job_id(worker):
     assert out.category == jobs.CRASH, out
 
 
+TORCH_STYLE_CPP = """
+    #include <torch/extension.h>
+    torch::Tensor plus_one(torch::Tensor x) { return x + 1; }
+"""
+
+
+def _processes_naming(text: str) -> list[str]:
+    """The command lines of this machine's processes that contain ``text``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with suppress(OSError):
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if text in line:
+                found.append(line)
+    return found
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_torch_style_build_ends_its_compilers_at_once(cache, write):
+    """Ctrl-C while a torch-style build's compilers run (each blocked reading a FIFO through -include): the
+    build raises KeyboardInterrupt within 2 s, no compiler is left running, and no entry is published."""
+    jitlab.build(write("warm_sets.cpp", TORCH_STYLE_CPP))  # the header sets made, so the compile starts at once
+    stall = cache / "stall.fifo"
+    os.mkfifo(stall)  # a compiler reading it waits until it is killed
+    path = write("stalled_build.cpp", TORCH_STYLE_CPP)
+    with pytest.raises(KeyboardInterrupt), ctrl_c_after(2.0):
+        t0 = time.monotonic()
+        jitlab.build(path, cflags=["-include", str(stall)])
+    assert time.monotonic() - t0 < 2.0 + 2.0, "the interrupt waited for the compilers"
+    deadline = time.monotonic() + 5  # killed at once; the kernel reaps them in microseconds
+    while _processes_naming(str(stall)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _processes_naming(str(stall))
+    assert not [m for m in cache.rglob(jcache.MANIFEST) if "stalled_build" in str(m)]
+
+
 # ---- 2. Threads loading at once --------------------------------------------------------------------
 def test_threads_building_and_printing_at_once_leave_fds_1_and_2_intact(cache, write, capfd):
     """Three threads build and call printing snippets together: all work, and stdout/stderr survive."""

@@ -14,6 +14,7 @@ import subprocess
 
 from jitlab import config
 from jitlab.errors import ToolchainError
+from jitlab.jit import processes
 
 #: What nvcc's shell reads as code inside its double quotes.
 NVCC_SHELL_CODE = "`"
@@ -21,8 +22,8 @@ _INCLUDE = ("-I", "--include-path=")
 
 
 def run_nvcc(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    """``subprocess.run(cmd, ...)`` for an nvcc command, with nothing on nvcc's own command lines that its
-    shell would run.
+    """``subprocess.run(cmd, ...)`` for an nvcc command (through :func:`jitlab.jit.processes.run`), with
+    nothing on nvcc's own command lines that its shell would run.
 
     An include folder (``-I``) whose path holds a backtick reaches the host preprocessor through ``CPATH``
     instead (searched as ``-I`` is, after the others, read from the environment and never from a command
@@ -46,7 +47,7 @@ def run_nvcc(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
     env = dict(kwargs.pop("env", None) or os.environ)
     if moved:
         env["CPATH"] = os.pathsep.join([*moved, *filter(None, [env.get("CPATH")])])
-    return subprocess.run(args, env=env, **kwargs)
+    return processes.run(args, env=env, **kwargs)
 
 
 def nvcc_shell_code_error(arg: str) -> ToolchainError:

@@ -22,13 +22,12 @@ import concurrent.futures
 import os
 import re
 import shlex
-import subprocess
 import time
 from pathlib import Path
 
 from jitlab import config, progress
 from jitlab.errors import SnippetError
-from jitlab.jit import cache, deps, diagnostics, header_sets, nvcc_shell, toolchain
+from jitlab.jit import cache, deps, diagnostics, header_sets, nvcc_shell, processes, toolchain
 from jitlab.jit.engines import linker, pch, torch_headers
 from jitlab.jit.flags import Options, object_flags
 from jitlab.jit.parse import line_directive
@@ -60,16 +59,21 @@ def compile_all(units: list[Unit], flags: Flags, stem: str, sources: dict[str, s
     workers = max(2, min(8, os.cpu_count() or 2))
     cuda = any(u.compiler == "nvcc" for u in units) if cuda is None else cuda
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        # Longest first: with fewer workers than units (2 cores: 2), a short unit never delays the long
-        # one. progress.submit: each thread names its unit in the build's live line.
-        futures = {progress.submit(pool, _compile, u, flags, stem, None) if u.compiler == "nvcc"
-                   else progress.submit(pool, _compile_host, u, flags, stem, cuda): u for u in first}
-        _collect(futures, done, sources)
-        if later:
-            wanted = [s for o in done.values() if o.unit.compiler == "cxx" for s in o.undefined]
-            futures = {progress.submit(pool, _compile, u, flags, stem, None, instantiations(u.templates, wanted)): u
-                       for u in later}
+        try:
+            # Longest first: with fewer workers than units (2 cores: 2), a short unit never delays the long
+            # one. progress.submit: each thread names its unit in the build's live line.
+            futures = {progress.submit(pool, _compile, u, flags, stem, None) if u.compiler == "nvcc"
+                       else progress.submit(pool, _compile_host, u, flags, stem, cuda): u for u in first}
             _collect(futures, done, sources)
+            if later:
+                wanted = [s for o in done.values() if o.unit.compiler == "cxx" for s in o.undefined]
+                futures = {progress.submit(pool, _compile, u, flags, stem, None, instantiations(u.templates, wanted)): u
+                           for u in later}
+                _collect(futures, done, sources)
+        except KeyboardInterrupt:  # Ctrl-C: the running compilers end now, not when they are done
+            pool.shutdown(wait=False, cancel_futures=True)
+            processes.end_all()
+            raise
     return [done[u.name] for u in units]
 
 
@@ -207,7 +211,7 @@ def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, hea
         include = ["-include", str(header), "-Winvalid-pch"] if header and unit.torch else []
         cmd = [toolchain.require_tool(toolchain.cxx_path(), "c++"), "-x", "c++", "-c", str(src), "-o", str(obj),
                *include, *cmd_flags, "-MD", "-MF", str(depfile)]
-    run = nvcc_shell.run_nvcc if unit.compiler == "nvcc" else subprocess.run  # nvcc's steps go through a shell
+    run = nvcc_shell.run_nvcc if unit.compiler == "nvcc" else processes.run  # nvcc's steps go through a shell
     proc = run(cmd, capture_output=True, text=True, cwd=folder)
     log = shlex.join(cmd) + "\n" + proc.stdout + proc.stderr  # the command as a shell would take it back
     (folder / "build.log").write_text(log)

@@ -31,7 +31,7 @@ from typing import Callable, NamedTuple, Protocol
 
 from jitlab import config, progress
 from jitlab.errors import ToolchainError
-from jitlab.jit import cache, toolchain
+from jitlab.jit import cache, processes, toolchain
 from jitlab.jit.header_sets import HEADERS, LARGER, NO_CUDA, pch_text
 from jitlab.jit.plan import Manifest
 
@@ -313,11 +313,12 @@ _preparing: dict[str, float] = {}
 
 def _run(cmd: list[str], folder: Path, what: str) -> str:
     """Run the host compiler for a set; its command and output go to the entry's build.log."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     if _background.get():
         _compilers.add(proc)
     try:
-        out, err = proc.communicate()
+        with processes.ended_on_interrupt(proc):  # Ctrl-C: the compiler ends too (its entry is made again)
+            out, err = proc.communicate()
     finally:
         _compilers.discard(proc)
     (folder / "build.log").write_text(" ".join(cmd) + "\n" + err)

@@ -8,8 +8,8 @@ What it measures (median of ``--repeat`` runs, each result checked before its ti
 * a 16x16-tiled matmul at n = 128, 256, 512 (n/16 tiles, 2 ``__syncthreads`` each, per thread); the
   target is 0.3 s at 512 (2^18 threads x 64 barrier phases = 16.8 M fiber switches; 2 x 512^3 = 268 M
   shared-memory loads)
-* the same tree sum under ``emulator_run.checking()`` (what ``jitlab.check`` runs: two thread orders,
-  guarded tensor copies)
+* the same tree sum under ``emulator_run.checking()`` (what ``jitlab.check`` runs: the race detector on
+  every shared-memory and output access)
 * builds in a fresh cache: the runtime object (once per toolchain), then one exercise's starting code
   (``vadd_bounds``, the target is 2 s) and its edit (a changed constant: a new build, runtime cached)
 
@@ -113,7 +113,7 @@ def launches(repeat: int) -> list[tuple[str, float]]:
                                                                          repeat)),
             ("shuffle sum, 2^20 threads, 5 __shfl_down_sync", median_seconds(summed(k.shuffle_sum),
                                                                              lambda: out.item() == n, repeat)),
-            ("tree sum under checking() (2 orders, guarded copies)", median_seconds(checked, lambda: out.item() == n,
+            ("tree sum under checking() (race detector)", median_seconds(checked, lambda: out.item() == n,
                                                                                     repeat))]
     for m in (128, 256, 512):
         x, y, z = torch.randn(m, m), torch.randn(m, m), torch.zeros(m, m)

@@ -154,7 +154,8 @@ def at_lines(text: str, fn: Function, lib) -> str:
 
 def source_lines(library: str, offsets: list[int]) -> dict[int, str]:
     """``file:line`` of each code offset in ``library``: the innermost frame in the user's code (an inlined
-    header function's caller), from one addr2line call; ``{}`` without addr2line."""
+    header function's caller; never the emulator's files or the system's headers), from one addr2line call;
+    ``{}`` without addr2line."""
     tool = shutil.which("addr2line")
     if tool is None or not offsets or not os.path.isfile(library):
         return {}
@@ -169,7 +170,7 @@ def source_lines(library: str, offsets: list[int]) -> dict[int, str]:
         where = re.sub(r" \(discriminator \d+\)$", "", line.strip())
         if current is None or current in found or where.startswith("??") or where.endswith((":0", ":?")):
             continue
-        if not where.startswith(_SIMT):
+        if not where.startswith((_SIMT, "/usr/")):  # the emulator's code and the C++ library are never the user's
             found[current] = where
     return found
 

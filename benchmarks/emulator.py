@@ -5,8 +5,11 @@ What it measures (median of ``--repeat`` runs, each result checked before its ti
 * launches of 2^20 threads (4096 blocks x 256): a vector add (no barrier), the lessons'
   shared-memory tree sum (9 ``__syncthreads`` and an ``atomicAdd`` per block) and a warp-shuffle sum
   (5 ``__shfl_down_sync`` per thread, an ``atomicAdd`` per warp); the target is 1 s with barriers
-* the same tree sum under ``emulator_run.checking()`` (what ``jitlab.check`` runs: two thread orders,
-  guarded tensor copies)
+* a 16x16-tiled matmul at n = 128, 256, 512 (n/16 tiles, 2 ``__syncthreads`` each, per thread); the
+  target is 0.3 s at 512 (2^18 threads x 64 barrier phases = 16.8 M fiber switches; 2 x 512^3 = 268 M
+  shared-memory loads)
+* the same tree sum under ``emulator_run.checking()`` (what ``jitlab.check`` runs: the race detector on
+  every shared-memory and output access)
 * builds in a fresh cache: the runtime object (once per toolchain), then one exercise's starting code
   (``vadd_bounds``, the target is 2 s) and its edit (a changed constant: a new build, runtime cached)
 
@@ -50,6 +53,21 @@ __global__ void shuffle_sum(float* out, const float* x, int n) {
     float v = i < n ? x[i] : 0.0f;
     for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffff, v, o);
     if ((threadIdx.x & 31) == 0) atomicAdd(out, v);
+}
+#define TILE 16
+__global__ void matmul_tiled(float* c, const float* a, const float* b, int n) {
+    __shared__ float as[TILE][TILE], bs[TILE][TILE];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int row = blockIdx.y * TILE + ty, col = blockIdx.x * TILE + tx;
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < n; k0 += TILE) {
+        as[ty][tx] = a[row * n + k0 + tx];
+        bs[ty][tx] = b[(k0 + ty) * n + col];
+        __syncthreads();
+        for (int k = 0; k < TILE; ++k) acc += as[ty][k] * bs[k][tx];
+        __syncthreads();
+    }
+    c[row * n + col] = acc;
 }
 """
 
@@ -95,8 +113,14 @@ def launches(repeat: int) -> list[tuple[str, float]]:
                                                                          repeat)),
             ("shuffle sum, 2^20 threads, 5 __shfl_down_sync", median_seconds(summed(k.shuffle_sum),
                                                                              lambda: out.item() == n, repeat)),
-            ("tree sum under checking() (2 orders, guarded copies)", median_seconds(checked, lambda: out.item() == n,
+            ("tree sum under checking() (race detector)", median_seconds(checked, lambda: out.item() == n,
                                                                                     repeat))]
+    for m in (128, 256, 512):
+        x, y, z = torch.randn(m, m), torch.randn(m, m), torch.zeros(m, m)
+        want = x @ y
+        rows.append((f"tiled matmul {m}x{m} (16x16 tiles, {2 * m // 16} __syncthreads)",
+                     median_seconds(lambda: k.matmul_tiled(z, x, y, m, grid=(m // 16, m // 16), block=(16, 16)),
+                                    lambda: bool(torch.allclose(z, want, rtol=1e-3, atol=1e-3)), repeat)))
     return rows
 
 

@@ -328,7 +328,7 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--gpus", type=int, help="check as a batch, one worker per GPU on N GPUs (CUDA_VISIBLE_DEVICES "
                                             "picks which); for C++ snippets N CPU workers")
     k.add_argument("--cluster", help="check as a batch on Dask: 'local', or a scheduler's tcp://host:port")
-    k.add_argument("--device", choices=["cpu"], help="cpu: a kernel-only .cu on the CPU emulator (two thread orders, "
+    k.add_argument("--device", choices=["cpu"], help="cpu: a kernel-only .cu on the CPU emulator (races and bounds checked, "
                                                      "untimed); KernelBench pairs: grade a CPU problem's C++ solutions")
     kb = k.add_argument_group("KernelBench pairs (problem.py + solutions, or folders of pair folders)")
     kb.add_argument("--problem", help="the problem file (class Model, get_inputs) every solution given answers")

@@ -79,6 +79,30 @@ def lock_timeout() -> float:
                          f"JITLAB_LOCK_TIMEOUT=600 (or inf to wait for ever)") from None
 
 
+#: Seconds one CPU-emulator launch may run before it stops at the line it was on, unless
+#: ``$JITLAB_EMULATOR_TIMEOUT`` says otherwise (``0``: no limit).
+DEFAULT_EMULATOR_TIMEOUT = 60.0
+
+
+def emulator_timeout() -> float:
+    """How long one CPU-emulator launch may run: ``$JITLAB_EMULATOR_TIMEOUT`` seconds (0: no limit), default
+    :data:`DEFAULT_EMULATOR_TIMEOUT`.
+
+    Raises:
+        LaunchError: The variable is not a number.
+    """
+    raw = getenv("JITLAB_EMULATOR_TIMEOUT")
+    if not raw.strip():
+        return DEFAULT_EMULATOR_TIMEOUT
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        from jitlab.errors import LaunchError
+
+        raise LaunchError(f"JITLAB_EMULATOR_TIMEOUT={raw!r} is not a number of seconds; set it to one, e.g. "
+                          f"JITLAB_EMULATOR_TIMEOUT=60 (0 for no limit)") from None
+
+
 def prepare_headers() -> bool:
     """Whether a notebook that loads jitlab starts precompiling torch's headers in the background
     (:mod:`jitlab.jit.prepare`): yes unless ``JITLAB_PREPARE_HEADERS=0`` (or ``off``, ``no``, ``false``)."""

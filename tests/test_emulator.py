@@ -31,7 +31,7 @@ PLANTED = Path(__file__).parent / "fixtures" / "planted" / "hello_threads.cu"
 def folder(tmp_path_factory) -> Path:
     """The fixtures, copied once for the module (the diagnostics name this copy's path)."""
     dst = tmp_path_factory.mktemp("emulator")
-    for p in FIXTURES.iterdir():
+    for p in FIXTURES.glob("*.cu"):
         shutil.copy(p, dst / p.name)
     return dst
 
@@ -152,8 +152,8 @@ def test_printf_reaches_stdout(k, capfd):
     assert "hello from thread 0 of block 0" in out and "hello from thread 1 of block 0" in out
 
 
-def test_printf_is_silent_in_the_checks_second_run(k, capfd):
-    """Under checking() a launch with an output runs twice, and its printf output is printed once."""
+def test_printf_prints_once_under_checking(k, capfd):
+    """Under checking() a launch runs once (device state carries over as on a GPU): its printf output appears once."""
     with emulator_run.checking():
         k.hello(torch.zeros(32, dtype=torch.int32), 1, grid=1, block=32)
     assert capfd.readouterr().out.count("hello from thread 0 of block 0") == 1
@@ -242,29 +242,33 @@ def test_a_failed_assert_stops_the_kernel_at_its_line(bad, folder):
         bad.asserts(x, grid=1, block=64)
 
 
-def test_a_missing_barrier_is_found_by_the_second_thread_order(bad):
-    """With checking, a launch whose result depends on the threads' order raises naming the output."""
+def test_a_missing_barrier_is_a_race_naming_both_lines_and_the_barriers_place(bad, folder):
+    """With checking, a read of what another thread stores in the same barrier interval names both accesses."""
     x = torch.rand(4 * 64)
     out = torch.zeros(4)
     bad.missing_barrier(out, x, grid=4, block=64)  # unchecked: runs, silently wrong
-    with emulator_run.checking(), pytest.raises(LaunchError, match="a race .*`out` comes out different"):
+    with emulator_run.checking(), pytest.raises(LaunchError, match=(
+            rf"a race on `s` element 32: thread \(32, 0, 0\) of block \(0, 0, 0\) writes it at {_at(folder, 46)}, "
+            rf"and thread \(0, 0, 0\) of block \(0, 0, 0\) read it at {_at(folder, 47)}, with nothing between them: "
+            rf"a __syncthreads\(\) belongs between the write at {_at(folder, 46)} and the read at {_at(folder, 47)}")):
         bad.missing_barrier(out, x, grid=4, block=64)
 
 
-def test_an_access_past_a_tensors_end_names_the_tensor_index_and_line(bad, folder):
-    """Within checking(), each tensor ends at an unmapped page: a write past it names `y[1000]` and the line."""
+@pytest.mark.parametrize("checked", [True, False], ids=["checked", "plain"])
+def test_an_access_past_a_tensors_end_names_the_tensor_index_and_line(bad, folder, checked):
+    """Checked or not, a read past a tensor is stopped before it happens, naming `x[1000]` and the line."""
     x, y = torch.ones(1000), torch.zeros(1000)
-    with emulator_run.checking(), pytest.raises(LaunchError, match=rf"out-of-bounds access at {_at(folder, 59)} "
-                                                             rf"\(thread \(232, 0, 0\) of block \(3, 0, 0\)\): "
-                                                             rf"`x\[1000\]`, but `x` has 1000 elements"):
+    with emulator_run.checking(checked), pytest.raises(LaunchError, match=(
+            rf"out-of-bounds read at {_at(folder, 59)} \(thread \(232, 0, 0\) of block \(3, 0, 0\)\): "
+            rf"`x\[1000\]`, but `x` has 1000 elements")):
         bad.no_bounds_check(y, x, 1000, grid=4, block=256)
 
 
 def test_a_lost_update_between_blocks_is_a_race_at_its_line(bad, folder):
     """`out[0] += v` from every block (no atomic): checking() names the element, both threads and the line."""
-    with emulator_run.checking(), pytest.raises(LaunchError, match=rf"a race at {_at(folder, 65)}: thread \(0, 0, 0\) "
-                                                                 rf"of block \(1, 0, 0\) reads `out\[0\]`, which "
-                                                                 rf"thread \(0, 0, 0\) of block \(0, 0, 0\) wrote"):
+    with emulator_run.checking(), pytest.raises(LaunchError, match=(
+            rf"a race on `out\[0\]`: thread \(0, 0, 0\) of block \(1, 0, 0\) reads it at {_at(folder, 65)}, and "
+            rf"thread \(0, 0, 0\) of block \(0, 0, 0\) wrote it at {_at(folder, 65)}")):
         bad.lost_update(torch.zeros(1), torch.ones(512), grid=2, block=256)
 
 
@@ -470,7 +474,7 @@ def _shipped():
 @pytest.mark.parametrize("kernel", _shipped())
 def test_every_shipped_kernel_agrees_with_its_reference(kernel, use_shared_cache):
     """Each kernel-only snippet in kernels/ and all its versions agree with torch on the emulator, each launch
-    run in two thread orders (a race fails it)."""
+    run under the race detector (a race fails it)."""
     verdicts = _verdicts(kernel.path, kernel.ref, kernel.name, MAX_SIZE.get(kernel.name, 1 << 17))
     assert verdicts and all(v.passed for v in verdicts), "\n".join(map(str, verdicts))
 

@@ -1,10 +1,10 @@
-"""Running kernels on the CPU emulator: bad addresses named, and the checked mode (jitlab.check's).
+"""Running kernels on the CPU emulator: every access checked, the checked mode (jitlab.check's), lines named.
 
-Every emulated kernel's typed call goes through :func:`wrap_kernel`. A bad address the runtime caught
-(SIGSEGV in a GPU thread's fiber) is raised as a :class:`jitlab.LaunchError` naming the line. Within
-:func:`checking` a launch runs twice, its threads in two orders (a race fails it), on copies of its
-tensors whose last byte abuts an unmapped page (an access past the end names the tensor and index);
-the first run also has the runtime watch the outputs for lost updates (``runtime.cpp``'s race detector).
+Every emulated kernel's typed call goes through :func:`wrap_kernel`. It tells the runtime the launch's
+tensors (so an access past one is stopped before it happens and named: ``x[10]``, ``x[-1]``), the time
+limit (``$JITLAB_EMULATOR_TIMEOUT``) and, within :func:`checking`, to run the race detector
+(``simt/memory_checks.inc``). What the runtime reports carries code offsets, ``@[+0x1234]``; they are
+turned into the user's ``file:line`` here (addr2line over the build's line tables).
 """
 
 from __future__ import annotations
@@ -17,28 +17,32 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import torch
 
+from jitlab import config
 from jitlab.errors import LaunchError
 from jitlab.jit.launch import py_names
 from jitlab.jit.parse import Function
 
 _checking = [False]
+#: The emulator's own headers: a line in them is never the user's (an inlined atomicAdd's caller is).
+_SIMT = str(Path(__file__).parent / "engines" / "simt")
+#: A code place in a runtime report: one offset, or candidates of which the first in the user's code counts.
+_CODE = re.compile(r"@\[\+0x([0-9a-f]+(?:\|\+0x[0-9a-f]+)*)\]")
+_U64S = ctypes.POINTER(ctypes.c_uint64)
 
 
 @contextlib.contextmanager
 def checking(on: bool = True):
-    """Within this block every emulated launch is checked: run twice, and on guarded copies of its tensors.
+    """Within this block every emulated launch is checked: each shared-memory and output access recorded.
 
-    The first run starts each block's threads in order, the second in reverse (blocks too), from the
-    same inputs. A kernel whose result depends on that order reads what another thread writes
-    without a barrier between: the launch raises :class:`jitlab.LaunchError` naming the output and
-    the first element that differs (floats compared with a tolerance: atomics add in another order).
-    Each tensor runs from a copy whose last byte abuts an unmapped page, so an access past its end
-    raises naming the tensor, the index and the line; in the first run each plain access to an output
-    is compared with the element's last write and read, so a lost update (``out[0] += v`` from two
-    blocks) raises naming the element, both threads and the line. The outputs are the first run's.
+    Two accesses by different threads to one place, one a write, with no ``__syncthreads()`` (or, within
+    a warp, ``__syncwarp()``) between them raise :class:`jitlab.LaunchError` naming both threads, both
+    lines and where the barrier belongs; so do two blocks updating one output element without an atomic,
+    and a read of shared memory no thread of the block wrote. Each launch runs once, so ``__device__``
+    state carries from launch to launch as on a GPU. Bounds are checked in every run, checked or not.
     """
     before = _checking[0]
     _checking[0] = on
@@ -48,184 +52,129 @@ def checking(on: bool = True):
         _checking[0] = before
 
 
-def configure(lib, workers: int = 0, reverse: bool = False, quiet: bool = False) -> None:
-    """Set how the emulator in ``lib`` runs the next launches (``workers=0``: one per CPU this process may use)."""
-    lib.jitlab_simt_configure(workers, int(reverse), int(quiet))
+def configure(lib, workers: int = 0, check: bool = False, quiet: bool = False, timeout: float | None = None) -> None:
+    """Set how the emulator in ``lib`` runs the next launches (``workers=0``: one per CPU this process may use;
+    ``timeout``: seconds, default ``$JITLAB_EMULATOR_TIMEOUT``)."""
+    _prepare(lib)
+    lib.jitlab_simt_configure(workers, int(check), int(quiet),
+                              config.emulator_timeout() if timeout is None else float(timeout))
 
 
 def wrap_kernel(call, fn: Function, lib):
-    """``call`` (a kernel's typed wrapper) with bad addresses named, checked within :func:`checking`."""
+    """``call`` (a kernel's typed wrapper) with its tensors bounds-checked, races looked for within
+    :func:`checking`, and the runtime's reports at the user's lines."""
     names = py_names(fn.params)
     pointers = [i for i, p in enumerate(fn.params) if p.pointer]
     signature = inspect.signature(call)
 
     @functools.wraps(call)
     def run(*args, **kwargs):
-        if not _checking[0]:
-            return _launch(call, fn, names, args, kwargs, {})
         bound = signature.bind(*args, **kwargs)
-        guards: dict[int, _Guarded] = {}
+        tensors = [(fn.params[i], bound.arguments.get(names[i])) for i in pointers]
+        tell_regions(lib, [(p.name, t, not p.const) for p, t in tensors
+                           if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.numel()])
+        configure(lib, check=_checking[0])
         try:
-            for i in pointers:
-                t = bound.arguments.get(names[i])
-                if _is_tensor(t) and t.is_contiguous() and t.numel() and t.device.type == "cpu":
-                    guards[i] = _Guarded(t)
-                    bound.arguments[names[i]] = guards[i].tensor
-            outs = {i: g for i, g in guards.items() if not fn.params[i].const}
-            start = {i: g.tensor.clone() for i, g in outs.items()}
-            for g in outs.values():  # the first run also looks for lost updates on the outputs
-                lib.jitlab_simt_watch(ctypes.c_void_p(g.start), g.tensor.numel() * g.tensor.element_size(),
-                                      g.tensor.element_size())
-            try:
-                result = _launch(call, fn, names, bound.args, bound.kwargs, guards)
-            finally:
-                lib.jitlab_simt_unwatch()
-            first = {i: g.tensor.clone() for i, g in outs.items()}
-            if outs:
-                _second_order(call, fn, names, bound, guards, outs, start, first, lib)
-            for i, g in outs.items():
-                g.original.copy_(first[i])
-            return result
+            return call(*args, **kwargs)
+        except LaunchError as e:
+            raise LaunchError(at_lines(str(e), fn, lib)) from None
         finally:
-            for g in guards.values():
-                g.free()
+            tell_regions(lib, [])
 
     return run
 
 
-def _second_order(call, fn, names, bound, guards, outs, start, first, lib) -> None:
-    """Run the launch again from ``start`` with the threads in reverse; raise if an output differs."""
-    for i, g in outs.items():
-        g.tensor.copy_(start[i])
-    configure(lib, reverse=True, quiet=True)
-    try:
-        _launch(call, fn, names, bound.args, bound.kwargs, guards)
-    finally:
-        configure(lib)
-    for i, g in outs.items():
-        problem = _differs(first[i], g.tensor)
-        if problem:
-            raise LaunchError(f"{fn.name}: a race ({fn.path}:{fn.line}): `{fn.params[i].name}` comes out different "
-                              f"when the threads run in another order ({problem}); a thread reads what another "
-                              f"writes without a __syncthreads() (or __syncwarp()) between them, or two threads "
-                              f"write one element")
+def tell_regions(lib, tensors: list) -> None:
+    """Tell the runtime the next launch's tensors: ``(name, tensor, writable)`` each."""
+    _prepare(lib)
+    n = len(tensors)
+    starts = (ctypes.c_uint64 * max(n, 1))(*[t.data_ptr() for _, t, _ in tensors])
+    sizes = (ctypes.c_uint64 * max(n, 1))(*[t.numel() * t.element_size() for _, t, _ in tensors])
+    items = (ctypes.c_uint64 * max(n, 1))(*[t.element_size() for _, t, _ in tensors])
+    writable = (ctypes.c_int * max(n, 1))(*[int(w) for _, _, w in tensors])
+    lib.jitlab_simt_regions(n, starts, sizes, items, writable, "\n".join(name for name, _, _ in tensors).encode())
 
 
-def _is_tensor(value) -> bool:
-    return isinstance(value, torch.Tensor)
+def _prepare(lib) -> None:
+    """Declare the runtime's C entry points (a 2^31-element tensor's size is no C ``int``) and tell it the
+    snippet's ``__shared__`` arrays, once per library."""
+    if getattr(lib, "_jitlab_prepared", False):
+        return
+    lib.jitlab_simt_configure.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_double]
+    lib.jitlab_simt_configure.restype = None
+    lib.jitlab_simt_regions.argtypes = [ctypes.c_int, _U64S, _U64S, _U64S, ctypes.POINTER(ctypes.c_int), ctypes.c_char_p]
+    lib.jitlab_simt_regions.restype = None
+    lib.jitlab_simt_shared_symbols.argtypes = [ctypes.c_int, _U64S, _U64S, ctypes.c_char_p]
+    lib.jitlab_simt_shared_symbols.restype = None
+    arrays = shared_arrays(lib._name)
+    n = len(arrays)
+    lib.jitlab_simt_shared_symbols(n, (ctypes.c_uint64 * max(n, 1))(*[a[1] for a in arrays]),
+                                   (ctypes.c_uint64 * max(n, 1))(*[a[2] for a in arrays]),
+                                   "\n".join(a[0] for a in arrays).encode())
+    lib._jitlab_prepared = True
 
 
-def _launch(call, fn: Function, names: list[str], args, kwargs, guards: dict):
-    """``call(*args, **kwargs)``; a bad address it reports is raised again naming the tensor and the line."""
-    try:
-        return call(*args, **kwargs)
-    except LaunchError as e:
-        by_name = {fn.params[i].name: g for i, g in guards.items()}
-        m = _BAD_ADDRESS.search(str(e))
-        if m is not None:
-            raise LaunchError(bad_address(fn, int(m["address"], 16), m["code"], int(m["offset"], 16), m["who"],
-                                          by_name)) from None
-        m = _RACE.search(str(e))
-        if m is not None:
-            raise LaunchError(lost_update(fn, int(m["address"], 16), m["code"], int(m["offset"], 16), m["kind"],
-                                          m["other"], m["who"], by_name)) from None
-        raise
+_TLS_SYMBOL = re.compile(r"^\s*\d+:\s+([0-9a-f]+)\s+(\d+)\s+TLS\s+\w+\s+\w+\s+\d+\s+(.+)$")
 
 
-_BAD_ADDRESS = re.compile(r"BadAddress: address=(?P<address>0x[0-9a-f]+|\(nil\)) code=(?P<code>.*)\+0x(?P<offset>[0-9a-f]+) "
-                          r"\((?P<who>[^)]*\)[^)]*\))\)")
+def shared_arrays(library: str) -> list[tuple[str, int, int]]:
+    """The ``__shared__`` arrays of an emulated library: ``(name, offset in its TLS block, bytes)`` from its
+    symbol table (``__shared__`` is ``static thread_local`` there); ``[]`` without readelf."""
+    tool = shutil.which("readelf")
+    if tool is None or not os.path.isfile(library):
+        return []
+    out = subprocess.run([tool, "-sW", "-C", library], capture_output=True, text=True).stdout
+    arrays = {}
+    for line in out.splitlines():
+        m = _TLS_SYMBOL.match(line)
+        if m is None or "jitlab_simt::" in m[3] or int(m[2]) == 0:
+            continue
+        name = m[3].rsplit("::", 1)[-1]
+        arrays[int(m[1], 16)] = (name, int(m[1], 16), int(m[2]))
+    return sorted(arrays.values(), key=lambda a: a[1])
 
 
-_RACE = re.compile(r"Race: address=(?P<address>0x[0-9a-f]+) code=(?P<code>.*)\+0x(?P<offset>[0-9a-f]+) "
-                   r"kind=(?P<kind>[a-z-]+) other=(?P<other>thread \([^)]*\) of block \([^)]*\)) "
-                   r"\((?P<who>[^)]*\)[^)]*\))\)")
-_RACE_KINDS = {"write-after-write": ("writes", "wrote"), "read-after-write": ("reads", "wrote"),
-               "write-after-read": ("writes", "read")}
+def at_lines(text: str, fn: Function, lib) -> str:
+    """The runtime's report with each code offset replaced by the user's ``file:line``; a time limit or
+    Ctrl-C that caught no thread names the kernel."""
+    places = [[int(o, 16) for o in m.split("|+0x")] for m in _CODE.findall(text)]
+    lines = source_lines(lib._name, sorted({o for p in places for o in p}))
+    unit = Path(lib._name).parent / "emulated.cpp"
+
+    def line(m) -> str:
+        found = next((lines[o] for o in (int(x, 16) for x in m[1].split("|+0x")) if o in lines), "an unknown line")
+        # the unit's own name for a line of the user's file (its #line directives keep the numbers)
+        return found.replace(f"{unit}:", f"{fn.path}:") if found.startswith(str(unit)) else found
+
+    text = _CODE.sub(line, text)
+    if re.search(r"\b(TimeLimit|Interrupted)\b", text) and f":{fn.line}" not in text:
+        text += f" (the kernel `{fn.name}` is at {fn.path}:{fn.line})"
+    return text
 
 
-def lost_update(fn: Function, address: int, code: str, offset: int, kind: str, other: str, who: str,
-                guards: dict) -> str:
-    """A race the runtime's access hooks found, for a person: the element, both threads, the line."""
-    line = source_line(code, offset)
-    does, did = _RACE_KINDS.get(kind, ("touches", "touched"))
-    element = f"{address:#x}"
-    for name, g in guards.items():
-        if g.start <= address < g.start + g.tensor.numel() * g.tensor.element_size():
-            element = f"`{name}[{(address - g.start) // g.tensor.element_size()}]`"
-    return (f"{fn.name}: a race{f' at {line}' if line else ''}: {who} {does} {element}, which {other} {did}, and "
-            f"nothing orders the two (another block, or no __syncthreads() between them): on a GPU one update can "
-            f"overwrite the other; use an atomic (atomicAdd) or give each thread its own element")
-
-
-def bad_address(fn: Function, address: int, code: str, offset: int, who: str, guards: dict) -> str:
-    """What a bad address in a kernel was, for a person: which tensor it ran past, at which line."""
-    line = source_line(code, offset)
-    at = f" at {line}" if line else ""
-    for name, g in guards.items():
-        if g.guard <= address < g.guard + PAGE:
-            index = (address - g.start) // g.tensor.element_size()
-            return (f"{fn.name}: out-of-bounds access{at} ({who}): `{name}[{index}]`, but `{name}` has "
-                    f"{g.tensor.numel()} elements; guard the access with the count (`if (i < n)`), or launch "
-                    f"fewer threads")
-    return (f"{fn.name}: a bad address {address:#x}{at} ({who}): past the end of a tensor, a wild pointer or a "
-            f"stack overflow (large local arrays); jitlab.check(path, device='cpu') runs each tensor against an "
-            f"unmapped page and names the tensor")
+def source_lines(library: str, offsets: list[int]) -> dict[int, str]:
+    """``file:line`` of each code offset in ``library``: the innermost frame in the user's code (an inlined
+    header function's caller; never the emulator's files or the system's headers), from one addr2line call;
+    ``{}`` without addr2line."""
+    tool = shutil.which("addr2line")
+    if tool is None or not offsets or not os.path.isfile(library):
+        return {}
+    proc = subprocess.run([tool, "-a", "-i", "-e", library, *(f"{o:#x}" for o in offsets)], capture_output=True,
+                          text=True)
+    found: dict[int, str] = {}
+    current = None
+    for line in proc.stdout.splitlines():
+        if line.startswith("0x"):
+            current = int(line, 16)
+            continue
+        where = re.sub(r" \(discriminator \d+\)$", "", line.strip())
+        if current is None or current in found or where.startswith("??") or where.endswith((":0", ":?")):
+            continue
+        if not where.startswith((_SIMT, "/usr/")):  # the emulator's code and the C++ library are never the user's
+            found[current] = where
+    return found
 
 
 def source_line(library: str, offset: int) -> str:
-    """``file:line`` of code ``offset`` in ``library`` (addr2line over the build's line tables), or ``""``."""
-    tool = shutil.which("addr2line")
-    if tool is None or not os.path.isfile(library):
-        return ""
-    proc = subprocess.run([tool, "-e", library, f"{offset:#x}"], capture_output=True, text=True)
-    where = proc.stdout.strip().splitlines()[0] if proc.stdout.strip() else ""
-    where = re.sub(r" \(discriminator \d+\)$", "", where)
-    return "" if where.startswith("??") or where.endswith(":0") or where.endswith(":?") else where
-
-
-PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-class _Guarded:
-    """A copy of a CPU tensor whose memory ends (16-byte aligned) where an unmapped page begins."""
-
-    def __init__(self, original):
-        libc = _libc()
-        self.original = original
-        nbytes = original.numel() * original.element_size()
-        span = -(-nbytes // 16) * 16
-        self.size = -(-span // PAGE) * PAGE + PAGE
-        self.base = libc.mmap(None, self.size, 3, 0x22, -1, 0)  # PROT_READ|WRITE, MAP_PRIVATE|ANONYMOUS
-        if self.base in (None, ctypes.c_void_p(-1).value):
-            raise MemoryError("could not map a guarded copy of a tensor")
-        self.guard = self.base + self.size - PAGE
-        libc.mprotect(ctypes.c_void_p(self.guard), PAGE, 0)
-        self.start = self.guard - span
-        raw = (ctypes.c_char * nbytes).from_address(self.start)
-        self.tensor = torch.frombuffer(raw, dtype=original.dtype).view(original.shape)
-        self.tensor.copy_(original)
-
-    def free(self) -> None:
-        del self.tensor
-        _libc().munmap(self.base, self.size)
-
-
-def _libc():
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    return libc
-
-
-def _differs(a, b) -> str:
-    """How two outputs of the same launch differ (``""`` when they agree)."""
-    if a.dtype.is_floating_point:
-        same = torch.isclose(a.float(), b.float(), rtol=1e-4, atol=1e-5, equal_nan=True)
-    else:
-        same = a == b
-    if bool(same.all()):
-        return ""
-    i = int((~same).flatten().nonzero()[0])
-    return f"element {i}: {a.flatten()[i].item()!r} in thread order, {b.flatten()[i].item()!r} in reverse"
+    """``file:line`` of code ``offset`` in ``library``, or ``""``."""
+    return source_lines(library, [offset]).get(offset, "")

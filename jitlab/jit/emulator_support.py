@@ -51,7 +51,6 @@ REFUSED = (
     Refused(re.compile(r"\bcub::|#\s*include\s*<cub/|\bthrust::|#\s*include\s*<thrust/"), "CUB/Thrust device code"),
     Refused(re.compile(r"\btex[123]D\w*\s*[<(]|\btexture\s*<|cudaTextureObject_t|\bsurf[123]D\w*\s*[<(]"),
             "textures and surfaces"),
-    Refused(re.compile(r"#\s*include\s*<cooperative_groups"), "cooperative groups"),
 )
 
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)

@@ -224,7 +224,7 @@ def check_snippet(path, *, isolate: bool = True, timeout: float = config.CHECK_T
         ref: The reference file, if not ``NAME.ref.py`` beside the snippet.
         debug: A debug build (``-G``, asserts on); see :func:`jitlab.load`.
         **options: Build options for :func:`jitlab.load` (``arch``, ``defines`` …); ``device="cpu"`` runs
-            a kernel-only ``.cu`` on the CPU emulator, each launch in two thread orders (a race fails it).
+            a kernel-only ``.cu`` on the CPU emulator, each launch race- and bounds-checked.
 
     Returns:
         An :class:`~jitlab.worker.jobs.Outcome`: ``bool(outcome)`` is whether it passed; ``.category``

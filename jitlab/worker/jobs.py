@@ -216,7 +216,7 @@ def _run(job: Job) -> Outcome:
 
 
 def _check(job: Job, mod, ref, device: str, chosen: list, build: str, emulated: bool) -> Outcome:
-    """Check each chosen version against the reference; the CPU emulator runs each launch in two thread orders."""
+    """Check each chosen version against the reference; the CPU emulator checks each launch for races and bounds."""
     verdicts, fault = [], None
     with emulator_run.checking(emulated):
         for _, v in refs.check_each(mod, ref, device, name=Path(job.path).stem, versions=chosen, sizes=job.sizes,

@@ -17,6 +17,7 @@ textures. Running the kernels is :mod:`jitlab.jit.emulator_run`'s job.
 
 from __future__ import annotations
 
+import platform
 import re
 import subprocess
 from pathlib import Path
@@ -39,11 +40,16 @@ RUNTIME = SIMT / "runtime.cpp"
 #: -fsanitize=bounds so an index past a fixed-size (``__shared__`` or local) array calls the runtime's
 #: handler with the user's line.
 CXXFLAGS = ["-O2", "-g1", "-std=c++17", "-fPIC", "-fno-strict-aliasing", "-w",
-            "-fsanitize=bounds", "-fno-sanitize-recover=bounds"]
+            "-fsanitize=bounds", "-fno-sanitize-recover=bounds",
+            # TLS descriptors: a `__shared__` array (thread_local) and the runtime's worker pointer, read on every
+            # access, cost a load instead of a __tls_get_addr call
+            *(["-mtls-dialect=gnu2"] if platform.machine() in ("x86_64", "AMD64") else [])]
 #: The snippet's unit also gets -fsanitize=thread: its loads, stores and atomics call the runtime's hooks
-#: (not libtsan), which find lost updates in the checked mode and cost a branch otherwise; and
-#: -fno-builtin-printf, so every printf reaches the runtime's (silent in the check's second run).
-SNIPPET_FLAGS = ["-fsanitize=thread", "-fno-builtin-printf"]
+#: (not libtsan: ``simt/memory_checks.inc``), which check bounds in every run and races in the checked one;
+#: -fno-builtin-printf, so every printf reaches the runtime's; and -fstack-clash-protection, so a large
+#: local array touches its fiber's guard page (a stack overflow at its line) instead of another fiber's stack.
+SNIPPET_FLAGS = ["-fsanitize=thread", "--param=tsan-distinguish-volatile=1", "-fno-builtin-printf",
+                 "-fstack-clash-protection"]
 
 _EXTERN_SHARED = re.compile(
     r"extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s*)?(?P<type>[A-Za-z_][\w:\s]*?)\s*"
@@ -54,8 +60,9 @@ def translate(f: SourceFile) -> str:
     """The file's text as the host compiler takes it, every line where it was.
 
     ``extern __shared__ T name[];`` becomes a pointer to the block's dynamic shared memory, a launch
-    ``k<<<g, b, s, st>>>(args)`` a call of the runtime's launcher, and ``__noinline__`` GCC's attribute
-    (a macro would break libstdc++, which spells the attribute so), each on the same line.
+    ``k<<<g, b, s, st>>>(args)`` a call of the runtime's launcher, ``__noinline__`` GCC's attribute
+    (a macro would break libstdc++, which spells the attribute so) and ``static __shared__`` plain
+    ``__shared__`` (a static already), each on the same line.
     """
     src = f.text.encode("utf-8", "surrogateescape")
     edits: list[tuple[int, int, bytes]] = []
@@ -78,6 +85,7 @@ def translate(f: SourceFile) -> str:
         pos = end
     out.append(src[pos:])
     text = re.sub(r"\b__noinline__\b", "__attribute__((noinline))", b"".join(out).decode("utf-8", "surrogateescape"))
+    text = re.sub(r"\bstatic(\s+)__shared__\b", r"      \1__shared__", text)  # __shared__ is static already
     return _EXTERN_SHARED.sub(
         lambda m: f"{m['type'].strip()}* const {m['name']} = "
                   f"reinterpret_cast<{m['type'].strip()}*>(::jitlab_simt::dynamic_shared());", text)
@@ -124,7 +132,8 @@ def check_syntax(files: list[SourceFile], opts: Options) -> None:
 
 
 def _digest_of_runtime() -> str:
-    return cache.build_key({"files": {p.name: p.read_text() for p in [RUNTIME, *sorted(INCLUDE.iterdir())]}})
+    return cache.build_key({"files": {str(p.relative_to(SIMT)): p.read_text() for p in sorted(SIMT.rglob("*"))
+                                      if p.is_file()}})
 
 
 def runtime_object() -> Path:

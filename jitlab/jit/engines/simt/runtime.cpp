@@ -24,13 +24,18 @@
 #include "jitlab_simt.h"
 
 #include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <cstdarg>
 #include <mutex>
@@ -107,7 +112,7 @@ jitlab_simt_switch:
 namespace jitlab_simt {
 namespace {
 
-enum class State : uint8_t { Ready, AtBarrier, AtWarp, Done, Faulted };
+enum class State : uint8_t { Ready, Yielded, AtBarrier, AtWarp, Done, Faulted };
 struct Worker;
 
 /// One GPU thread, in its fiber's slot where self() finds it (ThreadVars first).
@@ -128,12 +133,36 @@ struct Thread {
     unsigned mask;
     int arg, width;
     uint64_t value, result;
+    uint32_t yield_pc;  // where it last gave way (a volatile read, a failed compare-and-swap): a time limit's line
+    // A write that overwrote another thread's unordered write (memory_checks.inc): judged when the thread next
+    // touches memory or stops, a race only if the value changed.
+    uint8_t pending_bytes;
+    uintptr_t pending_address;
+    uint64_t pending_old, pending_other;
+    uint32_t pending_pc, pending_other_pc;
 };
 static_assert(sizeof(Thread) + 64 * 64 <= kStackBytes - kRecordOffset, "a thread's record fits in its slot");
 
 struct Warp {
     unsigned exists, done, waiting;  // lane masks
 };
+
+/// What a checked run knows of one shared-memory granule or output element: the last write and two reads
+/// (packed keys: memory_checks.inc's key_of) and where in the code each was (offsets in the snippet's library).
+struct Cell {
+    uint64_t w = 0, r0 = 0, r1 = 0;
+    uint32_t wpc = 0, r0pc = 0, r1pc = 0;
+};
+/// A tensor of the launch, from Python (memory_checks.inc checks accesses against it).
+struct Region {
+    uintptr_t start, end;
+    size_t item;
+    bool writable;
+    std::string name;
+    std::unique_ptr<Cell[]> cells;  // checked runs, writable tensors: one per element
+};
+std::vector<Region> next_regions;              // the next launch's tensors (set by Python before it)
+constexpr size_t kMaxCells = size_t(1) << 24;  // elements of one output watched for races
 
 /// One kernel launch, shared by its workers.
 struct Launch {
@@ -143,7 +172,12 @@ struct Launch {
     void* closure;
     const char* kernel;
     uint64_t blocks;
-    bool reverse;
+    bool check;              // the race detector on (jitlab.check)
+    uint32_t first_serial;   // block b runs as serial first_serial + b (keys tell blocks and launches apart)
+    double timeout;          // seconds, 0: none
+    std::vector<Region> regions;                // its tensors (memory_checks.inc)
+    std::atomic<int> stop{0};                   // 1: past the time limit, 2: Ctrl-C
+    std::atomic<bool> synchronising{false};     // a fence, flag or atomic was used: accesses between blocks trusted
     std::atomic<uint64_t> next{0};
     std::atomic<bool> failed{false};
     std::mutex lock;
@@ -207,6 +241,15 @@ struct Worker {
     Thread* current = nullptr;
     unsigned threads = 0, live = 0, at_barrier = 0;
     uint3 block_index{0, 0, 0};
+    uint32_t serial = 0;
+    bool epoch_sync = false;  // a fence, flag or atomic in this barrier interval (memory_checks.inc)
+    // What an access may touch (memory_checks.inc): the fiber stacks, the snippet's TLS block (static
+    // __shared__ arrays), the plain run's fast span within it, dynamic shared memory, the snippet's globals.
+    uintptr_t stack_lo = 0, stack_span = 0, tls_lo = 0, tls_span = 0, fast_lo = 0, fast_span = 0;
+    uintptr_t dyn_lo = 0, dyn_bytes = 0, module_lo = 0, module_hi = 0;
+    std::vector<Cell> tls_cells, dyn_cells;
+    std::vector<std::string> unwritten_reads;  // the interval's first read of unwritten shared memory, if any
+    bool no_interrupt = false;  // in printf: a time limit's signal waits
 
     Thread* thread(unsigned i) {
         uintptr_t slot = reinterpret_cast<uintptr_t>(stacks.base) + i * kStackBytes;
@@ -216,14 +259,20 @@ struct Worker {
     bool run_block(uint64_t b);
     void start(Thread* t);
     bool resume(Thread* t);
-    void open_barrier();
+    bool open_barrier();
     bool try_warp(Thread* t);
     bool resolve_activemask();
     void deadlock();
+    void stopped(const Thread* t);
+    void map_memory();
     std::string where(const Thread* t) const;
 };
 
+// Every memory access reads it: x86_64 builds use TLS descriptors (-mtls-dialect=gnu2), no __tls_get_addr call.
 thread_local Worker* this_worker = nullptr;
+std::string settled(Worker* w, Thread* t);
+std::string code_candidates(uintptr_t pc, uintptr_t sp, const Worker* w, uint32_t also);
+std::string stop_message(const Launch* l, bool interrupted, const std::string& at);
 
 [[noreturn]] void fiber_main() {
     Thread* t = reinterpret_cast<Thread*>(self());
@@ -255,7 +304,8 @@ const char* op_name(WarpOp op) {
     static const char* names[] = {"__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
                                   "__shfl_xor_sync", "__ballot_sync", "__any_sync", "__all_sync", "__activemask",
                                   "__reduce_add_sync", "__reduce_min_sync", "__reduce_max_sync",
-                                  "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync"};
+                                  "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",
+                                  "__match_any_sync", "__match_all_sync"};
     return names[(int)op];
 }
 
@@ -290,6 +340,13 @@ bool Worker::resume(Thread* t) {
     t->state = State::Ready;
     jitlab_simt_switch(&scheduler_sp, t->sp);
     current = nullptr;
+    if (t->pending_bytes && t->state != State::Faulted) {
+        std::string why = settled(this, t);
+        if (!why.empty()) {
+            launch->fail("Race", why);
+            return false;
+        }
+    }
     Warp& w = warps[t->warp];
     switch (t->state) {
         case State::Done:  // lanes waiting at a collective may name this one: check them now
@@ -305,7 +362,30 @@ bool Worker::resume(Thread* t) {
     }
 }
 
-void Worker::open_barrier() {
+bool Worker::open_barrier() {
+    const Thread* first = nullptr;
+    for (unsigned i = 0; i < threads; ++i) {
+        Thread* t = thread(i);
+        if (t->state != State::AtBarrier) continue;
+        if (!first) {
+            first = t;
+        } else if (t->line != first->line || t->file != first->file) {
+            launch->fail("BarrierDivergence",
+                         format("the threads of block (%u, %u, %u) wait at different barriers: %s at %s:%d (%s) and "
+                                "%s at %s:%d (%s); on a GPU each __syncthreads() is its own barrier, so they would "
+                                "hang or pass out of step: every thread must reach the same __syncthreads() (move it "
+                                "out of the branch)",
+                                block_index.x, block_index.y, block_index.z, barrier_name(first->barrier_op),
+                                first->file, first->line, where(first).c_str(), barrier_name(t->barrier_op), t->file,
+                                t->line, where(t).c_str()));
+            return false;
+        }
+    }
+    if (!unwritten_reads.empty()) {  // read before any write, and no thread wrote it since: uninitialised
+        launch->fail("Uninitialised", unwritten_reads.front());
+        return false;
+    }
+    epoch_sync = false;
     int count = 0, all = 1, any = 0;
     for (unsigned i = 0; i < threads; ++i) {
         Thread* t = thread(i);
@@ -324,6 +404,7 @@ void Worker::open_barrier() {
         t->state = State::Ready;
     }
     at_barrier = 0;
+    return true;
 }
 
 // A lane arrived at a warp collective: compute it if every lane its group names has arrived.
@@ -406,15 +487,21 @@ bool Worker::try_warp(Thread* t) {
         }
         switch (x->op) {
             case WarpOp::Idx: case WarpOp::Up: case WarpOp::Down: case WarpOp::Xor:
-                if (src >= 32 || !lane[src]) {
-                    launch->fail("WarpMaskError",
-                                 format("%s at %s:%d: lane %u reads lane %u, which is not in the mask 0x%08x (%s); "
-                                        "a shuffle reads only lanes that take part",
-                                        op_name(x->op), x->file, x->line, i, src, x->mask, where(x).c_str()));
-                    return false;
-                }
-                x->result = lane[src]->value;
+                // a lane outside the mask: undefined on a GPU (a kernel that ignores it is correct); its own value here
+                x->result = src < 32 && lane[src] ? lane[src]->value : x->value;
                 break;
+            case WarpOp::MatchAny: {
+                uint64_t peers = 0;
+                for (unsigned j = 0; j < 32; ++j) peers |= (uint64_t)(lane[j] && lane[j]->value == x->value) << j;
+                x->result = peers;
+                break;
+            }
+            case WarpOp::MatchAll: {
+                bool same = true;
+                for (unsigned j = 0; j < 32; ++j) same &= !lane[j] || lane[j]->value == x->value;
+                x->result = same ? group : 0;
+                break;
+            }
             case WarpOp::Ballot: x->result = ballot; break;
             case WarpOp::Any: x->result = ballot != 0; break;
             case WarpOp::All: x->result = (ballot & group) == group; break;
@@ -490,6 +577,9 @@ void Worker::deadlock() {
 bool Worker::run_block(uint64_t b) {
     const dim3 g = launch->grid, k = launch->block;
     block_index = {(unsigned)(b % g.x), (unsigned)(b / g.x % g.y), (unsigned)(b / g.x / g.y)};
+    serial = launch->first_serial + (uint32_t)b;
+    epoch_sync = false;
+    unwritten_reads.clear();
     threads = k.x * k.y * k.z;
     live = threads;
     at_barrier = 0;
@@ -501,20 +591,29 @@ bool Worker::run_block(uint64_t b) {
         t->state = State::Ready;
         t->mask = 0;
         t->barriers = t->warp_syncs = 0;
+        t->yield_pc = 0, t->pending_bytes = 0;
         start(t);
     }
     warps.assign((threads + 31) / 32, Warp{0, 0, 0});
     for (unsigned i = 0; i < threads; ++i) warps[i / 32].exists |= 1u << (i % 32);
-    const bool reverse = launch->reverse;
+    const bool reverse = false;
     for (;;) {
         bool ran = false;
         for (unsigned n = 0; n < threads; ++n) {
             Thread* t = thread(reverse ? threads - 1 - n : n);
-            if (t->state != State::Ready) continue;
+            if (t->state != State::Ready && t->state != State::Yielded) continue;
             ran = true;
+            if (launch->stop.load(std::memory_order_relaxed)) {
+                stopped(t);
+                return false;
+            }
             if (!resume(t) || launch->failed.load(std::memory_order_relaxed)) return false;
         }
-        if (live == 0) return true;
+        if (live == 0) {
+            if (unwritten_reads.empty()) return true;
+            launch->fail("Uninitialised", unwritten_reads.front());
+            return false;
+        }
         if (ran) continue;
         if (at_barrier == live) {
             if (live < threads) {
@@ -533,7 +632,7 @@ bool Worker::run_block(uint64_t b) {
                                     block_index.x, block_index.y, block_index.z, where(gone).c_str()));
                 return false;
             }
-            open_barrier();
+            if (!open_barrier()) return false;
             continue;
         }
         if (resolve_activemask()) continue;
@@ -550,19 +649,42 @@ void Worker::run() {
         return;
     }
     shared.assign(launch->shared_bytes + 16, 0);
+    map_memory();
+    // The fault handler runs on its own stack: a fiber that overflowed its stack has none left.
+    std::vector<char> alt(64 * 1024);
+    stack_t mine{}, before{};
+    mine.ss_sp = alt.data(), mine.ss_size = alt.size();
+    sigaltstack(&mine, &before);
     for (;;) {
         if (launch->failed.load(std::memory_order_relaxed)) break;
+        if (launch->stop.load(std::memory_order_relaxed)) {
+            stopped(nullptr);
+            break;
+        }
         uint64_t b = launch->next.fetch_add(1, std::memory_order_relaxed);
         if (b >= launch->blocks) break;
-        if (!run_block(launch->reverse ? launch->blocks - 1 - b : b)) break;
+        if (!run_block(b)) break;
     }
+    sigaltstack(&before, nullptr);
     give_back(stacks);
     this_worker = nullptr;
 }
 
+// The watchdog asked the launch to stop (its time limit, or Ctrl-C) and no fiber was caught running: name
+// the thread about to run, where it last gave way (a spin-wait's line).
+void Worker::stopped(const Thread* t) {
+    const bool interrupted = launch->stop.load() == 2;
+    const std::string at = t && t->yield_pc ? " at " + format("@[+0x%lx]", (unsigned long)t->yield_pc) + " (" + where(t) + ")"
+         : t ? " (" + where(t) + ")" : std::string();
+    launch->fail(interrupted ? "Interrupted" : "TimeLimit", stop_message(launch, interrupted, at));
+}
+
 int configured_workers = 0;
-bool reverse_order = false;
+bool checking = false;
 bool quiet = false;
+double time_limit = 0;
+uint32_t next_serial = 1;  // blocks are numbered across launches (memory_checks.inc's keys)
+std::atomic<int> interrupted{0};
 std::string failure, failure_name;  // the last failed launch: what and its name
 
 unsigned default_workers() {
@@ -584,7 +706,44 @@ Thread* current_thread(const char* what) {
 // thread stops and the launch fails with the address and the code offset; Python names the tensor
 // and the line (emulate.py). The handler runs on the fiber's stack and switches away for good, so it
 // is installed with SA_NODEFER (a later fault is not blocked). Outside a fiber it hands over.
-struct sigaction previous_segv, previous_bus;
+struct sigaction previous_segv, previous_bus, previous_stop, previous_int;
+constexpr int kStopSignal = SIGUSR2;  // the watchdog's: stop the fiber running on this OS thread
+uintptr_t module_base_address() {
+    Dl_info i{};
+    dladdr(reinterpret_cast<void*>(&module_base_address), &i);
+    return reinterpret_cast<uintptr_t>(i.dli_fbase);
+}
+
+std::string stop_message(const Launch* l, bool interrupted, const std::string& at) {
+    if (interrupted) return "interrupted (Ctrl-C)" + at;
+    return format("the launch ran past the CPU emulator's time limit of %g s%s: an endless loop, a wait for a flag "
+                  "no thread sets, or a launch too large to emulate (the limit is JITLAB_EMULATOR_TIMEOUT=SECONDS, "
+                  "0 for none; or launch fewer blocks)", l->timeout, at.c_str());
+}
+
+// The watchdog's signal: the fiber running here stops for good, at the line it was on.
+void on_stop(int, siginfo_t*, void* context) {
+    Worker* w = this_worker;
+    if (!w || !w->current || w->no_interrupt || w->launch->failed.load()) return;
+    Thread* t = w->current;
+    const ucontext_t* uc = static_cast<const ucontext_t*>(context);
+#if defined(__x86_64__)
+    uintptr_t pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+#else
+    uintptr_t pc = (uintptr_t)uc->uc_mcontext.pc;
+#endif
+#if defined(__x86_64__)
+    const uintptr_t sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+#else
+    const uintptr_t sp = (uintptr_t)uc->uc_mcontext.sp;
+#endif
+    const bool ctrl_c = w->launch->stop.load() == 2;
+    w->launch->fail(ctrl_c ? "Interrupted" : "TimeLimit",
+                    stop_message(w->launch, ctrl_c, " at " + code_candidates(pc, sp, w, t->yield_pc) + " (" +
+                                                        w->where(t) + ")"));
+    t->state = State::Faulted;
+    jitlab_simt_switch(&t->sp, w->scheduler_sp);
+}
 
 void on_fault(int sig, siginfo_t* info, void* context) {
     Worker* w = this_worker;
@@ -599,11 +758,24 @@ void on_fault(int sig, siginfo_t* info, void* context) {
 #else
     uintptr_t pc = (uintptr_t)uc->uc_mcontext.pc;
 #endif
-    Dl_info where_code{};
-    dladdr(reinterpret_cast<void*>(pc), &where_code);
-    w->launch->fail("BadAddress", format("address=%p code=%s+0x%lx (%s)", info->si_addr,
-                                         where_code.dli_fname ? where_code.dli_fname : "?",
-                                         (unsigned long)(pc - (uintptr_t)where_code.dli_fbase), w->where(t).c_str()));
+    const uintptr_t a = (uintptr_t)info->si_addr;
+#if defined(__x86_64__)
+    const uintptr_t sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+#else
+    const uintptr_t sp = (uintptr_t)uc->uc_mcontext.sp;
+#endif
+    const std::string code = code_candidates(pc, sp, w, 0);
+    if (a - w->stack_lo < w->stack_span && (a - w->stack_lo) % kStackBytes < 2 * (uintptr_t)sysconf(_SC_PAGESIZE)) {
+        w->launch->fail("StackOverflow", format(
+            "a stack overflow at %s (%s): each GPU thread has a %lu KiB stack on the CPU emulator (a GPU's is "
+            "smaller still): deep recursion or a large local array; make the recursion a loop, or keep large "
+            "arrays in global or shared memory", code.c_str(), w->where(t).c_str(),
+            (unsigned long)((kRecordOffset - 4096) >> 10)));
+    } else {
+        w->launch->fail("BadAddress", format("a bad address %p at %s (%s): %s", info->si_addr,
+                                             code.c_str(), w->where(t).c_str(),
+                                             a < 4096 ? "a null pointer" : "a wild pointer or one past freed memory"));
+    }
     t->state = State::Faulted;
     jitlab_simt_switch(&t->sp, w->scheduler_sp);
 }
@@ -612,14 +784,27 @@ struct FaultHandler {  // installed for the length of one launch
     FaultHandler() {
         struct sigaction a{};
         a.sa_sigaction = on_fault;
-        a.sa_flags = SA_SIGINFO | SA_NODEFER;
+        a.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
         sigemptyset(&a.sa_mask);
         sigaction(SIGSEGV, &a, &previous_segv);
         sigaction(SIGBUS, &a, &previous_bus);
+        struct sigaction stop{};
+        stop.sa_sigaction = on_stop;
+        stop.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK | SA_RESTART;
+        sigemptyset(&stop.sa_mask);
+        sigaction(kStopSignal, &stop, &previous_stop);
+        struct sigaction ctrl_c{};
+        ctrl_c.sa_handler = [](int) { interrupted.store(1); };
+        ctrl_c.sa_flags = SA_RESTART;
+        sigemptyset(&ctrl_c.sa_mask);
+        sigaction(SIGINT, &ctrl_c, &previous_int);
     }
     ~FaultHandler() {
         sigaction(SIGSEGV, &previous_segv, nullptr);
         sigaction(SIGBUS, &previous_bus, nullptr);
+        sigaction(kStopSignal, &previous_stop, nullptr);
+        sigaction(SIGINT, &previous_int, nullptr);
+        if (interrupted.exchange(0)) raise(SIGINT);  // Python's own handler: KeyboardInterrupt after the call
     }
 };
 
@@ -664,6 +849,44 @@ void* dynamic_shared() {
     __builtin_unreachable();
 }
 
+/// One launch's watchdog: past the time limit, or on Ctrl-C, it signals the launch's OS threads until a
+/// running fiber is caught (stopped at its line) or every worker has left; a launch that ends first never
+/// notices it.
+struct Watchdog {
+    Launch* launch;
+    std::vector<pthread_t> ids;
+    std::mutex lock;
+    std::condition_variable wake;
+    bool done = false;
+    std::thread thread;
+
+    Watchdog(Launch* l, std::vector<pthread_t> threads) : launch(l), ids(std::move(threads)) {
+        thread = std::thread([this] { watch(); });
+    }
+    void watch() {
+        using clock = std::chrono::steady_clock;
+        const auto start = clock::now();
+        std::unique_lock<std::mutex> g(lock);
+        while (!done) {
+            wake.wait_for(g, std::chrono::milliseconds(20));
+            if (done) break;
+            const double seconds = std::chrono::duration<double>(clock::now() - start).count();
+            if (interrupted.load()) launch->stop.store(2);
+            else if (launch->timeout > 0 && seconds > launch->timeout) launch->stop.store(1);
+            if (!launch->stop.load() || launch->failed.load()) continue;
+            for (pthread_t id : ids) pthread_kill(id, kStopSignal);
+        }
+    }
+    void finish() {
+        {
+            std::lock_guard<std::mutex> g(lock);
+            done = true;
+        }
+        wake.notify_all();
+        thread.join();
+    }
+};
+
 }  // namespace jitlab_simt
 
 using namespace jitlab_simt;
@@ -681,17 +904,32 @@ __attribute__((visibility("default"))) int jitlab_simt_launch(unsigned gx, unsig
     }
     Launch l;
     l.grid = dim3(gx, gy, gz), l.block = dim3(bx, by, bz), l.shared_bytes = shared_bytes;
-    l.body = body, l.closure = closure, l.kernel = kernel, l.reverse = reverse_order;
+    l.body = body, l.closure = closure, l.kernel = kernel, l.check = checking, l.timeout = time_limit;
     l.blocks = (uint64_t)gx * gy * gz;
+    l.first_serial = next_serial;
+    next_serial += (uint32_t)std::min<uint64_t>(l.blocks, 1u << 30);
+    l.regions.swap(next_regions);
+    if (l.check) {
+        for (Region& r : l.regions) {
+            const size_t n = (r.end - r.start) / r.item;
+            if (r.writable && n <= kMaxCells) r.cells.reset(new Cell[n + 1]());
+        }
+    }
     unsigned n = configured_workers > 0 ? (unsigned)configured_workers : default_workers();
     n = (unsigned)std::min<uint64_t>(n, l.blocks);
     FaultHandler handler;
     std::vector<Worker> workers(n);
     std::vector<std::thread> os;
+    std::vector<pthread_t> ids{pthread_self()};
     for (unsigned i = 0; i < n; ++i) workers[i].launch = &l;
-    for (unsigned i = 1; i < n; ++i) os.emplace_back([&workers, i] { workers[i].run(); });
+    for (unsigned i = 1; i < n; ++i) {
+        os.emplace_back([&workers, i] { workers[i].run(); });
+        ids.push_back(os.back().native_handle());
+    }
+    Watchdog dog(&l, ids);
     workers[0].run();
     for (auto& t : os) t.join();
+    dog.finish();
     fflush(stdout);
     if (!l.failed) return 0;
     failure_name = l.error_name;
@@ -702,15 +940,20 @@ __attribute__((visibility("default"))) int jitlab_simt_launch(unsigned gx, unsig
 /// printf for the snippet's own library (hidden: Python's and torch's printf stay the C library's).
 __attribute__((visibility("hidden"))) int printf(const char* fmt, ...) {
     if (quiet) return 0;
+    Worker* w = this_worker;
+    if (w) w->no_interrupt = true;  // never stopped holding stdout's lock
     va_list ap;
     va_start(ap, fmt);
     int n = vprintf(fmt, ap);
     va_end(ap);
+    if (w) w->no_interrupt = false;
     return n;
 }
 
-__attribute__((visibility("default"))) void jitlab_simt_configure(int workers, int reverse, int silent) {
-    configured_workers = workers, reverse_order = reverse != 0, quiet = silent != 0;
+/// How the next launches run: `workers` OS threads (0: one per CPU), the race detector on (`check`), printf
+/// silent (`silent`), each stopped after `timeout` seconds (0: never).
+__attribute__((visibility("default"))) void jitlab_simt_configure(int workers, int check, int silent, double timeout) {
+    configured_workers = workers, checking = check != 0, quiet = silent != 0, time_limit = timeout;
 }
 __attribute__((visibility("default"))) const char* jitlab_simt_error() { return failure.c_str(); }
 __attribute__((visibility("default"))) const char* jitlab_simt_error_name() { return failure_name.c_str(); }
@@ -739,162 +982,7 @@ __attribute__((visibility("hidden"))) void __assert_fail(const char* expr, const
 }
 }
 
-// ---- the race detector: GCC's -fsanitize=thread hooks, answered here (no libtsan) --------------------
-//
-// Emulated snippets are compiled with -fsanitize=thread, so every plain load and store calls
-// __tsan_readN/__tsan_writeN and every atomic a __tsan_atomic* function. Normally the hooks return
-// at once (one load and a branch). While Python watches the outputs of a checked launch
-// (jitlab_simt_watch), each plain access to them is compared with the last write and the last read of
-// that element: two accesses by different threads, one a write, race when nothing orders them: they
-// are in different blocks, or in one block with no __syncthreads() (nor, in one warp, a warp
-// collective) between them. That is the lost update a serial run cannot show (`out[0] += v` from every
-// block): the first one fails the launch with the address and the code offset, and Python names the
-// element and the line. Atomics are synchronised by definition and never recorded.
+// ---- memory checks: GCC's -fsanitize=thread hooks, answered here (no libtsan) ----------------------------
 namespace jitlab_simt {
 namespace {
-
-struct Watched {
-    uintptr_t start = 0, end = 0;
-    size_t item = 1;
-    std::unique_ptr<std::atomic<uint64_t>[]> writer, reader;  // packed access keys (0: none yet)
-};
-Watched watched[16];
-int watching = 0;  // read by every hook: while 0, nothing is recorded
-
-// block + 1 (32 bits) | thread (10) | barriers passed (16) | warp collectives passed (6)
-uint64_t key_of(const Worker* w, const Thread* t) {
-    uint64_t block = ((uint64_t)w->block_index.z * w->launch->grid.y + w->block_index.y) * w->launch->grid.x +
-                     w->block_index.x;
-    return ((block + 1) << 32) | ((uint64_t)t->linear << 22) | ((uint64_t)(t->barriers & 0xffffu) << 6) |
-           (t->warp_syncs & 63u);
-}
-
-bool ordered(uint64_t a, uint64_t b) {  // may the two accesses' threads not race?
-    if (!a || (a >> 32) != (b >> 32)) return !a;  // another block: nothing orders them
-    const unsigned ta = (a >> 22) & 1023u, tb = (b >> 22) & 1023u;
-    if (ta == tb || ((a >> 6) & 0xffffu) != ((b >> 6) & 0xffffu)) return true;  // one thread, or a barrier between
-    return ta / 32 == tb / 32 && (a & 63u) != (b & 63u);                        // one warp, a collective between
-}
-
-std::string who(const Launch* l, uint64_t key) {
-    const uint64_t b = (key >> 32) - 1;
-    const unsigned t = (key >> 22) & 1023u;
-    return format("thread (%u, %u, %u) of block (%u, %u, %u)", t % l->block.x, t / l->block.x % l->block.y,
-                  t / l->block.x / l->block.y, (unsigned)(b % l->grid.x), (unsigned)(b / l->grid.x % l->grid.y),
-                  (unsigned)(b / l->grid.x / l->grid.y));
-}
-
-[[noreturn]] void race(Worker* w, Thread* t, uintptr_t address, const char* kind, uint64_t other, void* pc) {
-    Dl_info code{};
-    dladdr(pc, &code);
-    w->launch->fail("Race", format("address=%p code=%s+0x%lx kind=%s other=%s (%s)", (void*)address,
-                                   code.dli_fname ? code.dli_fname : "?",
-                                   (unsigned long)((uintptr_t)pc - (uintptr_t)code.dli_fbase), kind,
-                                   who(w->launch, other).c_str(), w->where(t).c_str()));
-    t->state = State::Faulted;
-    jitlab_simt_switch(&t->sp, w->scheduler_sp);
-    __builtin_unreachable();
-}
-
-__attribute__((noinline)) void access(uintptr_t address, size_t bytes, bool write, void* pc) {
-    Worker* w = this_worker;
-    if (!w || !w->current) return;
-    for (int r = 0; r < watching; ++r) {
-        Watched& m = watched[r];
-        if (address + bytes <= m.start || address >= m.end) continue;
-        Thread* t = w->current;
-        const uint64_t me = key_of(w, t);
-        const uintptr_t lo = std::max(address, m.start), hi = std::min(address + bytes, m.end);
-        for (size_t i = (lo - m.start) / m.item; i <= (hi - 1 - m.start) / m.item; ++i) {
-            const uint64_t wrote = m.writer[i].load(std::memory_order_relaxed);
-            if (!ordered(wrote, me)) race(w, t, m.start + i * m.item, write ? "write-after-write" : "read-after-write",
-                                          wrote, pc);
-            if (write) {
-                const uint64_t read = m.reader[i].load(std::memory_order_relaxed);
-                if (!ordered(read, me)) race(w, t, m.start + i * m.item, "write-after-read", read, pc);
-                m.writer[i].store(me, std::memory_order_relaxed);
-            } else {
-                m.reader[i].store(me, std::memory_order_relaxed);
-            }
-        }
-    }
-}
-
-}  // namespace
-}  // namespace jitlab_simt
-
-extern "C" {
-/// Watch the plain accesses to [start, start + bytes) (items of `item` bytes) in the next launches.
-__attribute__((visibility("default"))) int jitlab_simt_watch(void* start, size_t bytes, size_t item) {
-    if (watching >= 16 || !bytes || !item) return 0;
-    Watched& m = watched[watching];
-    m.start = (uintptr_t)start, m.end = m.start + bytes, m.item = item;
-    const size_t n = (bytes + item - 1) / item;
-    m.writer.reset(new std::atomic<uint64_t>[n]());
-    m.reader.reset(new std::atomic<uint64_t>[n]());
-    ++watching;
-    return 1;
-}
-__attribute__((visibility("default"))) void jitlab_simt_unwatch() {
-    for (int r = 0; r < watching; ++r) watched[r] = Watched{};
-    watching = 0;
-}
-
-#define JITLAB_HIDDEN __attribute__((visibility("hidden")))
-#define JITLAB_ACCESS(N)                                                                                     \
-    JITLAB_HIDDEN void __tsan_read##N(void* p) {                                                             \
-        if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, N, false, __builtin_return_address(0)); \
-    }                                                                                                        \
-    JITLAB_HIDDEN void __tsan_write##N(void* p) {                                                            \
-        if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, N, true, __builtin_return_address(0));  \
-    }                                                                                                        \
-    JITLAB_HIDDEN void __tsan_unaligned_read##N(void* p) {                                                   \
-        if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, N, false, __builtin_return_address(0)); \
-    }                                                                                                        \
-    JITLAB_HIDDEN void __tsan_unaligned_write##N(void* p) {                                                  \
-        if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, N, true, __builtin_return_address(0));  \
-    }                                                                                                        \
-    JITLAB_HIDDEN void __tsan_volatile_read##N(void* p) { __tsan_read##N(p); }                               \
-    JITLAB_HIDDEN void __tsan_volatile_write##N(void* p) { __tsan_write##N(p); }
-JITLAB_ACCESS(1) JITLAB_ACCESS(2) JITLAB_ACCESS(4) JITLAB_ACCESS(8) JITLAB_ACCESS(16)
-JITLAB_HIDDEN void __tsan_read_range(void* p, unsigned long n) {
-    if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, n, false, __builtin_return_address(0));
-}
-JITLAB_HIDDEN void __tsan_write_range(void* p, unsigned long n) {
-    if (__builtin_expect(watching != 0, 0)) access((uintptr_t)p, n, true, __builtin_return_address(0));
-}
-JITLAB_HIDDEN void __tsan_init() {}
-JITLAB_HIDDEN void __tsan_func_entry(void*) {}
-JITLAB_HIDDEN void __tsan_func_exit() {}
-JITLAB_HIDDEN void __tsan_vptr_update(void**, void*) {}
-JITLAB_HIDDEN void __tsan_vptr_read(void**) {}
-JITLAB_HIDDEN void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-JITLAB_HIDDEN void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
-
-// Atomics are done for real (sequentially consistent whatever the order asked) and never recorded.
-#define JITLAB_ATOMICS(BITS, T)                                                                               \
-    JITLAB_HIDDEN T __tsan_atomic##BITS##_load(const volatile T* a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
-    JITLAB_HIDDEN void __tsan_atomic##BITS##_store(volatile T* a, T v, int) { __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
-    JITLAB_HIDDEN T __tsan_atomic##BITS##_exchange(volatile T* a, T v, int) {                                 \
-        return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                                   \
-    }                                                                                                         \
-    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_add(volatile T* a, T v, int) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
-    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_sub(volatile T* a, T v, int) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \
-    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_and(volatile T* a, T v, int) { return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); } \
-    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_or(volatile T* a, T v, int) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); } \
-    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_xor(volatile T* a, T v, int) { return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); } \
-    JITLAB_HIDDEN T __tsan_atomic##BITS##_fetch_nand(volatile T* a, T v, int) {                               \
-        return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST);                                                   \
-    }                                                                                                         \
-    JITLAB_HIDDEN int __tsan_atomic##BITS##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) {     \
-        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);              \
-    }                                                                                                         \
-    JITLAB_HIDDEN int __tsan_atomic##BITS##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) {       \
-        return __atomic_compare_exchange_n(a, c, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);               \
-    }                                                                                                         \
-    JITLAB_HIDDEN T __tsan_atomic##BITS##_compare_exchange_val(volatile T* a, T c, T v, int, int) {           \
-        __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                    \
-        return c;                                                                                             \
-    }
-JITLAB_ATOMICS(8, char) JITLAB_ATOMICS(16, short) JITLAB_ATOMICS(32, int) JITLAB_ATOMICS(64, long)
-}
+#include "memory_checks.inc"

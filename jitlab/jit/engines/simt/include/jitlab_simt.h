@@ -96,7 +96,8 @@ __attribute__((always_inline)) inline ThreadVars* self() {
 }
 
 // ---- the runtime's entry points (runtime.cpp) --------------------------------------------------
-enum class WarpOp : int { Sync, Idx, Up, Down, Xor, Ballot, Any, All, Activemask, Add, Min, Max, And, Or, Xor_ };
+enum class WarpOp : int { Sync, Idx, Up, Down, Xor, Ballot, Any, All, Activemask, Add, Min, Max, And, Or, Xor_,
+                           MatchAny, MatchAll };
 enum class BarrierOp : int { Sync, Count, And, Or };
 int barrier(BarrierOp op, int predicate, const char* file, int line);
 uint64_t warp(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* file, int line);
@@ -206,6 +207,25 @@ inline int __reduce_min_sync(unsigned mask, int v, JITLAB_WHERE) {
 }
 inline int __reduce_max_sync(unsigned mask, int v, JITLAB_WHERE) {
     return (int)jitlab_simt::warp(jitlab_simt::WarpOp::Max, mask, (uint64_t)(int64_t)v, 0, 32, jitlab_file, jitlab_line);
+}
+// unsigned: zero-extended, so the 64-bit signed min/max the runtime takes is the unsigned one
+inline unsigned __reduce_min_sync(unsigned mask, unsigned v, JITLAB_WHERE) {
+    return (unsigned)jitlab_simt::warp(jitlab_simt::WarpOp::Min, mask, (uint64_t)v, 0, 32, jitlab_file, jitlab_line);
+}
+inline unsigned __reduce_max_sync(unsigned mask, unsigned v, JITLAB_WHERE) {
+    return (unsigned)jitlab_simt::warp(jitlab_simt::WarpOp::Max, mask, (uint64_t)v, 0, 32, jitlab_file, jitlab_line);
+}
+template <class T>
+inline unsigned __match_any_sync(unsigned mask, T v, JITLAB_WHERE) {
+    return (unsigned)jitlab_simt::warp(jitlab_simt::WarpOp::MatchAny, mask, jitlab_simt::bits_of(v), 0, 32, jitlab_file,
+                                       jitlab_line);
+}
+template <class T>
+inline unsigned __match_all_sync(unsigned mask, T v, int* pred, JITLAB_WHERE) {
+    unsigned m = (unsigned)jitlab_simt::warp(jitlab_simt::WarpOp::MatchAll, mask, jitlab_simt::bits_of(v), 0, 32,
+                                             jitlab_file, jitlab_line);
+    *pred = m != 0;
+    return m;
 }
 inline unsigned __lanemask_lt() {
     unsigned lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & 31u;
@@ -337,6 +357,21 @@ inline double max(float a, double b) { return fmax(a, b); }
 inline double max(double a, float b) { return fmax(a, b); }
 inline double min(float a, double b) { return fmin(a, b); }
 inline double min(double a, float b) { return fmin(a, b); }
+inline long max(long a, long b) { return a > b ? a : b; }
+inline long min(long a, long b) { return a < b ? a : b; }
+inline unsigned long max(unsigned long a, unsigned long b) { return a > b ? a : b; }
+inline unsigned long min(unsigned long a, unsigned long b) { return a < b ? a : b; }
+inline unsigned long long max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+inline unsigned long long min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+inline long long llmax(long long a, long long b) { return a > b ? a : b; }
+inline long long llmin(long long a, long long b) { return a < b ? a : b; }
+inline unsigned long long ullmax(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+inline unsigned long long ullmin(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+// nvcc's math headers put the classification functions in the global namespace too
+using std::isnan;
+using std::isinf;
+using std::isfinite;
+using std::signbit;
 inline unsigned umin(unsigned a, unsigned b) { return a < b ? a : b; }
 inline unsigned umax(unsigned a, unsigned b) { return a > b ? a : b; }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
@@ -453,3 +488,28 @@ inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyK
     return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void* d, int v, size_t n) { std::memset(d, v, n); return cudaSuccess; }
+// __device__ and __constant__ variables are the library's own globals here: a symbol is the variable itself.
+template <class T>
+inline cudaError_t cudaMemcpyToSymbol(T& symbol, const void* src, size_t n, size_t offset = 0,
+                                      cudaMemcpyKind = cudaMemcpyHostToDevice) {
+    if (offset + n > sizeof(T)) return cudaErrorInvalidValue;
+    std::memcpy(reinterpret_cast<char*>(&symbol) + offset, src, n);
+    return cudaSuccess;
+}
+template <class T>
+inline cudaError_t cudaMemcpyFromSymbol(void* dst, const T& symbol, size_t n, size_t offset = 0,
+                                        cudaMemcpyKind = cudaMemcpyDeviceToHost) {
+    if (offset + n > sizeof(T)) return cudaErrorInvalidValue;
+    std::memcpy(dst, reinterpret_cast<const char*>(&symbol) + offset, n);
+    return cudaSuccess;
+}
+template <class T>
+inline cudaError_t cudaMemcpyToSymbolAsync(T& symbol, const void* src, size_t n, size_t offset = 0,
+                                           cudaMemcpyKind k = cudaMemcpyHostToDevice, cudaStream_t = 0) {
+    return cudaMemcpyToSymbol(symbol, src, n, offset, k);
+}
+template <class T>
+inline cudaError_t cudaGetSymbolAddress(void** p, T& symbol) {
+    *p = &symbol;
+    return cudaSuccess;
+}

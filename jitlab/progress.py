@@ -214,8 +214,16 @@ def _live_class():
     return Live
 
 
+def notes_stream():
+    """Where notes and a step's lines go: ``sys.stderr``, or ``sys.stdout`` in a Jupyter kernel, whose
+    front ends paint stderr as an error (a pink box around a build that went well)."""
+    if type(sys.stderr).__module__.startswith("ipykernel"):
+        return sys.stdout
+    return sys.stderr
+
+
 def _terminal():
-    """Where a step writes: ``sys.stderr``, or when that is file descriptor 2 itself, a copy of it.
+    """Where a step writes: :func:`notes_stream`, or when that is file descriptor 2 itself, a copy of it.
 
     A build captures fds 1 and 2 into its log while the compiler runs (:func:`jitlab.output.capture_fds`);
     a copy made before keeps pointing at the terminal, so progress never lands in ``build.log``.
@@ -223,7 +231,7 @@ def _terminal():
     Returns:
         The stream and whether the step must close it.
     """
-    err = sys.stderr
+    err = notes_stream()
     try:
         real = err.fileno() == 2
     except (AttributeError, OSError, ValueError):
@@ -270,15 +278,15 @@ def quietly():
 
 
 def say(line: str, file=None) -> None:
-    """Print a note (on ``file``, default stderr), around the current step's live line if one is up;
-    nothing inside :func:`quietly`."""
+    """Print a note (on ``file``, default :func:`notes_stream`), around the current step's live line if one
+    is up; nothing inside :func:`quietly`."""
     if _quiet.get():
         return
     step = _current.get()
     if step is not None and step._bar is not None:
         step._line(line)
     else:
-        print(line, file=file or sys.stderr, flush=True)
+        print(line, file=file or notes_stream(), flush=True)
 
 
 def submit(pool, fn, *args):

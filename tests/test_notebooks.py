@@ -327,6 +327,23 @@ def test_c_printf_reaches_the_notebook_cell(tmp_path, monkeypatch):
     assert text == "hi 0\nhi 1\nhi 2\nafter\n"
 
 
+def test_jitlabs_notes_are_plain_cell_text_not_an_error_box(tmp_path):
+    """In a Jupyter kernel jitlab's notes and a slow step's lines go to stdout: front ends paint stderr as an
+    error, and a build that went well is not one."""
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    code = ("import time\nfrom jitlab import progress\nprogress.say('jitlab: a note')\n"
+            "with progress.Step('waiting', after=0):\n    time.sleep(0.3)")
+    nb = new_notebook(cells=[new_code_cell(code)])
+    (tmp_path / "notebooks").mkdir()
+    path = tmp_path / "notebooks" / "notes.ipynb"
+    nbformat.write(nb, path)
+    outputs = notebooks.run_notebook(path, tmp_path / "work", gpu=False, kernels=EXERCISES).notebook.cells[0].outputs
+    streams = [o for o in outputs if o["output_type"] == "stream"]
+    assert "jitlab: a note" in "".join(o["text"] for o in streams if o["name"] == "stdout"), outputs
+    assert not [o for o in streams if o["name"] == "stderr"], outputs
+
+
 def test_cell_text_is_what_a_front_end_shows():
     """A closed progress widget shows nothing (its text/plain is a stand-in) and a carriage return
     overwrites its line, as in a terminal: a slow build's progress is not counted as a cell's output."""

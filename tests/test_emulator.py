@@ -484,3 +484,33 @@ def test_the_left_out_kernels_are_the_ones_the_emulator_refuses():
     for k in refs.find_kernels(KERNELS):
         if k.path.suffix == ".cu" and k.name in NOT_EMULATED:
             assert emulator_support.cannot_run(k.path), k.name
+
+
+def test_launches_leave_no_memory_areas_behind(tmp_path, shared_cache):
+    """Each snippet's library runs 1024-thread blocks and keeps nothing mapped after its launches: a process
+    that ran many snippets can still start threads (the kernel caps memory areas at vm.max_map_count)."""
+    code = r'''
+import sys, torch, jitlab
+from pathlib import Path
+folder = Path(sys.argv[1])
+def areas():
+    return len(Path("/proc/self/maps").read_text().splitlines())
+mods = []
+for i in range(4):
+    p = folder / f"wide{i}.cu"
+    p.write_text("__global__ void wide%d(float* x) { x[threadIdx.x] += %d.0f; }\n" % (i, i + 1))
+    mods.append(getattr(jitlab.load(p, device="cpu"), f"wide{i}"))
+x = torch.zeros(1024)
+mods[0](x, grid=1, block=1024)  # the first launch maps what every launch needs (threads, libraries)
+before = areas()
+for launch in mods:
+    launch(x, grid=1, block=1024)
+    launch(x, grid=1, block=1024)
+print(areas() - before)
+'''
+    env = dict(os.environ, JITLAB_CACHE_DIR=str(shared_cache))
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    grown = int(out.stdout.strip().splitlines()[-1])
+    assert grown < 500, f"{grown} memory areas left mapped by 8 launches (each block's stacks were ~2048)"

@@ -200,20 +200,12 @@ struct Stacks {
     size_t mapped = 0;
 };
 
-std::mutex pool_lock;
-std::vector<Stacks> pool;  // stacks outlive a launch: mapping 1024 of them costs a millisecond
-
+// Each launch maps its fiber stacks and unmaps them at its end. A guard page per stack splits the mapping
+// into two areas per stack, and every snippet's library has its own copy of this runtime, so stacks kept
+// for later launches (a pool per library) reached the kernel's limit on a process's memory areas
+// (vm.max_map_count, 65530) after ~30 snippets with 1024-thread blocks: then no thread could start.
+// Mapping 1024 stacks costs about a millisecond a launch.
 Stacks take_stacks(size_t count) {
-    {
-        std::lock_guard<std::mutex> g(pool_lock);
-        for (size_t i = 0; i < pool.size(); ++i) {
-            if (pool[i].count >= count) {
-                Stacks s = pool[i];
-                pool.erase(pool.begin() + (long)i);
-                return s;
-            }
-        }
-    }
     Stacks s;
     s.count = count;
     s.mapped = (count + 1) * kStackBytes;
@@ -226,9 +218,7 @@ Stacks take_stacks(size_t count) {
 }
 
 void give_back(Stacks s) {
-    if (!s.base) return;
-    std::lock_guard<std::mutex> g(pool_lock);
-    pool.push_back(s);
+    if (s.mapping) munmap(s.mapping, s.mapped);
 }
 
 /// One OS thread running blocks.

@@ -1006,6 +1006,17 @@ def test_snippet_in_a_folder_with_quote_and_backslash_builds(cache, odd_folder):
     assert first(jitlab.load(p)) == 4.0
 
 
+def test_snippet_in_a_folder_with_a_newline_in_its_name_builds(cache, tmp_path):
+    """A .cpp with a local header in a folder whose name holds a newline (which ends a line of ninja's build
+    file) builds and runs, its folder reached through a link."""
+    folder = tmp_path / "line\nbreak"
+    folder.mkdir()
+    (folder / "f.h").write_text("#define FACTOR 3.0f\n")
+    p = folder / "k.cpp"
+    p.write_text(SCALE_WITH_HEADER.format(include='"f.h"'))
+    assert first(jitlab.load(p)) == 3.0
+
+
 def test_errors_in_such_a_folder_name_the_users_file(cache, odd_folder):
     """A compile error (in the snippet, then in its header) is a CompileError at the right file and line."""
     p = odd_folder / "bad.cpp"

@@ -102,3 +102,14 @@ def test_negative_view_to_a_pointer_is_refused(raw):
         raw.copy_bytes(y, torch.tensor([1 + 2j, 5j]).conj().imag, 4)
     raw.copy_floats(y, im.resolve_neg(), 1)
     assert y.tolist() == [-2.0]
+
+
+def test_a_sparse_tensor_for_a_pointer_is_refused_naming_to_dense(raw):
+    """A sparse tensor given to `const float*` is refused as sparse, naming `.to_dense()`; the dense one is copied."""
+    x = torch.tensor([0.0, 2.0, 0.0, 4.0])
+    y = torch.empty(4)
+    with pytest.raises(jitlab.ArgumentError, match=r"argument 2 `x`.*takes a dense tensor, got a sparse_coo one.*"
+                                                   r"\.to_dense\(\)"):
+        raw.copy_floats(y, x.to_sparse(), 4)
+    raw.copy_floats(y, x.to_sparse().to_dense(), 4)
+    assert y.tolist() == x.tolist()

@@ -173,6 +173,8 @@ class Callable:
         if not isinstance(value, torch.Tensor):
             got = "None" if value is None else type(value).__name__
             raise ArgumentError(messages.NOT_A_TENSOR.format(**arg, got=got))
+        if value.layout != torch.strided:
+            raise ArgumentError(messages.NOT_DENSE.format(**arg, layout=str(value.layout).removeprefix("torch.")))
         if value.is_conj() or value.is_neg():
             raise ArgumentError(messages.LAZY_VIEW.format(**arg, kind="conj" if value.is_conj() else "neg"))
         if want is not None and value.dtype != want:

@@ -16,6 +16,9 @@ NOT_A_TENSOR = WHERE + " takes a tensor, got {got}"
 DTYPE = WHERE + " takes a {want} tensor, got {got}; convert with `.to(torch.{want})`"
 NOT_CUDA = WHERE + " takes a CUDA tensor, got one on {device}; move it with `.cuda()`"
 NOT_CPU = WHERE + " takes a CPU tensor (this is a C++ snippet), got one on {device}; use `.cpu()`"
+#: A sparse (or other non-strided) tensor: its values and indices are separate arrays, no one buffer to point at.
+NOT_DENSE = (WHERE + " takes a dense tensor, got a {layout} one, whose values and indices live in separate "
+             "arrays (no one buffer a pointer could walk); pass `.to_dense()`")
 NOT_CONTIGUOUS = (WHERE + " takes a contiguous tensor, got a view with strides {strides}; pass `.contiguous()` "
                   "(and copy results back if it is an output)")
 #: A conjugate or negative view (``kind`` conj or neg): its memory holds the values before the lazy op.

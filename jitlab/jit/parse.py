@@ -215,10 +215,10 @@ def read_source(path: Path) -> str:
 def line_directive(path: str | Path, line: int = 1) -> str:
     """``#line 1 "<path>"`` and a newline: the code after it is reported at ``path``'s line ``line``.
 
-    The name is a C string literal, so a backslash or a double quote in a folder's name is escaped;
-    compilers print the name unescaped, as the file system has it.
+    The name is a C string literal, so a backslash, a double quote or a newline in a folder's name is
+    escaped; compilers print the name unescaped, as the file system has it.
     """
-    name = str(path).replace("\\", "\\\\").replace('"', '\\"')
+    name = str(path).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'#line {line} "{name}"\n'
 
 

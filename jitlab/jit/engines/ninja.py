@@ -65,7 +65,7 @@ def make(plan: KernelPlan, name: str, folder: Path, archs: list[str], opts: Opti
                 extra_cflags=_for_ninja(cflags),
                 extra_cuda_cflags=_for_ninja(cuda_cflags) if plan.cuda else None,
                 extra_ldflags=_for_ninja([*toolchain.runtime_ldflags(), *opts.ldflags]),
-                extra_include_paths=[_ninja_escape(d) for d in plan.include_dirs],
+                extra_include_paths=[_include_dir(str(d)) for d in plan.include_dirs],
                 build_directory=str(_ninja_folder(folder)),
                 verbose=True,
                 with_cuda=plan.cuda or opts.with_cuda,
@@ -127,22 +127,41 @@ def _ninja_folder(folder: Path) -> Path:
     if not any(c in str(folder) for c in _NINJA_UNSAFE):
         return folder
     fix = f"set JITLAB_CACHE_DIR to a folder whose path has no {' or '.join(map(repr, _NINJA_UNSAFE[:2]))}"
+    return _linked(folder.parent, f"the build cache {folder.parent}", fix) / folder.name
+
+
+def _include_dir(folder: str) -> str:
+    """An include folder as ``build.ninja`` can hold it: a name with a newline (which ends a ninja line, where
+    torch's quoting cannot help) is reached through a link; ``$`` is escaped."""
+    if "\n" in folder:
+        folder = str(_linked(Path(folder), f"the include folder {folder!r}",
+                             "rename the folder without the newline"))
+    return _ninja_escape(folder)
+
+
+def _linked(target: Path, what: str, fix: str) -> Path:
+    """A symbolic link to ``target`` whose path ninja can read: in a private folder of the temporary
+    directory, named by a hash of ``target`` (one link per target, replaced atomically).
+
+    Raises:
+        ToolchainError: The link cannot be made safely, naming ``what`` and ``fix``.
+    """
     root = Path(tempfile.gettempdir()) / f"jitlab-ninja-{os.getuid()}"
     try:
         root.mkdir(mode=0o700, exist_ok=True)
         st = root.lstat()
     except OSError as e:
-        raise ToolchainError(f"jitlab: the build cache {folder.parent} has a character ninja cannot read, and "
+        raise ToolchainError(f"jitlab: {what} has a character ninja cannot read, and "
                              f"{root} cannot be made for a link to it ({e}); {fix}") from e
     if any(c in str(root) for c in _NINJA_UNSAFE) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-        raise ToolchainError(f"jitlab: the build cache {folder.parent} has a character ninja cannot read, and "
+        raise ToolchainError(f"jitlab: {what} has a character ninja cannot read, and "
                              f"{root} is not a private folder of yours to link it from; {fix}")
-    link = root / hashlib.sha256(str(folder.parent).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    link = root / hashlib.sha256(str(target).encode("utf-8", "surrogateescape")).hexdigest()[:16]
     tmp = root / f".{link.name}.{os.getpid()}.{threading.get_ident()}"
     tmp.unlink(missing_ok=True)
-    os.symlink(folder.parent, tmp)
+    os.symlink(target, tmp)
     os.replace(tmp, link)  # atomic: a concurrent build sees the old link or this one, both to the same folder
-    return link / folder.name
+    return link
 
 
 def _load_failure(so: Path) -> str:

@@ -186,11 +186,8 @@ class Callable:
         if not value.is_contiguous():
             raise ArgumentError(messages.NOT_CONTIGUOUS.format(**arg, strides=tuple(value.stride())))
         if not value.data_ptr():
-            raise ArgumentError(f"{where} got an empty tensor (shape {tuple(value.shape)}), which has no memory: "
-                                f"the {'kernel' if self.is_kernel else 'function'} would get a NULL pointer and crash "
-                                f"on the first element it touches; "
-                                f"pass a tensor with the elements the call reads or writes, or skip the call when "
-                                f"there is nothing to do")
+            raise ArgumentError(messages.EMPTY.format(**arg, shape=tuple(value.shape),
+                                                      what="kernel" if self.is_kernel else "function"))
         if dev is not None and value.get_device() != dev:
             raise ArgumentError(messages.OTHER_DEVICE.format(**arg, device=value.device, first=f"cuda:{dev}"))
         cur = torch.cuda.current_device()

@@ -24,6 +24,9 @@ NOT_CONTIGUOUS = (WHERE + " takes a contiguous tensor, got a view with strides {
 #: A conjugate or negative view (``kind`` conj or neg): its memory holds the values before the lazy op.
 LAZY_VIEW = (WHERE + " got a tensor whose {kind} bit is set (`.is_{kind}()`): torch applies the {kind} lazily, so "
              "its memory holds the values before it, which is what the code would read; pass `.resolve_{kind}()`")
+EMPTY = (WHERE + " got an empty tensor (shape {shape}), which has no memory: the {what} would get a NULL pointer "
+         "and crash on the first element it touches; pass a tensor with the elements the call reads or writes, or "
+         "skip the call when there is nothing to do")
 OTHER_DEVICE = WHERE + " is on {device} but earlier tensors are on {first}: put every tensor on one GPU"
 #: How to write into a tensor autograd is recording (the end of every such message).
 GRAD_FIX = "pass `.detach()` (the same memory, outside autograd) or call inside `with torch.no_grad():`"

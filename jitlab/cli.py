@@ -155,8 +155,9 @@ def _check_kernelbench(args) -> int:
     from jitlab.judge import gradebook
     from jitlab.worker import grading
 
-    report = grading.grade_many(args.paths, problem=args.problem, device=args.device or "cuda", gpus=args.gpus,
-                                cluster=args.cluster, build_threads=args.jobs, timeout=args.timeout or grading.TIMEOUT,
+    device = "cpu" if args.device == "cpu" else "cuda"  # a KernelBench problem's device: no emulator
+    report = grading.grade_many(args.paths, problem=args.problem, device=device, gpus=args.gpus, cluster=args.cluster,
+                                build_threads=args.jobs, timeout=args.timeout or grading.TIMEOUT,
                                 trials=args.trials, time_it=not args.no_time, compile_ref=not args.no_compile,
                                 compile_only=args.compile_only, arch=args.arch, store=args.store,
                                 on_grade=None if args.json else lambda g: print(g.line(), flush=True))
@@ -328,8 +329,8 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("--gpus", type=int, help="check as a batch, one worker per GPU on N GPUs (CUDA_VISIBLE_DEVICES "
                                             "picks which); for C++ snippets N CPU workers")
     k.add_argument("--cluster", help="check as a batch on Dask: 'local', or a scheduler's tcp://host:port")
-    k.add_argument("--device", choices=["cpu"], help="cpu: a kernel-only .cu on the CPU emulator (races and bounds checked, "
-                                                     "untimed); KernelBench pairs: grade a CPU problem's C++ solutions")
+    k.add_argument("--device", choices=["auto", "cuda", "cpu"], help="cpu (auto without a GPU): a kernel-only .cu on "
+                   "the CPU emulator, races and bounds checked, untimed; KernelBench pairs: a CPU problem's C++ solutions")
     kb = k.add_argument_group("KernelBench pairs (problem.py + solutions, or folders of pair folders)")
     kb.add_argument("--problem", help="the problem file (class Model, get_inputs) every solution given answers")
     kb.add_argument("--trials", type=int, default=5, help="correctness trials, each on get_inputs() under its seed (default 5)")

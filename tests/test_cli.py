@@ -170,9 +170,19 @@ def test_an_arch_nvcc_dropped_names_the_oldest_it_builds(jl):
 
 
 @pytest.mark.skipif(torch.cuda.is_available() or not toolchain.nvcc_path(), reason="the no-GPU path; needs nvcc")
-def test_check_without_a_gpu_says_needs_a_gpu_not_fail(jl):
-    """`jitlab check X.cu` without a GPU: one line, no GPU found, how to get one, and that it compiles with its registers."""
-    r = jl("check", "kernels/saxpy.cu")
+def test_check_without_a_gpu_runs_a_kernel_only_snippet_on_the_emulator(tmp_path):
+    """`jitlab check X.cu` without a GPU: a kernel-only snippet is checked on the CPU emulator, said once."""
+    r = jitlab_process("check", "kernels/saxpy.cu", cache=tmp_path / "cache")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PASS" in r.stdout and "CPU emulator" in r.stdout, r.stdout
+    assert (r.stdout + r.stderr).count("kernel-only .cu snippets run on the CPU emulator") == 1, r.stdout + r.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available() or not toolchain.nvcc_path(), reason="the no-GPU path; needs nvcc")
+def test_check_for_cuda_without_a_gpu_says_needs_a_gpu_not_fail(jl):
+    """`jitlab check X.cu --device cuda` without a GPU: one line, no GPU found, how to get one, and that it
+    compiles with its registers."""
+    r = jl("check", "kernels/saxpy.cu", "--device", "cuda")
     assert r.returncode == 1 and "FAIL" not in r.stdout + r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "no CUDA GPU found" in r.stderr and "T4 GPU" in r.stderr and "compiles for sm_75 (saxpy:" in r.stderr
     assert "`jitlab check kernels/saxpy.cu --device cpu`" in r.stderr

@@ -119,6 +119,17 @@ def build(path, *more, mode: str = "auto", arch=None, defines=None, cflags=None,
     return builder.build(paths, opts)
 
 
+def runs_on_emulator(path, **keywords) -> bool:
+    """Whether :func:`load` of ``path`` with ``keywords`` (its build options) builds for the CPU emulator here:
+    ``device="cpu"``, or ``"auto"`` without a GPU for a kernel-only ``.cu`` the emulator runs."""
+    files, _ = builder.snippet_files(path)
+    return builder.on_emulator(files, options(**{k: v for k, v in keywords.items() if k in _OPTION_KEYWORDS}))
+
+
+_OPTION_KEYWORDS = ("mode", "arch", "defines", "cflags", "cuda_cflags", "ldflags", "compile_only", "debug", "engine",
+                    "device")
+
+
 def clean(older_than_days: float | None = None, headers: bool = False):
     """Delete the builds jitlab made in the cache (all, or those unused for ``older_than_days``).
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from jitlab import config
 from jitlab.errors import ArgumentError, ToolchainError
-from jitlab.jit import api, toolchain
+from jitlab.jit import api, builder, toolchain
 from jitlab.jit.sources import has_cuda, locate
 from jitlab.judge import checker, refs
 from jitlab.worker import jobs, proc
@@ -224,7 +224,8 @@ def check_snippet(path, *, isolate: bool = True, timeout: float = config.CHECK_T
         ref: The reference file, if not ``NAME.ref.py`` beside the snippet.
         debug: A debug build (``-G``, asserts on); see :func:`jitlab.load`.
         **options: Build options for :func:`jitlab.load` (``arch``, ``defines`` …); ``device="cpu"`` runs
-            a kernel-only ``.cu`` on the CPU emulator, each launch race- and bounds-checked.
+            a kernel-only ``.cu`` on the CPU emulator, each launch race- and bounds-checked, as ``"auto"``
+            (the default) does on a machine without a GPU.
 
     Returns:
         An :class:`~jitlab.worker.jobs.Outcome`: ``bool(outcome)`` is whether it passed; ``.category``
@@ -232,15 +233,18 @@ def check_snippet(path, *, isolate: bool = True, timeout: float = config.CHECK_T
         device assert, mismatch, timeout, crashed).
 
     Raises:
-        ToolchainError: A CUDA snippet and no GPU ("no CUDA GPU found …", with ``device="cpu"`` as the fix):
-            nothing could run.
+        ToolchainError: A CUDA snippet the emulator does not take (or ``device="cuda"``) and no GPU
+            ("no CUDA GPU found …", naming what would run): nothing could run.
     """
     if debug:
         options["debug"] = True
     path = locate(path)
     refs.path_for(path, ref)  # no reference: say which file is missing now, not from a worker
     if not toolchain.gpu_available() and has_cuda(path) and options.get("device") != "cpu":
-        raise needs_a_gpu(path, options)
+        if options.get("device", "auto") != "auto" or not api.runs_on_emulator(path, **options):
+            raise needs_a_gpu(path, options)
+        builder.tell_once_on_the_emulator()  # said here, once: the worker's notes are the kernel's output
+        options["device"] = "cpu"
     from jitlab.config import cache_dir
 
     # absolute: a warm worker may have been started from another folder than this call's

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from jitlab.errors import CacheError, LaunchError
+
 #: Bumped whenever generated code or the cache layout changes; part of every build key.
 VERSION = "0.1.0"  # the package's version (jitlab.__version__)
 #: The folder that holds the jitlab package (a checkout's root, or site-packages): child processes
@@ -67,16 +69,7 @@ def lock_timeout() -> float:
     Raises:
         CacheError: The variable is not a number.
     """
-    raw = getenv("JITLAB_LOCK_TIMEOUT")
-    if not raw.strip():
-        return DEFAULT_LOCK_TIMEOUT
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        from jitlab.errors import CacheError
-
-        raise CacheError(f"JITLAB_LOCK_TIMEOUT={raw!r} is not a number of seconds; set it to one, e.g. "
-                         f"JITLAB_LOCK_TIMEOUT=600 (or inf to wait for ever)") from None
+    return _seconds("JITLAB_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT, CacheError, "600 (or inf to wait for ever)")
 
 
 #: Seconds one CPU-emulator launch may run before it stops at the line it was on, unless
@@ -91,16 +84,18 @@ def emulator_timeout() -> float:
     Raises:
         LaunchError: The variable is not a number.
     """
-    raw = getenv("JITLAB_EMULATOR_TIMEOUT")
+    return _seconds("JITLAB_EMULATOR_TIMEOUT", DEFAULT_EMULATOR_TIMEOUT, LaunchError, "60 (0 for no limit)")
+
+
+def _seconds(variable: str, default: float, error: type, example: str) -> float:
+    """``$variable`` as seconds (at least 0), ``default`` when unset; ``error`` naming an example when not a number."""
+    raw = getenv(variable)
     if not raw.strip():
-        return DEFAULT_EMULATOR_TIMEOUT
+        return default
     try:
         return max(0.0, float(raw))
     except ValueError:
-        from jitlab.errors import LaunchError
-
-        raise LaunchError(f"JITLAB_EMULATOR_TIMEOUT={raw!r} is not a number of seconds; set it to one, e.g. "
-                          f"JITLAB_EMULATOR_TIMEOUT=60 (0 for no limit)") from None
+        raise error(f"{variable}={raw!r} is not a number of seconds; set it to one, e.g. {variable}={example}") from None
 
 
 def prepare_headers() -> bool:

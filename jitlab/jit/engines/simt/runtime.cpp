@@ -711,22 +711,25 @@ std::string stop_message(const Launch* l, bool interrupted, const std::string& a
                   "0 for none; or launch fewer blocks)", l->timeout, at.c_str());
 }
 
+// Where a signal interrupted the fiber: its program counter and stack pointer.
+void interrupted_at(void* context, uintptr_t* pc, uintptr_t* sp) {
+    const ucontext_t* uc = static_cast<const ucontext_t*>(context);
+#if defined(__x86_64__)
+    *pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+    *sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
+#else
+    *pc = (uintptr_t)uc->uc_mcontext.pc;
+    *sp = (uintptr_t)uc->uc_mcontext.sp;
+#endif
+}
+
 // The watchdog's signal: the fiber running here stops for good, at the line it was on.
 void on_stop(int, siginfo_t*, void* context) {
     Worker* w = this_worker;
     if (!w || !w->current || w->no_interrupt || w->launch->failed.load()) return;
     Thread* t = w->current;
-    const ucontext_t* uc = static_cast<const ucontext_t*>(context);
-#if defined(__x86_64__)
-    uintptr_t pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
-#else
-    uintptr_t pc = (uintptr_t)uc->uc_mcontext.pc;
-#endif
-#if defined(__x86_64__)
-    const uintptr_t sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
-#else
-    const uintptr_t sp = (uintptr_t)uc->uc_mcontext.sp;
-#endif
+    uintptr_t pc, sp;
+    interrupted_at(context, &pc, &sp);
     const bool ctrl_c = w->launch->stop.load() == 2;
     w->launch->fail(ctrl_c ? "Interrupted" : "TimeLimit",
                     stop_message(w->launch, ctrl_c, " at " + code_candidates(pc, sp, w, t->yield_pc) + " (" +
@@ -742,18 +745,9 @@ void on_fault(int sig, siginfo_t* info, void* context) {
         return;  // the fault happens again, under the handler that was there before
     }
     Thread* t = w->current;
-    const ucontext_t* uc = static_cast<const ucontext_t*>(context);
-#if defined(__x86_64__)
-    uintptr_t pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
-#else
-    uintptr_t pc = (uintptr_t)uc->uc_mcontext.pc;
-#endif
+    uintptr_t pc, sp;
+    interrupted_at(context, &pc, &sp);
     const uintptr_t a = (uintptr_t)info->si_addr;
-#if defined(__x86_64__)
-    const uintptr_t sp = (uintptr_t)uc->uc_mcontext.gregs[REG_RSP];
-#else
-    const uintptr_t sp = (uintptr_t)uc->uc_mcontext.sp;
-#endif
     const std::string code = code_candidates(pc, sp, w, 0);
     if (a - w->stack_lo < w->stack_span && (a - w->stack_lo) % kStackBytes < 2 * (uintptr_t)sysconf(_SC_PAGESIZE)) {
         w->launch->fail("StackOverflow", format(

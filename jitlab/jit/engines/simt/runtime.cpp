@@ -237,6 +237,7 @@ struct Worker {
     // __shared__ arrays), the plain run's fast span within it, dynamic shared memory, the snippet's globals.
     uintptr_t stack_lo = 0, stack_span = 0, tls_lo = 0, tls_span = 0, fast_lo = 0, fast_span = 0;
     uintptr_t dyn_lo = 0, dyn_bytes = 0, module_lo = 0, module_hi = 0;
+    bool dyn_used = false;  // the kernel asked for its extern __shared__ memory (dynamic_shared) in this launch
     std::vector<Cell> tls_cells, dyn_cells;
     std::vector<std::string> unwritten_reads;  // the interval's first read of unwritten shared memory, if any
     bool no_interrupt = false;  // in printf: a time limit's signal waits
@@ -821,7 +822,9 @@ uint64_t warp(WarpOp op, unsigned mask, uint64_t value, int arg, int width, cons
 
 void* dynamic_shared() {
     Worker* w = this_worker;
-    return w ? reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(w->shared.data()) + 15) & ~uintptr_t(15)) : nullptr;
+    if (!w) return nullptr;
+    w->dyn_used = true;
+    return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(w->shared.data()) + 15) & ~uintptr_t(15));
 }
 
 [[noreturn]] void trap(const char* what, const char* file, int line) {

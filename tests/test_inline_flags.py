@@ -213,7 +213,7 @@ def _contents(artifact) -> set[str]:
 
 
 @pytest.mark.slow
-def test_torch_cuda_arch_list_chooses_the_binarys_architectures(cache, monkeypatch):
+def test_torch_cuda_arch_list_chooses_the_binarys_architectures(use_shared_cache, monkeypatch):
     """TORCH_CUDA_ARCH_LIST="7.5;Hopper" compiles SASS for sm_75 and sm_90 and PTX for compute_90, no more;
     the lecture's one-string nvcc flags and an empty entry build alongside."""
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "7.5;Hopper")
@@ -224,7 +224,7 @@ def test_torch_cuda_arch_list_chooses_the_binarys_architectures(cache, monkeypat
 
 
 @pytest.mark.slow
-def test_the_users_arch_flags_replace_jitlabs(cache):
+def test_the_users_arch_flags_replace_jitlabs(use_shared_cache):
     """An nvcc flag that chooses architectures (-gencode) stands alone, as in torch: the binary has only its arch."""
     b = torch_compat.build_inline("own_arch", cpp_sources=HOST, cuda_sources=LAUNCHER, compile_only=True, arch="sm_90",
                                   no_implicit_headers=True, extra_cuda_cflags=["-gencode arch=compute_80,code=sm_80"])

@@ -117,7 +117,7 @@ def test_the_variable_chooses_the_archs_unless_the_call_names_them(monkeypatch):
 GREET = """
 #include "shout.h"
 std::string greet() { return std::string(GREETING) + SUFFIX; }
-torch::Tensor scaled(torch::Tensor x) { return x * SCALE; }
+torch::Tensor scaled(torch::Tensor x) { return x * FACTOR; }
 """
 
 
@@ -132,8 +132,8 @@ def built(tmp_path_factory):
         mp.setenv("JITLAB_CACHE_DIR", str(root / "cache"))
         mod = jitlab.load_inline(
             name="flag_meanings", cpp_sources=GREET,
-            functions={"greet": "Say hello.", "scaled": "x times SCALE"},
-            extra_cflags=["", "-Wall -Wextra", "-DGREETING='\"hello there\"'", "-DSCALE=3"],
+            functions={"greet": "Say hello.", "scaled": "x times FACTOR"},
+            extra_cflags=["", "-Wall -Wextra", "-DGREETING='\"hello there\"'", "-DFACTOR=3"],
             extra_ldflags=[""], extra_include_paths=[str(inc)], verbose=True)
     return mod
 
@@ -150,7 +150,7 @@ def test_flag_lists_mean_what_they_mean_to_torch(built):
 def test_docstrings_are_where_torch_puts_them(built):
     """``functions=`` as a dict gives each bound function its docstring, first in its __doc__ as pybind11 puts it."""
     assert built.greet.__doc__.strip().endswith("Say hello.")
-    assert "x times SCALE" in built.scaled.__doc__
+    assert "x times FACTOR" in built.scaled.__doc__
 
 
 @pytest.mark.slow

@@ -399,8 +399,8 @@ def test_flag_entries_are_read_like_a_shell(cache, tmp_path, monkeypatch):
     (tmp_path / "inc").mkdir()
     (tmp_path / "inc" / "scale.h").write_text("#define SHIFT 1\n")
     m = jitlab.load_inline(name="contract_lenient", cpp_sources='#include "scale.h"\n'
-                           "torch::Tensor scaled(torch::Tensor x) { return x * SCALE + SHIFT; }",
-                           functions="scaled", extra_cflags=["-DSCALE=3\n\n", "  -O0 -Wall ", ""], extra_ldflags=[""],
+                           "torch::Tensor scaled(torch::Tensor x) { return x * FACTOR + SHIFT; }",
+                           functions="scaled", extra_cflags=["-DFACTOR=3\n\n", "  -O0 -Wall ", ""], extra_ldflags=[""],
                            extra_include_paths=["     inc\n"])
     assert m.scaled(torch.ones(2)).tolist() == [4.0, 4.0]
 

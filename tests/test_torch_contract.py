@@ -620,7 +620,7 @@ def test_torch_cuda_arch_list_shapes_the_binary(cache, monkeypatch):
 def test_users_gencode_replaces_the_default_archs(use_shared_cache, monkeypatch):
     """An -gencode of the user's in extra_cuda_cflags is the only arch built: no default arch is added to it."""
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
-    b = torch_compat.build_inline("contract_gencode", [ADD_ONE_DECL], [ADD_ONE_CU], ["add_one"], compile_only=True,
+    b = torch_compat.build_inline("contract_archs", [ADD_ONE_DECL], [ADD_ONE_CU], ["add_one"], compile_only=True,
                                   extra_cuda_cflags=["-gencode=arch=compute_86,code=sm_86"])
     assert b.archs == ["sm_86"]
 

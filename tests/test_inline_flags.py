@@ -226,7 +226,7 @@ def test_torch_cuda_arch_list_chooses_the_binarys_architectures(use_shared_cache
 @pytest.mark.slow
 def test_the_users_arch_flags_replace_jitlabs(use_shared_cache):
     """An nvcc flag that chooses architectures (-gencode) stands alone, as in torch: the binary has only its arch."""
-    b = torch_compat.build_inline("own_arch", cpp_sources=HOST, cuda_sources=LAUNCHER, compile_only=True, arch="sm_90",
+    b = torch_compat.build_inline("arch_list", cpp_sources=HOST, cuda_sources=LAUNCHER, compile_only=True, arch="sm_90",
                                   no_implicit_headers=True, extra_cuda_cflags=["-gencode arch=compute_80,code=sm_80"])
     assert _contents(b.artifact) == {"sm_80"}
 

@@ -109,7 +109,7 @@ def test_half_operators_compile_in_kernel_only_units(cache, write):
 
 
 @pytest.mark.slow
-def test_torch_style_compile_only(cache):
+def test_torch_style_compile_only(use_shared_cache):
     """square_matrix.cu (torch headers) compiles for sm_90 without a GPU, as a torch-style build."""
     b = jitlab.build(KERNELS / "square_matrix.cu", compile_only=True, arch="sm_90")
     assert b.plan.kind == "torch" and b.compile_only and b.artifact.is_file()

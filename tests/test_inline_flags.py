@@ -117,7 +117,7 @@ def test_the_variable_chooses_the_archs_unless_the_call_names_them(monkeypatch):
 GREET = """
 #include "shout.h"
 std::string greet() { return std::string(GREETING) + SUFFIX; }
-torch::Tensor scaled(torch::Tensor x) { return x * SCALE; }
+torch::Tensor scaled(torch::Tensor x) { return x * FACTOR; }
 """
 
 
@@ -132,8 +132,8 @@ def built(tmp_path_factory):
         mp.setenv("JITLAB_CACHE_DIR", str(root / "cache"))
         mod = jitlab.load_inline(
             name="flag_meanings", cpp_sources=GREET,
-            functions={"greet": "Say hello.", "scaled": "x times SCALE"},
-            extra_cflags=["", "-Wall -Wextra", "-DGREETING='\"hello there\"'", "-DSCALE=3"],
+            functions={"greet": "Say hello.", "scaled": "x times FACTOR"},
+            extra_cflags=["", "-Wall -Wextra", "-DGREETING='\"hello there\"'", "-DFACTOR=3"],
             extra_ldflags=[""], extra_include_paths=[str(inc)], verbose=True)
     return mod
 
@@ -150,7 +150,7 @@ def test_flag_lists_mean_what_they_mean_to_torch(built):
 def test_docstrings_are_where_torch_puts_them(built):
     """``functions=`` as a dict gives each bound function its docstring, first in its __doc__ as pybind11 puts it."""
     assert built.greet.__doc__.strip().endswith("Say hello.")
-    assert "x times SCALE" in built.scaled.__doc__
+    assert "x times FACTOR" in built.scaled.__doc__
 
 
 @pytest.mark.slow
@@ -213,7 +213,7 @@ def _contents(artifact) -> set[str]:
 
 
 @pytest.mark.slow
-def test_torch_cuda_arch_list_chooses_the_binarys_architectures(cache, monkeypatch):
+def test_torch_cuda_arch_list_chooses_the_binarys_architectures(use_shared_cache, monkeypatch):
     """TORCH_CUDA_ARCH_LIST="7.5;Hopper" compiles SASS for sm_75 and sm_90 and PTX for compute_90, no more;
     the lecture's one-string nvcc flags and an empty entry build alongside."""
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "7.5;Hopper")
@@ -224,9 +224,9 @@ def test_torch_cuda_arch_list_chooses_the_binarys_architectures(cache, monkeypat
 
 
 @pytest.mark.slow
-def test_the_users_arch_flags_replace_jitlabs(cache):
+def test_the_users_arch_flags_replace_jitlabs(use_shared_cache):
     """An nvcc flag that chooses architectures (-gencode) stands alone, as in torch: the binary has only its arch."""
-    b = torch_compat.build_inline("own_arch", cpp_sources=HOST, cuda_sources=LAUNCHER, compile_only=True, arch="sm_90",
+    b = torch_compat.build_inline("arch_list", cpp_sources=HOST, cuda_sources=LAUNCHER, compile_only=True, arch="sm_90",
                                   no_implicit_headers=True, extra_cuda_cflags=["-gencode arch=compute_80,code=sm_80"])
     assert _contents(b.artifact) == {"sm_80"}
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -120,11 +122,36 @@ STD_HEADERS = "".join(f"#include <{h}>\n" for h in ("climits", "cmath", "cfloat"
                                                     "unordered_map", "complex", "limits", "typeinfo"))
 
 
+@pytest.fixture(scope="module")
+def std_set(tmp_path_factory):
+    """std_set(words) → the stand-in set's header made with these words beside it (``h.h`` and ``h.h.gch``),
+    made once per word list in this module: -O3, -O1 and -Og share the -O2 set as they would in jitlab."""
+    import shutil
+    import subprocess
+
+    cxx = shutil.which("c++") or pytest.fail("no host compiler")  # the CI image has one
+    root = tmp_path_factory.mktemp("std_sets")
+    made: dict[tuple[str, ...], Path] = {}
+
+    def _made(words) -> Path:
+        words = tuple(words)
+        if words not in made:
+            folder = root / f"set{len(made)}"
+            folder.mkdir()
+            (folder / "h.h").write_text(STD_HEADERS)
+            subprocess.run([cxx, "-x", "c++-header", "h.h", "-o", "h.h.gch", "-fPIC", "-std=c++20", *words],
+                           cwd=folder, check=True)
+            made[words] = folder / "h.h"
+        return made[words]
+
+    return _made
+
+
 @pytest.mark.parametrize("user", [["-O3"], ["-O1"], ["-Og"], ["-O2", "-ffast-math"], ["-Os"], ["-fopenmp"], ["-g"],
                                   ["-march=x86-64-v2"], ["-std=c++17"], ["-Wall", "-DLOCAL=1", "-O3"], ["-O0", "-O3"],
                                   ["-fno-rtti"], ["-fno-exceptions"], ["-fno-threadsafe-statics"],
                                   ["-fno-gnu-unique", "-O3"]])
-def test_a_set_made_with_the_users_set_flags_is_one_gcc_uses(tmp_path, user):
+def test_a_set_made_with_the_users_set_flags_is_one_gcc_uses(tmp_path, user, std_set):
     """GCC refuses a precompiled header made with other optimisation, -f, -m, -g or -std words
     (-Winvalid-pch); made with :func:`pch.set_flags` of the user's flags, it is used, and a unit's other
     words (-Wall, -D) stay out of the set's key."""
@@ -132,16 +159,14 @@ def test_a_set_made_with_the_users_set_flags_is_one_gcc_uses(tmp_path, user):
     import subprocess
 
     cxx = shutil.which("c++") or pytest.fail("no host compiler")  # the CI image has one
-    (tmp_path / "h.h").write_text(STD_HEADERS)
     (tmp_path / "u.cpp").write_text('int main() { std::vector<std::string> v{"a"}; return int(std::strlen(v[0].c_str()) + std::sqrt(4.0)); }\n')
     base = ["-fPIC", "-std=c++20"]
     kept = pch.set_flags(user)
     assert "-Wall" not in kept and not any(w.startswith("-D") for w in kept)
 
     def used_with(set_words):
-        subprocess.run([cxx, "-x", "c++-header", "h.h", "-o", "h.h.gch", *base, *set_words], cwd=tmp_path, check=True)
-        proc = subprocess.run([cxx, "-Winvalid-pch", "-include", "h.h", "-c", "u.cpp", "-o", "u.o", *base, *user],
-                              cwd=tmp_path, capture_output=True, text=True, check=True)
+        proc = subprocess.run([cxx, "-Winvalid-pch", "-include", str(std_set(set_words)), "-c", "u.cpp", "-o", "u.o",
+                               *base, *user], cwd=tmp_path, capture_output=True, text=True, check=True)
         return "-Winvalid-pch" not in proc.stderr
 
     assert not used_with([]), f"GCC took a set made without {user}: the test shows nothing"
@@ -174,7 +199,7 @@ def test_a_set_without_cuda_headers_is_keyed_without_nvcc():
 @pytest.mark.parametrize("word", ["-fno-gnu-unique", "-fvisibility=hidden", "-fno-strict-aliasing", "-fsigned-char",
                                   "-fcf-protection", "-fshort-enums", "-fno-trapping-math",
                                   "-fwrapv", "-funroll-loops", "-fstack-protector-strong", "-fno-omit-frame-pointer"])
-def test_options_gcc_takes_a_plain_set_for_get_none_of_their_own(tmp_path, word):
+def test_options_gcc_takes_a_plain_set_for_get_none_of_their_own(tmp_path, word, std_set):
     """jitlab's -fno-gnu-unique (every operator library) and other code-generation options need no set of
     their own: GCC uses one made without them."""
     import shutil
@@ -182,9 +207,7 @@ def test_options_gcc_takes_a_plain_set_for_get_none_of_their_own(tmp_path, word)
 
     cxx = shutil.which("c++") or pytest.fail("no host compiler")
     assert pch.set_flags([word]) == ()
-    (tmp_path / "h.h").write_text(STD_HEADERS)
     (tmp_path / "u.cpp").write_text("int main() { std::vector<std::string> v{\"a\"}; return int(std::strlen(v[0].c_str())); }\n")
-    subprocess.run([cxx, "-x", "c++-header", "h.h", "-o", "h.h.gch", "-fPIC", "-std=c++20"], cwd=tmp_path, check=True)
-    proc = subprocess.run([cxx, "-Winvalid-pch", "-include", "h.h", "-c", "u.cpp", "-fPIC", "-std=c++20", word],
+    proc = subprocess.run([cxx, "-Winvalid-pch", "-include", str(std_set([])), "-c", "u.cpp", "-fPIC", "-std=c++20", word],
                           cwd=tmp_path, capture_output=True, text=True, check=True)
     assert "-Winvalid-pch" not in proc.stderr

@@ -399,8 +399,8 @@ def test_flag_entries_are_read_like_a_shell(cache, tmp_path, monkeypatch):
     (tmp_path / "inc").mkdir()
     (tmp_path / "inc" / "scale.h").write_text("#define SHIFT 1\n")
     m = jitlab.load_inline(name="contract_lenient", cpp_sources='#include "scale.h"\n'
-                           "torch::Tensor scaled(torch::Tensor x) { return x * SCALE + SHIFT; }",
-                           functions="scaled", extra_cflags=["-DSCALE=3\n\n", "  -O0 -Wall ", ""], extra_ldflags=[""],
+                           "torch::Tensor scaled(torch::Tensor x) { return x * FACTOR + SHIFT; }",
+                           functions="scaled", extra_cflags=["-DFACTOR=3\n\n", "  -O0 -Wall ", ""], extra_ldflags=[""],
                            extra_include_paths=["     inc\n"])
     assert m.scaled(torch.ones(2)).tolist() == [4.0, 4.0]
 
@@ -595,7 +595,7 @@ def test_cpp_and_cu_of_one_stem_run(cache, tmp_path):
 @pytest.mark.parametrize("arch_list, archs", [("7.5+PTX", ["sm_75", "compute_75"]),
                                               ("Turing 8.0+PTX", ["sm_75", "compute_75", "sm_80", "compute_80"]),
                                               ("7.5;8.6", ["sm_75", "sm_86"])])
-def test_torch_cuda_arch_list_chooses_the_archs(cache, monkeypatch, arch_list, archs):
+def test_torch_cuda_arch_list_chooses_the_archs(use_shared_cache, monkeypatch, arch_list, archs):
     """TORCH_CUDA_ARCH_LIST (versions or torch's names, Turing being 7.5+PTX; ';' or ' ' separated) chooses what nvcc builds."""
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", arch_list)
     b = torch_compat.build_inline("contract_archs", [ADD_ONE_DECL], [ADD_ONE_CU], ["add_one"], compile_only=True)
@@ -617,10 +617,10 @@ def test_torch_cuda_arch_list_shapes_the_binary(cache, monkeypatch):
     assert sorted(set(re.findall(r"sm_\d+", listing))) == ["sm_75"], listing
 
 
-def test_users_gencode_replaces_the_default_archs(cache, monkeypatch):
+def test_users_gencode_replaces_the_default_archs(use_shared_cache, monkeypatch):
     """An -gencode of the user's in extra_cuda_cflags is the only arch built: no default arch is added to it."""
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
-    b = torch_compat.build_inline("contract_gencode", [ADD_ONE_DECL], [ADD_ONE_CU], ["add_one"], compile_only=True,
+    b = torch_compat.build_inline("contract_archs", [ADD_ONE_DECL], [ADD_ONE_CU], ["add_one"], compile_only=True,
                                   extra_cuda_cflags=["-gencode=arch=compute_86,code=sm_86"])
     assert b.archs == ["sm_86"]
 

@@ -256,6 +256,9 @@ struct Worker {
     void deadlock();
     void stopped(const Thread* t);
     void map_memory();
+    uintptr_t dynamic_base() const {  // this block's extern __shared__ array: 16-byte aligned, as on a GPU
+        return (reinterpret_cast<uintptr_t>(shared.data()) + 15) & ~uintptr_t(15);
+    }
     std::string where(const Thread* t) const;
 };
 
@@ -824,7 +827,7 @@ void* dynamic_shared() {
     Worker* w = this_worker;
     if (!w) return nullptr;
     w->dyn_used = true;
-    return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(w->shared.data()) + 15) & ~uintptr_t(15));
+    return reinterpret_cast<void*>(w->dynamic_base());
 }
 
 [[noreturn]] void trap(const char* what, const char* file, int line) {

@@ -6,6 +6,8 @@ import them from here, never from the package root.
 
 from __future__ import annotations
 
+import inspect
+
 from jitlab.errors import SnippetError
 from jitlab.jit import builder
 from jitlab.jit.plan import Build
@@ -123,11 +125,8 @@ def runs_on_emulator(path, **keywords) -> bool:
     """Whether :func:`load` of ``path`` with ``keywords`` (its build options) builds for the CPU emulator here:
     ``device="cpu"``, or ``"auto"`` without a GPU for a kernel-only ``.cu`` the emulator runs."""
     files, _ = builder.snippet_files(path)
-    return builder.on_emulator(files, options(**{k: v for k, v in keywords.items() if k in _OPTION_KEYWORDS}))
-
-
-_OPTION_KEYWORDS = ("mode", "arch", "defines", "cflags", "cuda_cflags", "ldflags", "compile_only", "debug", "engine",
-                    "device")
+    known = inspect.signature(options).parameters  # a check's other keywords (variant, sizes) are not build options
+    return builder.on_emulator(files, options(**{k: v for k, v in keywords.items() if k in known}))
 
 
 def clean(older_than_days: float | None = None, headers: bool = False):

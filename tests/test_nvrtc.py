@@ -301,3 +301,21 @@ def test_a_kernel_only_hit_in_a_new_process_starts_no_tool_and_imports_no_other_
     hit = subprocess.run([sys.executable, "-c", code, "hit"], capture_output=True, text=True, env=env)
     assert hit.returncode == 0, hit.stderr[-2000:]
     assert hit.stdout.split() == ["jitlab.jit.engines.nvrtc"]
+
+
+def test_host_math_and_float_constants_compile_with_nvrtc(tmp_path):
+    """``M_PI`` with no include and ``FLT_MAX``/``DBL_EPSILON`` from ``<cfloat>``/``<float.h>`` compile with
+    NVRTC, as nvcc's implicit host ``<math.h>`` and the host's ``<cfloat>`` allow: not an nvcc fallback."""
+    p = tmp_path / "limits.cu"
+    p.write_text("""#include <cfloat>
+#include <float.h>
+__global__ void clamp_gelu(float* y, const float* x, double* eps, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float hi = -FLT_MAX;
+    if (i < n) hi = fmaxf(hi, 0.5f * x[i] * (1.0f + tanhf(sqrtf(2.0f / M_PI) * x[i])));
+    if (i < n) y[i] = fminf(hi, FLT_MAX);
+    if (i == 0) eps[0] = DBL_EPSILON + FLT_EPSILON + FLT_MIN + DBL_MIN;
+}
+""")
+    b = jitlab.build(p, compile_only=True, arch="sm_90")
+    assert b.engine == "nvrtc" and b.notes == []

@@ -32,6 +32,7 @@ from jitlab.judge.space import Limits, Space, compile_prune_reason, kernel_hash,
 from jitlab.judge.tunereport import TuneReport, best_defines
 from jitlab.judge.tunestore import Record, Store
 from jitlab.worker import isolate
+from jitlab.worker.jobs import Job, Outcome
 from jitlab.worker.pool import LocalPool, Slot, local_slots
 from jitlab.worker.tune import Sweep, tune
 from jitlab.worker.tunejob import device_identity
@@ -387,6 +388,29 @@ def test_a_pool_warms_its_workers_before_any_job():
                 assert w.proc is not None and w.proc.poll() is None
     finally:
         pool.close()
+
+
+def test_a_pool_runs_jobs_as_their_queue_gives_them(monkeypatch):
+    """A queue that blocks until its next job exists (solutions graded as their builds end): the first job's
+    outcome comes back while the second does not exist yet, and idle slots wait for it rather than end."""
+    import threading
+
+    from jitlab.worker import pool as poolmod
+
+    monkeypatch.setattr(poolmod, "run_guarded", lambda worker, job, timeout: Outcome("pass", job.path))
+    first_reported = threading.Event()
+
+    def built():  # the second job is made only once the first has been reported
+        yield Job("check", "first")
+        assert first_reported.wait(10), "the pool waited for the queue to end before running its first job"
+        yield Job("check", "second")
+
+    pool = LocalPool(local_slots(1, timing=False, lanes=3))
+    seen = []
+    for slot, job, out in pool.run({None: built()}, timeout=5):
+        seen.append(out.message)
+        first_reported.set()
+    assert seen == ["first", "second"]
 
 
 def test_lanes_of_a_device_share_its_lock_file():

@@ -22,6 +22,8 @@ No dask-cuda: a resource and an environment variable per worker are all it would
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from typing import Callable, Iterable, Iterator
 
@@ -141,20 +143,41 @@ class DaskPool:
         for f in as_completed(futures):
             yield items[futures[f]], f.result()
 
-    def run(self, queues: dict[str | None, list[Job]], timeout: float, deadline: float | None = None
+    def run(self, queues: dict[str | None, Iterable[Job]], timeout: float, deadline: float | None = None
             ) -> Iterator[tuple[Slot, Job, Outcome]]:
-        """Each device model's jobs on its GPU workers, one at a time per GPU; see :meth:`LocalPool.run`."""
-        from distributed import as_completed
+        """Each device model's jobs on its GPU workers, one at a time per GPU; see :meth:`LocalPool.run`.
 
+        Jobs are submitted from a thread as their queues give them (a queue may block until its next job
+        exists), and reported as they finish.
+        """
         by_name = {s.name: s for s in self.slots}
-        futures = {}
-        for model, waiting in queues.items():
-            where = [s for s in self.slots if model is None or s.device == model]
-            for job in waiting:
-                f = self.client.submit(run_on_worker, job, timeout, self.devices, self.timing,
-                                       workers=[s.address for s in where], resources={"GPU": 1}, pure=False)
-                futures[f] = (job, where[0])
-        for f in as_completed(futures):
+        futures: dict = {}
+        done: queue.SimpleQueue = queue.SimpleQueue()
+
+        def submit_all() -> None:
+            try:
+                for model, waiting in queues.items():
+                    where = [s for s in self.slots if model is None or s.device == model]
+                    for job in waiting:
+                        f = self.client.submit(run_on_worker, job, timeout, self.devices, self.timing,
+                                               workers=[s.address for s in where], resources={"GPU": 1}, pure=False)
+                        futures[f] = (job, where[0])
+                        f.add_done_callback(done.put)
+            except BaseException as e:  # a bug in the queue, not a job's failure: raised in the caller's thread
+                done.put(e)
+            finally:
+                done.put(None)
+
+        threading.Thread(target=submit_all, daemon=True, name="jitlab-dask-submit").start()
+        submitted, reported = None, 0
+        while submitted is None or reported < submitted:
+            f = done.get()
+            if f is None:
+                submitted = len(futures)
+                continue
+            if isinstance(f, BaseException):
+                raise f
+            reported += 1
             if f.cancelled():
                 continue
             job, fallback = futures[f]
@@ -164,7 +187,7 @@ class DaskPool:
                 name, out = fallback.name, Outcome(jobs.CRASH, f"its Dask worker was lost ({type(e).__name__}: {e})")
             yield by_name.get(name, fallback), job, out
             if deadline is not None and time.monotonic() >= deadline:
-                for other in futures:
+                for other in list(futures):
                     if not other.done():
                         other.cancel()
                 deadline = None  # cancelled once; the running ones still report

@@ -8,8 +8,8 @@ The batch, in order (the tuner's engine, :mod:`jitlab.worker.tune`, with a Kerne
    (:func:`jitlab.judge.kernelbench.compile_pair`), ``build_threads`` at a time, all started together
    (the first to need the precompiled torch headers makes them; device code compiles meanwhile); a
    compile error is that solution's grade, at its line.
-3. **Grade while the rest build, timing one at a time per GPU.** What has been built is graded as a batch
-   while the builds go on; each built solution is a job for a warm worker process (local: up to
+3. **Grade while the rest build, timing one at a time per GPU.** Each solution is graded as soon as it is
+   built and a worker is free, while the builds go on; each built solution is a job for a warm worker process (local: up to
    ``MAX_LANES`` per device, whose checks share it and whose timings take it in turn; or Dask's, one per
    GPU, as ``jitlab tune --cluster`` runs them): import it (its builds are cache hits), check it on the
    problem's inputs, time it against ``Model`` eager and compiled. A crash or a hang costs that worker,
@@ -92,33 +92,45 @@ def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster:
             pool.warm()  # the workers start (torch, a CUDA context) while the solutions build
         build = partial(_compile, arch=[arch or COMPILE_ONLY_ARCH] if compile_only else None, compile_only=compile_only)
         built: dict[int, Compiled] = {}
-        for batch in _as_built(pool, build, [(i, found[i]) for i in todo]):
-            waiting, index = [], {}
-            for i, c in batch:
+        index: dict[int, int] = {}  # a job comes back as the same object (its id is the worker's)
+        kept = threading.Lock()
+
+        def keep(i: int, g: Grade, stored: bool) -> None:  # from the slots' threads too: one at a time
+            with kept:
+                _keep(grades, i, g, book if stored else None, on_grade)
+
+        def waiting() -> Iterator[Job]:  # the slots' threads ask it for the next job, one at a time
+            for i, c in _as_built(pool, build, [(i, found[i]) for i in todo]):
                 built[i] = c
                 if c.error or compile_only:
-                    g = _grade(found[i], keys[i], model, c, Outcome(jobs.COMPILE if c.error else BUILT, c.error))
-                    _keep(grades, i, g, book if c.error and not compile_only else None, on_grade)
-                else:
-                    waiting.append(Job(kernelbench.ACTION, str(found[i].solution), ref=str(found[i].problem),
-                                       params=params, cache_dir=str(config.cache_dir())))
-                    index[id(waiting[-1])] = i  # a job comes back as the same object (its id is the worker's)
-            for slot, job, out in pool.run({None: waiting}, timeout) if waiting else ():
+                    keep(i, _grade(found[i], keys[i], model, c, Outcome(jobs.COMPILE if c.error else BUILT, c.error)),
+                         bool(c.error) and not compile_only)
+                    continue
+                job = Job(kernelbench.ACTION, str(found[i].solution), ref=str(found[i].problem), params=params,
+                          cache_dir=str(config.cache_dir()))
+                index[id(job)] = i
+                yield job
+
+        jobs_in_order = waiting()
+        if compile_only or not todo:
+            for _ in jobs_in_order:  # builds only: nothing to run
+                pass
+        else:
+            for slot, job, out in pool.run({None: jobs_in_order}, timeout):
                 i = index[id(job)]
-                _keep(grades, i, _grade(found[i], keys[i], slot.device, built[i], out), book, on_grade)
+                keep(i, _grade(found[i], keys[i], slot.device, built[i], out), True)
     finally:
         pool.close()
     return Report([grades[i] for i in range(len(found)) if i in grades], len(todo), time.monotonic() - t0,
                   None if compile_only else book.path, compile_only)
 
 
-def _as_built(pool, build, items: list) -> Iterator[list[tuple[int, Compiled]]]:
-    """The builds of ``items``, all started at once on the pool's build threads, in batches of those that
-    ended since the last batch was taken: the GPUs grade what is built while the rest still builds.
+def _as_built(pool, build, items: list) -> Iterator[tuple[int, Compiled]]:
+    """The builds of ``items``, all started at once on the pool's build threads, each as it ends: a GPU
+    grades what is built while the rest still builds.
 
     All start together, not the first alone: the first to need the precompiled headers makes them while
-    the others wait for them in the cache, and device code (nvcc, which reads no precompiled header)
-    compiles meanwhile.
+    the others wait for them in the cache, and device code compiles meanwhile.
     """
     done: queue.SimpleQueue = queue.SimpleQueue()
 
@@ -132,22 +144,10 @@ def _as_built(pool, build, items: list) -> Iterator[list[tuple[int, Compiled]]]:
             done.put(None)
 
     threading.Thread(target=build_all, daemon=True, name="jitlab-kernelbench-builds").start()
-    finished = False
-    while not finished:
-        batch, item = [], done.get()
-        while True:
-            if item is None:
-                finished = True
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                batch.append(item)
-            try:
-                item = done.get_nowait()
-            except queue.Empty:
-                break
-        if batch:
-            yield batch
+    while (item := done.get()) is not None:
+        if isinstance(item, BaseException):
+            raise item
+        yield item
 
 
 def _compile(item: tuple[int, Pair], *, arch, compile_only: bool) -> Compiled:

@@ -110,6 +110,20 @@ def run_guarded(worker: isolate.Worker, job: Job, timeout: float) -> Outcome:
         return Outcome(jobs.CRASH, str(e))
 
 
+class Feed:
+    """Jobs shared by several slot threads: each :meth:`take` is the next job, or None when there are no more.
+
+    The jobs may come from an iterator that blocks until the next one exists; one thread asks it at a time.
+    """
+
+    def __init__(self, jobs: Iterable[Job]):
+        self._jobs, self._lock = iter(jobs), threading.Lock()
+
+    def take(self) -> Job | None:
+        with self._lock:
+            return next(self._jobs, None)
+
+
 class LocalPool:
     """One warm worker process per device of this machine; builds in up to ``build_threads`` threads.
 
@@ -141,23 +155,22 @@ class LocalPool:
             for f in as_completed(futures):
                 yield futures[f], f.result()
 
-    def run(self, queues: dict[str | None, list[Job]], timeout: float, deadline: float | None = None
+    def run(self, queues: dict[str | None, Iterable[Job]], timeout: float, deadline: float | None = None
             ) -> Iterator[tuple[Slot, Job, Outcome]]:
         """Run each device model's jobs on the slots of that model, one job at a time per slot.
 
         Args:
             queues: Jobs by device model (:attr:`Slot.device`); a slot takes the next job of its model's queue.
                 Jobs under the key None go to any slot (a check's answer does not depend on the model).
+                A queue may be an iterator that blocks until its next job exists (jobs made as builds end):
+                the slots take its jobs as they come, one slot at a time asking it.
             timeout: Seconds one job may take before its worker is stopped (its outcome: timeout).
             deadline: A ``time.monotonic()`` after which no job is started (running ones finish).
 
         Yields:
             ``(slot, job, outcome)`` as each job finishes.
         """
-        shared = {model: queue.SimpleQueue() for model in queues}
-        for model, waiting in queues.items():
-            for job in waiting:
-                shared[model].put(job)
+        shared = {model: Feed(waiting) for model, waiting in queues.items()}
         answers: queue.SimpleQueue = queue.SimpleQueue()
         busy = [s for s in self.slots if s.device in shared or None in shared]
 
@@ -165,9 +178,8 @@ class LocalPool:
             mine = shared[slot.device if slot.device in shared else None]
             try:
                 while deadline is None or time.monotonic() < deadline:
-                    try:
-                        job = mine.get_nowait()
-                    except queue.Empty:
+                    job = mine.take()
+                    if job is None:
                         return
                     answers.put((slot, job, run_guarded(self._workers[slot.key], job, timeout)))
             except BaseException as e:  # a bug here, not a job's failure: raised in the caller's thread

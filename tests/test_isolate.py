@@ -174,3 +174,27 @@ def test_sanitize_needs_a_known_tool_and_names_the_fix_when_missing(monkeypatch)
     monkeypatch.setattr(toolchain, "find_cuda_tool", lambda name: None)
     with pytest.raises(ToolchainError, match="compute-sanitizer not found.*CUDA toolkit"):
         sanitizer.command("memcheck", "job", "out")
+
+
+def test_a_worker_stopped_while_it_warms_ends_its_warming_thread_quietly():
+    """A pool that closes while a worker is still starting (a batch check interrupted in its first
+    seconds): the warming thread ends without a traceback, and the worker can be started again."""
+    import threading
+
+    errors = []
+    previous = threading.excepthook
+    threading.excepthook = lambda args: errors.append(args.exc_value)
+    w = isolate.Worker()
+    try:
+        t = threading.Thread(target=w.start)
+        t.start()
+        while w.proc is None and t.is_alive():
+            pass
+        w.stop()
+        t.join(timeout=60)
+        assert not t.is_alive() and errors == []
+        w.start()
+        assert w.proc is not None and w.proc.poll() is None
+    finally:
+        threading.excepthook = previous
+        w.stop()

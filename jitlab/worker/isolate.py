@@ -146,6 +146,9 @@ class Worker:
                     self._start()
                 except RuntimeError:
                     pass
+                except (OSError, ValueError, AttributeError):  # stopped while it started (its pool closed): done
+                    if self.proc is not None:
+                        raise
 
     def stop(self) -> None:
         """End the worker (and any kernel it is stuck in)."""

@@ -135,11 +135,35 @@ torch::Tensor go(torch::Tensor y) { parent<<<1, 1>>>(y.data_ptr<float>()); retur
 """
 
 
+# An operator snippet in one file: a CUDA and a CPU kernel of one op.
+OP = """#include <torch/extension.h>
+
+__global__ void axpb_kernel(const float* x, float a, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + 1.0f;
+}
+
+torch::Tensor axpb_cuda(const torch::Tensor& x, double a) {
+  auto y = torch::empty_like(x);
+  int n = x.numel();
+  axpb_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), a, y.data_ptr<float>(), n);
+  return y;
+}
+
+torch::Tensor axpb_cpu(const torch::Tensor& x, double a) { return x * a + 1; }
+
+TORCH_LIBRARY(jlt_nvrtc_op, m) { m.def("axpb(Tensor x, float a) -> Tensor"); }
+TORCH_LIBRARY_IMPL(jlt_nvrtc_op, CUDA, m) { m.impl("axpb", &axpb_cuda); }
+TORCH_LIBRARY_IMPL(jlt_nvrtc_op, CPU, m) { m.impl("axpb", &axpb_cpu); }
+"""
+
+
 @pytest.mark.parametrize("source, cflags, reason", [
     (DYNAMIC, [], "dynamic parallelism"),
     (FEATURES.read_text(), ["-rdc=true"], "relocatable device code (-rdc=true)"),
     (FEATURES.read_text(), ["-G"], "nvcc-only flag -G"),
     (FEATURES.read_text().replace("__constant__ float c_bias", "__managed__ float c_bias"), [], "__managed__"),
+    (OP, ["-G"], "nvcc-only flag -G"),
 ])
 def test_what_nvrtc_cannot_build_goes_to_nvcc_with_one_line(tmp_path, monkeypatch, source, cflags, reason):
     """auto (with the engine as its default) takes the nvcc split and says why in one line; engine='nvrtc'
@@ -245,30 +269,9 @@ def test_kernel_body_edit_is_a_new_cubin_only(tmp_path, use_shared_cache):
 
 # ---- operator snippets (TORCH_LIBRARY): the same engine, a library oplib registers ---------------------
 
-OP = """#include <torch/extension.h>
-
-__global__ void axpb_kernel(const float* x, float a, float* y, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) y[i] = a * x[i] + 1.0f;
-}
-
-torch::Tensor axpb_cuda(const torch::Tensor& x, double a) {
-  auto y = torch::empty_like(x);
-  int n = x.numel();
-  axpb_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), a, y.data_ptr<float>(), n);
-  return y;
-}
-
-torch::Tensor axpb_cpu(const torch::Tensor& x, double a) { return x * a + 1; }
-
-TORCH_LIBRARY(jlt_nvrtc_op, m) { m.def("axpb(Tensor x, float a) -> Tensor"); }
-TORCH_LIBRARY_IMPL(jlt_nvrtc_op, CUDA, m) { m.impl("axpb", &axpb_cuda); }
-TORCH_LIBRARY_IMPL(jlt_nvrtc_op, CPU, m) { m.impl("axpb", &axpb_cpu); }
-"""
-
 
 def test_auto_takes_nvrtc_for_an_operator_snippet(tmp_path):
-    """A TORCH_LIBRARY snippet is no longer refused: auto builds it with the torch-style NVRTC engine."""
+    """A split TORCH_LIBRARY snippet for a GPU is the torch-style NVRTC engine's under auto, with no reason to refuse it."""
     (tmp_path / "axpb.cu").write_text(OP)
     plan, _, _ = builder.prepare(tmp_path / "axpb.cu", Options(arch=[ARCH]))
     assert plan.ops and nvrtc_torch.unsuitable(plan, Options(arch=[ARCH]), [ARCH]) is None

@@ -1,6 +1,7 @@
 """The torch-style NVRTC engine on a CPU: the slot unit swapping a kernel's address for its handle (a C++
 stand-in with a fake CUDA runtime), NVRTC compile-only of every torch-style snippet, the nvcc fallback's
-one-line reason, and a kernel-body edit that reuses the host objects and the module."""
+one-line reason, a kernel-body edit that reuses the host objects and the module, and an operator snippet
+whose edit keeps its library registered."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import jitlab
 import jitlab.config
 from jitlab.errors import JitlabError, SnippetError
-from jitlab.jit import builder, slotted, toolchain
+from jitlab.jit import builder, oplib, slotted, toolchain
 from jitlab.jit.engines import nvrtc_torch, objects, slots
 from jitlab.jit.flags import Options
 from jitlab.jit.symbols import undefined_symbols
@@ -133,11 +135,35 @@ torch::Tensor go(torch::Tensor y) { parent<<<1, 1>>>(y.data_ptr<float>()); retur
 """
 
 
+# An operator snippet in one file: a CUDA and a CPU kernel of one op.
+OP = """#include <torch/extension.h>
+
+__global__ void axpb_kernel(const float* x, float a, float* y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + 1.0f;
+}
+
+torch::Tensor axpb_cuda(const torch::Tensor& x, double a) {
+  auto y = torch::empty_like(x);
+  int n = x.numel();
+  axpb_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), a, y.data_ptr<float>(), n);
+  return y;
+}
+
+torch::Tensor axpb_cpu(const torch::Tensor& x, double a) { return x * a + 1; }
+
+TORCH_LIBRARY(jlt_nvrtc_op, m) { m.def("axpb(Tensor x, float a) -> Tensor"); }
+TORCH_LIBRARY_IMPL(jlt_nvrtc_op, CUDA, m) { m.impl("axpb", &axpb_cuda); }
+TORCH_LIBRARY_IMPL(jlt_nvrtc_op, CPU, m) { m.impl("axpb", &axpb_cpu); }
+"""
+
+
 @pytest.mark.parametrize("source, cflags, reason", [
     (DYNAMIC, [], "dynamic parallelism"),
     (FEATURES.read_text(), ["-rdc=true"], "relocatable device code (-rdc=true)"),
     (FEATURES.read_text(), ["-G"], "nvcc-only flag -G"),
     (FEATURES.read_text().replace("__constant__ float c_bias", "__managed__ float c_bias"), [], "__managed__"),
+    (OP, ["-G"], "nvcc-only flag -G"),
 ])
 def test_what_nvrtc_cannot_build_goes_to_nvcc_with_one_line(tmp_path, monkeypatch, source, cflags, reason):
     """auto (with the engine as its default) takes the nvcc split and says why in one line; engine='nvrtc'
@@ -239,3 +265,66 @@ def test_kernel_body_edit_is_a_new_cubin_only(tmp_path, use_shared_cache):
     # the same source again is a hit, not a rebuild on every new process.
     third = jitlab.build(p, compile_only=True, arch=ARCH, engine="nvrtc")
     assert third.cached and third.name == second.name
+
+
+# ---- operator snippets (TORCH_LIBRARY): the same engine, a library oplib registers ---------------------
+
+
+def test_auto_takes_nvrtc_for_an_operator_snippet(tmp_path):
+    """A split TORCH_LIBRARY snippet for a GPU is the torch-style NVRTC engine's under auto, with no reason to refuse it."""
+    (tmp_path / "axpb.cu").write_text(OP)
+    plan, _, _ = builder.prepare(tmp_path / "axpb.cu", Options(arch=[ARCH]))
+    assert plan.ops and nvrtc_torch.unsuitable(plan, Options(arch=[ARCH]), [ARCH]) is None
+    assert builder.choose_engine(plan, Options(arch=[ARCH])) == (nvrtc_torch, "")
+
+
+@pytest.fixture(scope="module")
+def op_builds(shared_cache, tmp_path_factory):
+    """The operator snippet built compile-only with NVRTC, then again after a kernel-body edit: (first, edited)."""
+    p = tmp_path_factory.mktemp("op") / "axpb.cu"
+    p.write_text(OP)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JITLAB_CACHE_DIR", str(shared_cache))
+        first = jitlab.build(p, compile_only=True, arch=ARCH, engine="nvrtc")
+        p.write_text(OP.replace("+ 1.0f;", f"+ {time.time_ns() % 10**9}.f;"))  # a CUBIN this run makes
+        return first, jitlab.build(p, compile_only=True, arch=ARCH, engine="nvrtc")
+
+
+@pytest.mark.slow
+def test_an_operator_snippet_is_a_cubin_and_a_library_without_a_module(op_builds, use_shared_cache):
+    """The CUBIN holds the kernel the slot names; the library links the registry and the slot setters, and no
+    module init (oplib opens it; nothing imports it)."""
+    b, _ = op_builds
+    assert b.engine == "nvrtc-torch" and [s[:2] for s in b.manifest.slots] == [["axpb_kernel", "axpb_kernel"]]
+    assert b.manifest.kernels["axpb_kernel"] in _cubin_symbols(b.artifact)
+    assert "jitlab_ops.cpp" in {u["name"] for u in b.manifest.units}
+    so = jitlab.config.cache_dir() / b.manifest.library
+    dynamic = subprocess.run(["nm", "-D", str(so)], capture_output=True, text=True, check=True).stdout
+    assert " T jitlab_ops_register" in dynamic and " T jitlab_slots_load" in dynamic and "PyInit_" not in dynamic
+
+
+@pytest.mark.slow
+def test_an_operator_kernel_edit_keeps_the_registered_library(op_builds, use_shared_cache, monkeypatch):
+    """After a kernel-body edit the library is a cache hit and stays registered (nothing unloaded): only its
+    slots are filled, before the first registration and again for the edit; a CUBIN the runtime refuses
+    leaves the registered version running."""
+    first, edited = op_builds
+    units = {u["name"]: u["cached"] for u in edited.manifest.units}
+    assert units.pop("axpb.device.cu") is False and all(units.values())
+    assert edited.manifest.library == first.manifest.library
+    library = jitlab.config.cache_dir() / first.manifest.library
+    filled = []  # for each fill: whether the operator was registered yet
+
+    def fill():
+        filled.append(hasattr(torch.ops.jlt_nvrtc_op, "axpb"))
+
+    registered = oplib.activate(first.name, library, first.plan.files, first.plan.ops, fill=fill)
+    packet, x = torch.ops.jlt_nvrtc_op.axpb, torch.arange(3.0)
+    monkeypatch.setattr(oplib, "unload", lambda lib: pytest.fail(f"{lib.name} unloaded"))
+    assert oplib.activate(edited.name, library, edited.plan.files, edited.plan.ops, fill=fill) is registered
+    assert filled == [False, True] and registered.name == edited.name
+    assert torch.ops.jlt_nvrtc_op.axpb is packet and packet(x, 2.0).tolist() == [1.0, 3.0, 5.0]
+    with pytest.raises(JitlabError, match="could not be loaded: cudaLibraryLoadData"):
+        oplib.activate(first.name, library, first.plan.files, first.plan.ops,
+                       fill=lambda: slotted.fill(library, b"not a cubin\0", first.manifest.kernels))
+    assert oplib.active[edited.name] is registered and packet(x, 2.0).tolist() == [1.0, 3.0, 5.0]

@@ -312,7 +312,7 @@ def _torch_engine(plan: TorchPlan, opts: Options, archs: list[str] = ()) -> tupl
         return nvrtc_torch, ""
     if opts.engine == "nvrtc":
         raise SnippetError(f"engine='nvrtc' cannot build {file_names(plan)}: {why}; use engine='auto' or 'nvcc'")
-    split = plan.units and not any(u.compiler == "nvcc" and u.torch for u in plan.units) and not plan.ops
+    split = plan.units and not any(u.compiler == "nvcc" and u.torch for u in plan.units)
     return nvcc_engine(plan, opts), why if split else ""
 
 

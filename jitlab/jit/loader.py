@@ -12,10 +12,10 @@ import functools
 import importlib.util
 import sys
 
-from jitlab import output
+from jitlab import config, output
 from jitlab.errors import ArgumentError, JitlabError
 from jitlab.jit import builder as build_mod
-from jitlab.jit import cache, emulator_run, emulator_support, macros, oplib
+from jitlab.jit import cache, emulator_run, emulator_support, macros, oplib, slotted
 from jitlab.jit.flags import Options
 from jitlab.jit.launch import Callable
 from jitlab.jit.plan import Build, TorchPlan
@@ -178,10 +178,19 @@ def load(b: Build) -> Module:
 
 def _bind_ops(b: Build) -> Module:
     """An operator snippet: its library made the one ``torch.ops`` runs (an earlier version unloaded), and
-    each operator an attribute (``m.scale`` is ``torch.ops.myops.scale``)."""
+    each operator an attribute (``m.scale`` is ``torch.ops.myops.scale``).
+
+    A torch-style NVRTC build's library is the module entry's (:func:`_load_slotted`): after a kernel-body
+    edit it is the library already registered, which keeps its registration and takes the new CUBIN's
+    kernels in its slots (:func:`oplib.activate`'s ``fill``)."""
     mod = _loaded.get(b.name) or Module(b)
     mod.build = b
-    oplib.activate(b.name, b.artifact, b.plan.files, b.plan.ops)
+    if b.engine == "nvrtc-torch":
+        library, cubin = config.cache_dir() / b.manifest.library, (b.folder / _cubin_for_this_gpu(b)).read_bytes()
+        oplib.activate(b.name, library, b.plan.files, b.plan.ops,
+                       fill=functools.partial(slotted.fill, library, cubin, b.manifest.kernels or {}))
+    else:
+        oplib.activate(b.name, b.artifact, b.plan.files, b.plan.ops)
     mod.functions, mod._fns = [], {}
     for op in b.plan.ops:
         packet = oplib.packet(op)
@@ -225,11 +234,10 @@ def _bind_nvrtc(mod: Module, b: Build) -> None:
 
 def _cubin_for_this_gpu(b: Build) -> str:
     """The file name of the build's CUBIN that runs on this GPU (:func:`slotted.runnable_cubin`)."""
-    from jitlab.jit.slotted import runnable_cubin
     from jitlab.jit.toolchain import current_arch
 
     arch = current_arch()
-    fit = runnable_cubin(list(b.manifest.cubins), arch)
+    fit = slotted.runnable_cubin(list(b.manifest.cubins), arch)
     if fit is None:
         raise JitlabError(f"{b.name} was built for {', '.join(b.manifest.cubins)}, which cannot run on this GPU "
                           f"({arch}); load it without arch= (and TORCH_CUDA_ARCH_LIST unset) to build for this GPU")
@@ -248,9 +256,6 @@ def _attach(mod: Module, call: Callable) -> None:
 def _load_slotted(b: Build) -> Module:
     """A torch-style NVRTC build: one module object per linked module (a kernel edit keeps it), whose
     slots take this build's CUBIN for this GPU (:mod:`jitlab.jit.slotted`)."""
-    from jitlab import config
-    from jitlab.jit import slotted
-
     name = _cubin_for_this_gpu(b)
     library = config.cache_dir() / b.manifest.library
     mod = _loaded.get(b.manifest.module)

@@ -21,6 +21,12 @@ per reload, and a call in flight finishes in the old kernel); the dispatcher's e
 a build defines is held by name (``jitlab_ops_hold``, ``c10::Dispatcher::registerName``), so it is never
 freed between the old version's unregistration and the new one's registration; and both C calls run
 with the GIL held (``PyDLL``), so no Python thread starts a call halfway through one.
+
+A torch-style NVRTC build (:mod:`jitlab.jit.engines.nvrtc_torch`) links its library once: a kernel-body edit
+is a new CUBIN for the same library, whose registration stays as it is (its Python-side registrations,
+``register_fake`` and autograd, too); only its kernel slots are filled again (:mod:`jitlab.jit.slotted`),
+while no call through ``torch.ops`` runs, so each call runs one version's kernels. A launch that bypasses
+those objects reads each slot atomically, and the old CUBIN stays loaded for a kernel still running.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -69,23 +76,39 @@ class Library:
 active: dict[str, Library] = {}
 
 
-def activate(name: str, path: Path, files: list[SourceFile], operators: list[Operator]) -> Library:
+def activate(name: str, path: Path, files: list[SourceFile], operators: list[Operator],
+             fill: Callable[[], object] | None = None) -> Library:
     """Make build ``name`` the one whose operators ``torch.ops`` runs (nothing to do when it already is).
 
     An earlier build of the same snippet is unloaded first, once no call through ``torch.ops`` is running
     (new ones wait for the new version); when the new one fails to register, the old one is loaded back,
-    so the last working version keeps running.
+    so the last working version keeps running. A build whose library is the one already registered (the
+    torch-style NVRTC engine's after a kernel-body edit) keeps that registration: only ``fill`` runs.
+
+    Args:
+        name: The build's name.
+        path: Its shared library.
+        files: The snippet's files.
+        operators: The operators it registers.
+        fill: Points the library's kernel slots at this build's CUBIN (:func:`jitlab.jit.slotted.fill`),
+            called while no call through ``torch.ops`` runs and before the library registers, so every
+            call finds one version's kernels, all of them.
 
     Raises:
         SnippetError: A schema does not parse, a namespace belongs to something outside jitlab (torch's
             ``aten``, another extension) or to another snippet, or torch refused a registration; each
             names the fix.
+        JitlabError: ``fill`` could not load the CUBIN (the registered version keeps running).
     """
     if name in active:
         return active[name]
+    snippet = tuple(sorted(str(f.path) for f in files))
+    kept = next((lib for lib in active.values() if lib.path == Path(path) and lib.snippet == snippet), None)
+    if kept is not None:
+        return _refilled(kept, name, fill)
     blocks = [b for f in files for b in ops.blocks(f)]
     _check_schemas(operators)
-    new = Library(name, Path(path), None, tuple(sorted(str(f.path) for f in files)),
+    new = Library(name, Path(path), None, snippet,
                   frozenset(b.namespace for b in blocks if b.macro in ("TORCH_LIBRARY", "STABLE_TORCH_LIBRARY")),
                   frozenset(f"{o.namespace}::{o.name}" for o in operators if o.schema),
                   frozenset(b.namespace for b in blocks))
@@ -93,6 +116,8 @@ def activate(name: str, path: Path, files: list[SourceFile], operators: list[Ope
     replaced = [lib for lib in active.values() if lib.snippet == new.snippet]
     _check_namespaces(new.owns.difference(*(lib.owns for lib in replaced)), blocks)  # before anything changes
     with _calls.replacing():
+        if fill is not None:
+            fill()  # the new library's own slots: the registered version's calls never read them
         stale = _cached(new.defines.union(*(lib.defines for lib in replaced)))  # never torch's own operators
         try:
             for lib in replaced:
@@ -106,6 +131,18 @@ def activate(name: str, path: Path, files: list[SourceFile], operators: list[Ope
         finally:
             _refresh(stale)
     return new
+
+
+def _refilled(lib: Library, name: str, fill: Callable[[], object] | None) -> Library:
+    """The registered library, now build ``name``'s: its slots filled from that build's CUBIN while no call
+    through ``torch.ops`` runs (a call sees the old kernels or the new ones, never a mix), nothing unloaded."""
+    if fill is not None:
+        with _calls.replacing():
+            fill()
+    active.pop(lib.name, None)
+    lib.name = name
+    active[name] = lib
+    return lib
 
 
 def unload(lib: Library) -> None:

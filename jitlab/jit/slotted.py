@@ -6,7 +6,9 @@ hands the CUBIN for this GPU to the module's ``jitlab_slots_load``, which loads 
 ``cudaLibraryLoadData`` and points every slot at its kernel (``cudaLibraryGetKernel``) or variable
 (``cudaLibraryGetGlobal``), all or none. After an edit the same module's slots point at the new kernels,
 so a function object taken from the module before runs the new code. A library loaded before stays
-loaded (a kernel launched from it may still run); its CUBIN's bytes are kept alive with it.
+loaded (a kernel launched from it may still run); its CUBIN's bytes are kept alive with it. An operator
+snippet's library is registered (:func:`jitlab.jit.oplib.activate`) rather than imported, and filled the
+same way, while no call through ``torch.ops`` runs.
 """
 
 from __future__ import annotations

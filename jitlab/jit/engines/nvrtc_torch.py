@@ -3,10 +3,12 @@
 The nvcc split (:mod:`.objects`) makes a kernel-body edit an nvcc compile of the device unit, a link and a
 new ``.so`` (~2 s). Here the device unit goes to NVRTC (:mod:`.nvrtc`'s machinery, to one CUBIN per arch)
 and the module is the host units, the binding unit and a generated slot unit (:mod:`.slots`) linked with
-the host compiler. The host units' text is the nvcc split's (kernel bodies blanked), so after a kernel-body
-edit their objects, the slot unit (it depends only on which symbols the host names) and the linked module
-are cache hits, and the build is one NVRTC compile; the loader fills the already imported module's slots
-from the new CUBIN (:mod:`jitlab.jit.slotted`). Three cache entries, each keyed by what makes it::
+the host compiler; an operator snippet's (``TORCH_LIBRARY``) is its host units, the registry unit and the
+slot unit, a library :mod:`jitlab.jit.oplib` registers. The host units' text is the nvcc split's (kernel
+bodies blanked), so after a kernel-body edit their objects, the slot unit (it depends only on which symbols
+the host names) and the linked module are cache hits, and the build is one NVRTC compile; the loader fills
+the already imported module's (or registered library's) slots from the new CUBIN (:mod:`jitlab.jit.slotted`).
+Three cache entries, each keyed by what makes it::
 
     build_cache/objects/features.device.cu.nvrtc-<key>/   the CUBIN: device unit text, name expressions, NVRTC, arch
     build_cache/objects/features.module-<key>/            the .so: host and slot objects, link flags
@@ -84,14 +86,12 @@ def nvrtc_flags(nvcc: list[str]) -> tuple[dict, list[str]]:
 def unsuitable(plan, opts: Options, archs: list[str] = ()) -> str | None:
     """Why the NVRTC engine cannot build a torch-style plan, in one line (``None``: it can try).
 
-    It builds a split torch-style snippet (one device unit without torch) for a GPU: not one built as
-    one unit, not relocatable device code or dynamic parallelism (nvcc's device link), not a
+    It builds a split torch-style snippet (one device unit without torch) for a GPU, operators
+    (``TORCH_LIBRARY``) included: not one built as one unit, not relocatable device code or dynamic parallelism (nvcc's device link), not a
     ``__managed__`` variable, not an nvcc-only flag (``-G``, ``-rdc``, ``--extended-lambda`` …).
     """
     if plan.kind != "torch" or not plan.cuda:
         return "not a torch-style CUDA snippet"
-    if plan.ops:
-        return "TORCH_LIBRARY operators are built with nvcc"
     device = [u for u in plan.units if u.compiler == "nvcc"]
     whole = [u for u in device if u.torch]
     if whole:

@@ -66,10 +66,6 @@ def unsuitable(plan: ProgramPlan, opts: Options, archs: list[str]) -> str | None
         return "no CUDA GPU here to run it (nvcc's executable carries its kernels)"
     if opts.debug:
         return "debug=True (-G, -g): nvcc's debug build"
-    named = [f for f in opts.cuda_cflags if _ARCH_FLAG.match(f)]
-    refused = nvrtc_torch.nvrtc_flags(device_flags(opts))[1] + named
-    if refused:
-        return f"nvcc-only flag {' '.join(refused)}"
     s = split_file(plan)
     if s.reason:
         return f"its host and device code cannot be split: {s.reason}"
@@ -82,7 +78,8 @@ def unsuitable(plan: ProgramPlan, opts: Options, archs: list[str]) -> str | None
         slots.device_variables(s.device)
     except slots.NotSlottable as e:
         return str(e)
-    return None
+    refused = nvrtc_torch.nvrtc_flags(device_flags(opts))[1] + [f for f in opts.cuda_cflags if _ARCH_FLAG.match(f)]
+    return f"nvcc-only flag {' '.join(refused)}" if refused else None
 
 
 def split_file(plan: ProgramPlan) -> split_mod.Split:

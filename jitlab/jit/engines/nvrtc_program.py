@@ -63,7 +63,8 @@ def unsuitable(plan: ProgramPlan, opts: Options, archs: list[str]) -> str | None
     if len(archs) != 1 or not archs[0].startswith("sm_"):
         return f"archs {', '.join(archs)} (the NVRTC engine loads one CUBIN, for one GPU arch)"
     if opts.engine != "nvrtc" and (opts.compile_only or not toolchain.gpu_available()):
-        return "no CUDA GPU here to run it (nvcc's executable carries its kernels)"
+        why = "compile-only" if opts.compile_only else "no CUDA GPU here to run it"
+        return f"{why}: nvcc's executable holds its kernels, for wherever it runs"
     if opts.debug:
         return "debug=True (-G, -g): nvcc's debug build"
     s = split_file(plan)
@@ -112,12 +113,12 @@ def host_flags(nvcc: list[str]) -> list[str]:
 
 def program_flags(plan: ProgramPlan, opts: Options) -> Flags:
     """The host and slot units' flags, as nvcc's host pass has them (no optimization unless asked, GNU
-    C++17), and the link's: CUDA's static runtime, as nvcc links it, then the user's ``ldflags``."""
+    C++17), and the link's as nvcc's: the user's ``ldflags``, then CUDA's static runtime."""
     cuda = toolchain.cuda_home() / "include"
     system = [f"-isystem{cuda}", *([f"-isystem{cuda / 'cccl'}"] if (cuda / "cccl").is_dir() else [])]
     defines = [f for f in device_flags(opts) if f.startswith("-D")]
     user = [*(f for f in host_flags(opts.cuda_cflags) if f not in defines), *opts.cflags]
-    ld = [f"-L{toolchain.cuda_lib_dir()}", "-lcudart_static", "-ldl", "-lrt", "-lpthread", *opts.ldflags]
+    ld = [f"-L{toolchain.cuda_lib_dir()}", *opts.ldflags, "-lcudart_static", "-lrt", "-lpthread", "-ldl"]
     return Flags(includes=tuple(f"-I{d}" for d in plan.include_dirs), cxx=("-std=gnu++17",), cuda_include=tuple(system),
                  cxx_user=(*defines, *user), nvcc=(), nvcc_torch=(), ld=tuple(ld),
                  toolchain=tuple(sorted(toolchain.fingerprint(True).items())))

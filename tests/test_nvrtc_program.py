@@ -123,6 +123,16 @@ def test_a_kernel_body_edit_is_a_new_cubin_and_the_same_executable(tmp_path, use
     assert _build(p).cached
 
 
+def test_a_damaged_cubin_is_a_miss(tmp_path, use_shared_cache):
+    """A build whose CUBIN was changed after it was made is rebuilt (with a warning), never run with it."""
+    p = _program(tmp_path, FEATURES)
+    first = _build(p)
+    (first.folder / nvrtc_program.CUBIN).write_bytes(b"not a cubin")
+    with pytest.warns(UserWarning, match="program.cubin was changed"):
+        again = _build(p)
+    assert not again.cached and (again.folder / nvrtc_program.CUBIN).read_bytes().startswith(b"\x7fELF")
+
+
 def test_a_host_edit_links_a_new_executable(tmp_path, use_shared_cache):
     """Editing main compiles the host unit and links a new executable (the CUBIN's entry is a hit)."""
     p = _program(tmp_path, FEATURES)

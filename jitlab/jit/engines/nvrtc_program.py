@@ -197,7 +197,8 @@ def _made(plan: ProgramPlan, folder: Path, archs: list[str], opts: Options) -> M
     rows = [{"name": device.name, "compiler": "nvrtc", "cached": compiled.cached, "seconds": round(compiled.seconds, 3),
              "headers": ""}, *({"name": o.unit.name, "compiler": "cxx", "cached": o.cached, "seconds": round(o.seconds, 3),
                                 "headers": ""} for o in (host_obj, slot_obj))]
-    return cache.made(artifact, cubins={archs[0]: CUBIN}, kernels=compiled.kernels, compile_only=False,
+    return cache.made(artifact, cubins={archs[0]: CUBIN}, companions={CUBIN: cache.file_sha256(folder / CUBIN)},
+                      kernels=compiled.kernels, compile_only=False,
                       resources=parse_resource_usage(compiled.log), nvrtc=nvrtc.version(),
                       executable=str(exe.relative_to(config.cache_dir())),
                       slots=[[s.name, s.expression, s.kernel] for s in found], units=rows,

@@ -234,7 +234,7 @@ def build(paths, opts: Options | None = None, *, use=None, rebuild_once: bool = 
             if opts.engine == "nvrtc" or not nvrtc.only_nvrtc_fails(e.log, list(sources_by_path(plan))):
                 raise diagnostics.compile_error(describe(plan, archs, "NVRTC"), e.log, sources_by_path(plan)) from None
             engine, why = nvcc_engine(plan, opts), f"NVRTC could not compile it ({_first_error(e.log)})"
-    elif engine.__name__ == _TORCH_NVRTC:
+    elif engine.__name__ in (_TORCH_NVRTC, _PROGRAM_NVRTC):
         from jitlab.jit.engines import nvrtc_torch  # lazy: imported already, by choose_engine
 
         try:
@@ -255,7 +255,7 @@ def build(paths, opts: Options | None = None, *, use=None, rebuild_once: bool = 
 def choose_engine(plan: Plan, opts: Options, archs: list[str] = ()) -> tuple[ModuleType, str]:
     """The engine that builds the plan and, for nvcc where NVRTC was a candidate, why not NVRTC.
 
-    A program goes to the program engine; a CUDA snippet for the CPU emulator (``device="cpu"``, or ``"auto"``
+    A program goes to NVRTC or nvcc (:func:`_program_engine`); a CUDA snippet for the CPU emulator (``device="cpu"``, or ``"auto"``
     without a GPU: :func:`on_emulator`) to the emulator; otherwise ``engine="auto"`` takes NVRTC for a kernel-only ``.cu`` it can
     compile (:func:`nvrtc.unsuitable`) and for a split torch-style snippet's device code
     (:func:`_torch_engine`), nvcc (:func:`nvcc_engine`) for everything else, and
@@ -264,16 +264,14 @@ def choose_engine(plan: Plan, opts: Options, archs: list[str] = ()) -> tuple[Mod
     Raises:
         SnippetError: ``engine`` is unknown, or ``"nvrtc"`` for a snippet NVRTC cannot build.
     """
-    if plan.kind == "program":
-        from jitlab.jit.engines import program  # lazy: see the engines' import above
-
-        return program, ""
     if on_emulator(plan.files, opts):
         from jitlab.jit.engines import emulator  # lazy: see the engines' import above
 
         return emulator, ""
     if opts.engine not in ENGINES:
         raise SnippetError(f"engine={opts.engine!r}: use one of {', '.join(map(repr, ENGINES))}")
+    if plan.kind == "program":
+        return _program_engine(plan, opts, archs)
     if opts.engine == "nvcc" or not plan.cuda:
         return nvcc_engine(plan, opts), ""
     if plan.kind == "torch":
@@ -289,7 +287,7 @@ def choose_engine(plan: Plan, opts: Options, archs: list[str] = ()) -> tuple[Mod
     return nvcc_engine(plan, opts), why if plan.kind == "kernel" else ""
 
 
-_TORCH_NVRTC = "jitlab.jit.engines.nvrtc_torch"
+_TORCH_NVRTC, _PROGRAM_NVRTC = "jitlab.jit.engines.nvrtc_torch", "jitlab.jit.engines.nvrtc_program"
 
 #: Whether ``engine="auto"`` takes the torch-style NVRTC engine for a split torch-style snippet on a GPU
 #: (``engine="nvcc"`` keeps the nvcc split). On since its GPU tests (tests/test_nvrtc_torch_gpu.py) and the
@@ -316,8 +314,26 @@ def _torch_engine(plan: TorchPlan, opts: Options, archs: list[str] = ()) -> tupl
     return nvcc_engine(plan, opts), why if split else ""
 
 
-def nvcc_engine(plan: KernelPlan | TorchPlan, opts: Options) -> ModuleType:
-    """The nvcc engine of a plan: the object cache for a torch-style plan's units, compile-only, else ninja."""
+def _program_engine(plan: ProgramPlan, opts: Options, archs: list[str]) -> tuple[ModuleType, str]:
+    """A CUDA program's engine: its kernels in an NVRTC CUBIN where it can (:func:`nvrtc_program.unsuitable`), so a
+    kernel edit is an NVRTC compile and the executable a cache hit; else nvcc, saying why (a ``.cpp``: the host compiler)."""
+    if opts.engine == "nvcc" or not plan.cuda:
+        return nvcc_engine(plan, opts), ""
+    from jitlab.jit.engines import nvrtc_program  # lazy: see the engines' import above
+
+    why = nvrtc_program.unsuitable(plan, opts, archs) or nvrtc.unavailable()
+    if why and opts.engine == "nvrtc":
+        raise SnippetError(f"engine='nvrtc' cannot build {file_names(plan)}: {why}; use engine='auto' or 'nvcc'")
+    return (nvcc_engine(plan, opts), why) if why else (nvrtc_program, "")
+
+
+def nvcc_engine(plan: Plan, opts: Options) -> ModuleType:
+    """The nvcc engine of a plan: the program engine, the object cache for a torch-style plan's units,
+    compile-only, else ninja."""
+    if isinstance(plan, ProgramPlan):
+        from jitlab.jit.engines import program  # lazy: see the engines' import above
+
+        return program
     if isinstance(plan, TorchPlan):
         from jitlab.jit.engines import objects  # lazy: see the engines' import above
 

@@ -24,7 +24,8 @@ class Options:
 
     Attributes:
         mode: ``"auto"``, ``"kernel"`` or ``"torch"``; ``"program"`` for a whole program (``int main``),
-            built as nvcc builds it (:mod:`jitlab.jit.engines.program`) and run by :mod:`jitlab.worker.execute`.
+            built as nvcc builds it (:mod:`jitlab.jit.engines.program`; its kernels by NVRTC where they can be,
+            :mod:`jitlab.jit.engines.nvrtc_program`) and run by :mod:`jitlab.worker.execute`.
         arch: Archs to build for (``["sm_90"]``); default: the current GPU.
         defines: Preprocessor macros (``{"BLOCK": 256}``).
         cflags: Extra host compiler flags.

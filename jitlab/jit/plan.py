@@ -156,6 +156,8 @@ class Manifest:
         cubins, kernels, nvrtc: The NVRTC engine's cubin per arch, kernel names and NVRTC version.
         library, module, slots: The torch-style NVRTC engine's module (its path under the cache folder),
             the name it imports as, and its slots (C++ name, name expression, kernel or variable).
+        executable: The program NVRTC engine's executable (its path under the cache folder), which the
+            build's ``program`` links to.
         units, link_seconds: The object engine's units (name, compiler, cached, seconds, headers) and link time.
         extension, undefined: An object's ``TORCH_EXTENSION_NAME`` and undefined symbols.
         command: A program's compile command.
@@ -185,6 +187,7 @@ class Manifest:
     library: str | None = None
     module: str | None = None
     slots: list | None = None
+    executable: str | None = None
     units: list[dict] | None = None
     link_seconds: float | None = None
     extension: str | None = None

@@ -1,7 +1,8 @@
 """Run a whole program (a ``.cu``/``.cpp`` with ``int main``) in a child process, its output streamed.
 
 :func:`run_program` is ``nvcc prog.cu -o prog && ./prog`` through the build cache: the executable is
-built (or found) by :func:`jitlab.build` (``mode="program"``), then run in a child process of its own session
+built (or found) by :func:`jitlab.build` (``mode="program"``; a ``.cu`` program's kernels in an NVRTC CUBIN
+beside it where they can be, so a kernel edit relinks nothing), then run in a child process of its own session
 with a timeout. Its stdout and stderr are written to this process's ``sys.stdout``/``sys.stderr`` as
 they come, from the calling thread (so an ipykernel cell shows them live; reader threads only move
 bytes), line-buffered through ``stdbuf`` where it exists, as a terminal would have them. A program
@@ -102,7 +103,8 @@ class Run:
 
 
 def run_program(path, args=(), *, stdin=None, timeout: float | None = DEFAULT_TIMEOUT, arch=None, defines=None,
-                cflags=None, cuda_cflags=None, ldflags=None, debug: bool = False, echo: bool = True) -> Run:
+                cflags=None, cuda_cflags=None, ldflags=None, debug: bool = False, engine: str = "auto",
+                echo: bool = True) -> Run:
     """Build a program (or find it in the cache) and run it, its output streamed as it comes.
 
     What ``nvcc prog.cu -o prog && ./prog ARGS`` gives, in a child process with a timeout: a crash or
@@ -121,6 +123,9 @@ def run_program(path, args=(), *, stdin=None, timeout: float | None = DEFAULT_TI
         cuda_cflags: Extra nvcc flags.
         ldflags: Extra linker flags and libraries, e.g. ``["-lcublas"]``.
         debug: ``-G`` device code and ``-g`` host code.
+        engine: ``"auto"``: a ``.cu`` program's kernels compiled by NVRTC into a CUBIN its executable loads,
+            where it can be (a kernel edit then compiles no host code); ``"nvcc"``: one executable holding
+            them, as ``nvcc prog.cu -o prog`` builds it; ``"nvrtc"``: NVRTC or an error saying why not.
         echo: Write its output to ``sys.stdout``/``sys.stderr`` as it comes (it is kept in the result either way).
 
     Returns:
@@ -134,7 +139,8 @@ def run_program(path, args=(), *, stdin=None, timeout: float | None = DEFAULT_TI
     """
     argv, data = program_args(args), stdin_bytes(stdin)
     _check_timeout(timeout)
-    b = build_program(path, arch=arch, defines=defines, cflags=cflags, cuda_cflags=cuda_cflags, ldflags=ldflags, debug=debug)
+    b = build_program(path, arch=arch, defines=defines, cflags=cflags, cuda_cflags=cuda_cflags, ldflags=ldflags, debug=debug,
+                      engine=engine)
     if b.plan.cuda and echo and not toolchain.gpu_available():
         print("jitlab: no CUDA GPU here: the program's CUDA calls will fail", file=sys.stderr, flush=True)
     run = stream([str(b.artifact), *argv], stdin=data, timeout=timeout, echo=echo, name=str(path))
@@ -209,7 +215,7 @@ def stdin_bytes(stdin) -> bytes | None:
 
 
 #: The build options a program takes (those of :func:`jitlab.load` that apply to a program).
-BUILD_OPTIONS = ("arch", "defines", "cflags", "cuda_cflags", "ldflags", "debug")
+BUILD_OPTIONS = ("arch", "defines", "cflags", "cuda_cflags", "ldflags", "debug", "engine")
 
 
 def build_program(path, **options) -> Build:
@@ -223,7 +229,7 @@ def build_program(path, **options) -> Build:
         raise ArgumentError(f"{path} is a program (it has main): {', '.join(unknown)} does not apply to it; "
                             f"its build options are {', '.join(BUILD_OPTIONS)}")
     o = {k: options.get(k) for k in BUILD_OPTIONS}
-    return api.build(path, mode="program", **{**o, "debug": bool(o["debug"])})
+    return api.build(path, mode="program", **{**o, "debug": bool(o["debug"]), "engine": o["engine"] or "auto"})
 
 
 def stream(command: list[str], *, stdin=None, timeout: float | None = DEFAULT_TIMEOUT, env: dict | None = None,

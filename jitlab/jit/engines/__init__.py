@@ -11,8 +11,9 @@ caller) uses after :func:`~jitlab.jit.builder.choose_engine` picked it:
 The engines: :mod:`.nvrtc` (a kernel-only ``.cu`` in process, to CUBIN), :mod:`.objects` (torch-style
 units in the object cache, on :mod:`.pch`'s precompiled headers, linked by :mod:`.linker`, torch's
 headers adjusted by :mod:`.torch_headers`), :mod:`.ninja` (a whole snippet through torch's ninja build),
-:mod:`.compile_only` (nvcc to an object, no GPU), :mod:`.program` (``int main``: an executable) and
-:mod:`.emulator` (the CPU emulator: the host compiler against the SIMT header in ``simt/``).
+:mod:`.compile_only` (nvcc to an object, no GPU), :mod:`.program` (``int main``: an executable),
+:mod:`.nvrtc_torch` and :mod:`.nvrtc_program` (a split's device code through NVRTC, its host side linked
+once with :mod:`.slots`) and :mod:`.emulator` (the CPU emulator: the host compiler against the SIMT header in ``simt/``).
 Nothing outside :mod:`jitlab.jit` imports them: the stages above call :func:`jitlab.build` or
 :func:`jitlab.jit.builder.build`.
 """

@@ -6,7 +6,9 @@ so compute-sanitizer and ncu name its lines: a key over the sources, local heade
 archs and toolchain; an edit rebuilds, anything else is a cache hit that compiles nothing.
 The build compiles copies of the texts it hashed, each after ``#line 1 "<its path>"``, so errors,
 ``__FILE__`` and line info name the user's file; the user's file is only read. Running it is
-:mod:`jitlab.worker.execute`'s job.
+:mod:`jitlab.worker.execute`'s job. A ``.cu`` program whose kernels NVRTC can take is built by
+:mod:`.nvrtc_program` instead (a kernel edit then compiles no host code); this engine builds the others,
+with the reason in the build's notes, and every program under ``engine="nvcc"``.
 """
 
 from __future__ import annotations

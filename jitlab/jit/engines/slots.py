@@ -15,7 +15,9 @@ split's, byte for byte: its object is shared with that engine and never depends 
 ``jitlab_slots_load(cubin, lowered names)``, exported, loads a CUBIN (``cudaLibraryLoadData``) and fills
 every slot (``cudaLibraryGetKernel``/``cudaLibraryGetGlobal``), all or none; ``jitlab_slots_set`` fills
 one slot with given handles (a caller that loads through cuda.bindings, and the CPU tests). A launch
-through a slot never filled throws a C++ exception naming the kernel (Python's RuntimeError).
+through a slot never filled throws a C++ exception naming the kernel (Python's RuntimeError). A program's
+slot unit (:mod:`.nvrtc_program`) defines ``JITLAB_SLOTS_ON_USE``: an empty slot is filled on its first use
+from the CUBIN beside the executable, and one that cannot be leaves the runtime call to fail, as nvcc's would.
 """
 
 from __future__ import annotations
@@ -221,6 +223,7 @@ struct Slot {
   std::atomic<size_t> size{0};         // a variable's size in bytes
 };
 [[noreturn]] void called(int i);
+void* fill_on_use(Slot* s);  // a program's (JITLAB_SLOTS_ON_USE): its CUBIN loaded on first use, nvrtc_program.py
 }  // namespace jitlab_rt
 @SYMBOLS@
 namespace jitlab_rt {
@@ -239,6 +242,9 @@ Slot* find(const void* address) {
 // A slot's handle, or an error naming it (`what`: "kernel", "device variable") while no CUBIN filled it.
 void* loaded(Slot* s, const char* what) {
   void* h = s->handle.load(std::memory_order_acquire);
+#ifdef JITLAB_SLOTS_ON_USE
+  if (h == nullptr) return fill_on_use(s);  // nullptr if it cannot load: the runtime call then fails, as nvcc's would
+#endif
   if (h == nullptr)
     throw std::runtime_error(std::string("jitlab: ") + what + " " + s->name + " has no device code loaded: its "
                              "module's CUBIN was not loaded (load the snippet with jitlab.load, which fills its slots)");

@@ -208,7 +208,8 @@ print("edits survived", calls[0], "calls")
 def test_kernel_edits_while_another_thread_calls_the_op(cache, tmp_path):
     """Kernel edits loaded while a thread calls the op (in a process of its own): every call returns one
     version's result, never a mix of two versions' kernels, and after each load the new one."""
-    env = {**os.environ, "JITLAB_CACHE_DIR": str(cache), "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    root = str(Path(__file__).resolve().parent.parent)  # jitlab's, then the caller's (where its packages may be)
+    env = {**os.environ, "JITLAB_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     child = subprocess.run([sys.executable, "-c", EDITS_UNDER_LOAD, TWO_KERNELS, str(tmp_path / "busy.cu")],
                            capture_output=True, text=True, env=env, timeout=600)
     assert child.returncode == 0, (child.returncode, child.stderr[-3000:])

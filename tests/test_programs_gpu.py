@@ -198,7 +198,8 @@ def test_kernels_from_the_cubin_behave_as_with_nvcc(cache, tmp_path, name, sourc
         assert ours.stdout.splitlines()[-1] == "fill<float> 3 fill<int> 6 launches 2"
         assert sorted(ours.stdout.splitlines()[:2]) == ["hello from thread 0 tag 7", "hello from thread 1 tag 7"]
     else:
-        assert ours.stdout.splitlines() == ["bad: invalid configuration argument", "good: no error", "sync: no error"]
+        bad, *rest = ours.stdout.splitlines()  # the refusal's wording is the runtime's (CUDA 13: "invalid argument")
+        assert bad.startswith("bad: ") and bad != "bad: no error" and rest == ["good: no error", "sync: no error"]
 
 
 def test_dynamic_parallelism_runs_on_nvcc_saying_why(cache, tmp_path):

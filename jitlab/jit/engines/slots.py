@@ -48,11 +48,9 @@ class Slot:
 #: The runtime calls that take a kernel's or a device symbol's address: the argument that does, and the
 #: C parameter list (what ``__wrap_`` and ``__real_`` are declared with).
 WRAPPED = {
-    "cudaLaunchKernel": ("launch", "const void* a, dim3 g, dim3 b, void** p, size_t s, cudaStream_t st"),
-    "cudaLaunchKernel_ptsz": ("launch", "const void* a, dim3 g, dim3 b, void** p, size_t s, cudaStream_t st"),
-    "cudaLaunchCooperativeKernel": ("launch", "const void* a, dim3 g, dim3 b, void** p, size_t s, cudaStream_t st"),
-    "cudaGetLastError": ("last", "void"),
-    "cudaPeekAtLastError": ("peek", "void"),
+    "cudaLaunchKernel": ("kernel", "const void* a, dim3 g, dim3 b, void** p, size_t s, cudaStream_t st"),
+    "cudaLaunchKernel_ptsz": ("kernel", "const void* a, dim3 g, dim3 b, void** p, size_t s, cudaStream_t st"),
+    "cudaLaunchCooperativeKernel": ("kernel", "const void* a, dim3 g, dim3 b, void** p, size_t s, cudaStream_t st"),
     "cudaFuncGetAttributes": ("kernel", "cudaFuncAttributes* r, const void* a"),
     "cudaFuncSetAttribute": ("kernel", "const void* a, cudaFuncAttribute k, int v"),
     "cudaFuncGetName": ("kernel", "const char** r, const void* a"),
@@ -176,14 +174,11 @@ def _symbol(i: int, s: Slot) -> str:
 
 def _wrapper(name: str) -> str:
     role, params = WRAPPED[name]
-    names = [p.split()[-1].lstrip("*") for p in params.split(",")] if params != "void" else []
+    names = [p.split()[-1].lstrip("*") for p in params.split(",")]
     args = ", ".join(names)
     real = f"__real_{name}"
     body = {
         "kernel": f"return {real}({_swap(names)});",
-        "launch": f"return jitlab_rt::launched({real}({_swap(names)}), g, b);",
-        "last": f"return jitlab_rt::last_error({real}(), true);",
-        "peek": f"return jitlab_rt::last_error({real}(), false);",
         "cache": f"return jitlab_rt::find(a) ? cudaSuccess : {real}({args});  // a preference; cudaKernel_t takes none",
         "to": f"size_t size = 0; void* d = jitlab_rt::global(a, &size);\n"
               f"  if (!d) return {real}({args});\n  if (o + n > size) return cudaErrorInvalidValue;\n"
@@ -260,28 +255,6 @@ void* loaded(Slot* s, const char* what) {
 const void* kernel(const void* address) {
   Slot* s = find(address);
   return s == nullptr ? address : loaded(s, "kernel");
-}
-
-// nvcc's runtime checks a launch's shape itself: a block of 4096 threads is "invalid configuration argument".
-// A launch through a cudaKernel_t is checked by the driver, which says "invalid argument": the error a
-// <<<...>>> launch reports is returned, and kept for this thread's cudaGetLastError/cudaPeekAtLastError.
-static thread_local cudaError_t shape_error = cudaSuccess;
-
-bool bad_shape(dim3 g, dim3 b) {
-  unsigned long long threads = (unsigned long long)b.x * b.y * b.z;
-  return threads == 0 || threads > 1024 || b.x > 1024 || b.y > 1024 || b.z > 64 || g.x == 0 || g.y == 0 ||
-         g.z == 0 || g.x > 2147483647u || g.y > 65535 || g.z > 65535;
-}
-
-cudaError_t launched(cudaError_t e, dim3 g, dim3 b) {
-  shape_error = e == cudaErrorInvalidValue && bad_shape(g, b) ? cudaErrorInvalidConfiguration : cudaSuccess;
-  return shape_error == cudaSuccess ? e : shape_error;
-}
-
-cudaError_t last_error(cudaError_t e, bool clear) {
-  if (e == cudaErrorInvalidValue && shape_error != cudaSuccess) e = shape_error;
-  if (clear || e == cudaSuccess) shape_error = cudaSuccess;
-  return e;
 }
 
 // A variable's device pointer (and size), or nullptr if the address is no slot.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import nbformat
@@ -374,6 +375,24 @@ def test_run_notebook_leaves_gpu_cells_out_and_names_the_failing_cell(tmp_path):
         notebooks.run_notebook(path, tmp_path / "work2", gpu=False, kernels=EXERCISES)
 
 
+def _left_in_a_clone(ran: Path) -> list[str]:
+    """What a lesson run in ``ran`` (its copy of kernels/) would show in a clone's ``git status``: a tracked
+    file it changed, or a new file kernels/.gitignore does not name."""
+    tracked = set(subprocess.run(["git", "ls-files", "kernels"], cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.splitlines())
+    left = []
+    for f in sorted(p for p in ran.rglob("*") if p.is_file()):
+        rel = f"kernels/{f.relative_to(ran).as_posix()}"
+        if rel in tracked:
+            if f.read_bytes() != (ROOT / rel).read_bytes():
+                left.append(f"changed {rel}")
+        elif not (ROOT / rel).exists():  # new in this run (an untracked file of the checkout was copied in)
+            ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", rel], cwd=ROOT).returncode == 0
+            if not ignored:
+                left.append(f"new {rel}")
+    return left
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU test runs these notebooks whole")
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
@@ -386,6 +405,7 @@ def test_notebook_runs_top_to_bottom_without_a_gpu(path, tmp_path, monkeypatch):
     run = notebooks.run_notebook(path, tmp_path / "work")
     assert run.ran > 1 and run.skipped == 0
     assert _digest(KERNELS) == before
+    assert _left_in_a_clone(tmp_path / "work" / "kernels") == []
     cells = [c for c in run.notebook.cells if c.cell_type == "code"]
     for c in cells:
         text = notebooks.cell_text(c)

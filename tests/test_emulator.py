@@ -265,6 +265,34 @@ def test_an_access_past_a_tensors_end_names_the_tensor_index_and_line(bad, folde
         bad.no_bounds_check(y, x, 1000, grid=4, block=256)
 
 
+def test_a_report_names_the_file_relative_to_where_the_learner_is(bad, folder, monkeypatch):
+    """From the snippet's own folder (a notebook's working directory), the report says `faults.cu:59`, not a
+    path from the filesystem's root."""
+    monkeypatch.chdir(folder)
+    with pytest.raises(LaunchError) as e:
+        bad.no_bounds_check(torch.zeros(1000), torch.ones(1000), 1000, grid=4, block=256)
+    assert "out-of-bounds read at faults.cu:59 (" in str(e.value) and str(folder) not in str(e.value)
+
+
+def test_a_checks_report_says_a_launch_error_once(folder, monkeypatch):
+    """`jitlab check` of a snippet whose kernel writes past its output, on the emulator: the verdict's reason is
+    the message it already printed, so the report says it once."""
+    from jitlab.worker import jobs
+
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(folder / "cache"))
+    (folder / "past_end.cu").write_text("__global__ void past_end(float* y, const float* x, int n) {\n"
+                                        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                        "    if (i <= n) y[i] = 2.0f * x[i];\n}\n")
+    (folder / "past_end.ref.py").write_text(
+        "import torch\nSIZES = [1000]\n"
+        "def inputs(size, seed, device):\n    return {'x': torch.ones(size, device=device)}\n"
+        "def reference(inp):\n    return 2 * inp['x']\n"
+        "def run(k, inp):\n    y, n = torch.empty_like(inp['x']), inp['x'].numel()\n"
+        "    k.past_end(y, inp['x'], n, grid=(n + 255) // 256, block=256)\n    return y\n")
+    out = jobs.run_job(jobs.Job("check", str(folder / "past_end.cu"), options={"device": "cpu"}))
+    assert out.category == jobs.LAUNCH and str(out).count("out-of-bounds") == 1, str(out)
+
+
 def test_a_lost_update_between_blocks_is_a_race_at_its_line(bad, folder):
     """`out[0] += v` from every block (no atomic): checking() names the element, both threads (of two blocks,
     which run in either order) and the line."""

@@ -23,6 +23,7 @@ import torch
 
 from jitlab import config
 from jitlab.errors import LaunchError
+from jitlab.jit.diagnostics import short_path
 from jitlab.jit.launch import py_names
 from jitlab.jit.parse import Function
 
@@ -144,11 +145,13 @@ def at_lines(text: str, fn: Function, lib) -> str:
     def line(m) -> str:
         found = next((lines[o] for o in (int(x, 16) for x in m[1].split("|+0x")) if o in lines), "an unknown line")
         # the unit's own name for a line of the user's file (its #line directives keep the numbers)
-        return found.replace(f"{unit}:", f"{fn.path}:") if found.startswith(str(unit)) else found
+        found = found.replace(f"{unit}:", f"{fn.path}:") if found.startswith(str(unit)) else found
+        path, colon, number = found.rpartition(":")
+        return f"{short_path(path)}:{number}" if colon and number.isdigit() else found  # relative to the cwd
 
     text = _CODE.sub(line, text)
     if re.search(r"\b(TimeLimit|Interrupted)\b", text) and f":{fn.line}" not in text:
-        text += f" (the kernel `{fn.name}` is at {fn.path}:{fn.line})"
+        text += f" (the kernel `{fn.name}` is at {short_path(str(fn.path))}:{fn.line})"
     return text
 
 

@@ -1,7 +1,5 @@
-"""The work an isolated process does: build a snippet, run its ``.ref.py`` check (or its workload),
-and say what happened as an :class:`Outcome` with a failure category.
-
-Runs in a worker (``python -m jitlab.worker.jobs --serve``, see :mod:`jitlab.worker.isolate`) or once under a tool
+"""The work an isolated process does: build a snippet, run its ``.ref.py`` check (or its workload), and say
+what happened as an :class:`Outcome` with a failure category. Runs in a worker (``python -m jitlab.worker.jobs --serve``, see :mod:`jitlab.worker.isolate`) or once under a tool
 (``compute-sanitizer`` / ``ncu … python -m jitlab.worker.jobs JOB RESULT``, see :mod:`jitlab.worker.sanitizer` and
 :mod:`jitlab.worker.profiler`). Everything that crosses the process boundary is a plain, picklable object.
 """
@@ -128,7 +126,8 @@ class Outcome:
             lines.append(self.message)
         if self.where:
             lines.append(f"where: {self.where}")
-        lines += [str(v) for v in self.verdicts if not self.passed and not v.passed]
+        for v in [] if self.passed else [v for v in self.verdicts if not v.passed]:  # each failure said once:
+            lines += [ln for ln in str(v).splitlines() if ln.strip().removeprefix("- raised ") not in self.message]
         if self.passed:
             lines += [str(v) for v in self.verdicts]
         return "\n".join(lines)

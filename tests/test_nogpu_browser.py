@@ -126,3 +126,60 @@ def test_cuda_cell_is_highlighted_as_cpp_in_chromium(request):
         page.keyboard.press("Shift+End")
         page.keyboard.press("Delete")
         expect(cuda.locator(".cm-content")).to_have_attribute("data-language", "python", timeout=10_000)
+
+
+LESSON_00 = ROOT / "notebooks" / "00_setup_and_hello.ipynb"
+LESSON_SCREENSHOT = ROOT / "build_cache" / "screens" / "lesson00-nogpu.png"
+
+
+def _lesson_cell(nb, starts: str) -> str:
+    """The source of lesson 00's first code cell that starts with ``starts``."""
+    return next(c.source for c in nb.cells if c.cell_type == "code" and c.source.startswith(starts))
+
+
+def _lesson_notebook(folder) -> None:
+    """A notebook of lesson 00's own cells in ``folder``: load jitlab, its `%%cuda hello_threads` cell, the
+    call, then the same cell with the planted mistake made (the `;` after `printf(...)` deleted), last: Run
+    All stops at the cell that fails."""
+    import nbformat
+
+    lesson = nbformat.read(LESSON_00, as_version=4)
+    cell = _lesson_cell(lesson, "%%cuda hello_threads")
+    planted = cell.replace("(int)blockDim.x);", "(int)blockDim.x)")
+    assert planted != cell
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in ("%load_ext jitlab", cell, "hello_threads(grid=2, block=4)",
+                                                         planted)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, folder / "lesson00.ipynb")
+
+
+def test_lesson_00_on_a_cpu_runs_hello_threads_and_shows_the_planted_mistake_at_its_line(request):
+    """Lesson 00 in JupyterLab without a GPU: `hello_threads` runs on the CPU emulator and prints each of its
+    8 threads, and the planted mistake shows the compiler's error at the cell's line, not "no kernel found"."""
+    _require_tools()
+    from playwright.sync_api import expect
+
+    _lesson_notebook(request.getfixturevalue("workdir"))
+    lab, page = (request.getfixturevalue(f) for f in ("lab", "page"))
+    with _screenshot_on_failure(page, lab):
+        page.goto(lab.url("lab/tree/lesson00.ipynb"))
+        cells = page.locator(".jp-Notebook .jp-CodeCell")
+        cells.first.locator(".cm-content").wait_for(timeout=PANEL_S * 1000)
+        lab.wait_kernel_idle("lesson00.ipynb", PANEL_S)
+        page.get_by_role("menuitem", name="Run", exact=True).click()
+        page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
+        expect(cells.nth(3).locator(".jp-OutputArea-output")).to_contain_text("error", timeout=PANEL_S * 1000)
+
+        printed = sorted(ln for ln in cells.nth(2).locator(".jp-OutputArea").inner_text().splitlines()
+                         if ln.startswith("block "))
+        assert printed == sorted(f"block {b} of 2, thread {t} of 4" for b in range(2) for t in range(4)), printed
+        built = cells.nth(1).locator(".jp-OutputArea").inner_text()
+        assert "CPU emulator" in built and "(cpu emulator)" in built and ", )" not in built, built
+        mistake = cells.nth(3).locator(".jp-OutputArea").inner_text()
+        assert "cell line 6: error: expected" in mistake and "no __global__ kernel" not in mistake, mistake
+        assert "Traceback" not in page.locator(".jp-Notebook").inner_text()
+
+        LESSON_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        page.locator(".jp-Notebook").screenshot(path=str(LESSON_SCREENSHOT))
+        print(f"\nscreenshot: {LESSON_SCREENSHOT}")

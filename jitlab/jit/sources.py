@@ -172,7 +172,7 @@ def file_names(plan: Plan) -> str:
 
 def describe(plan: Plan, archs: list[str], compiler: str = "nvcc") -> str:
     """The plan's files and what compiles them: ``saxpy.cu (nvcc, sm_90)``."""
-    tool = f"{compiler}, {'/'.join(archs)}" if plan.cuda else "c++"
+    tool = (f"{compiler}, {'/'.join(archs)}" if archs else compiler) if plan.cuda else "c++"
     return f"{file_names(plan)} ({tool})"
 
 

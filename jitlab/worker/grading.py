@@ -111,12 +111,12 @@ def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster:
                 index[id(job)] = i
                 yield job
 
-        jobs_in_order = waiting()
+        as_built = waiting()
         if compile_only or not todo:
-            for _ in jobs_in_order:  # builds only: nothing to run
+            for _ in as_built:  # builds only: nothing to run
                 pass
         else:
-            for slot, job, out in pool.run({None: jobs_in_order}, timeout):
+            for slot, job, out in pool.run({None: as_built}, timeout):
                 i = index[id(job)]
                 keep(i, _grade(found[i], keys[i], slot.device, built[i], out), True)
     finally:

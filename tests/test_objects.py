@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 import jitlab
 from conftest import run_dir
@@ -178,14 +179,17 @@ def test_units_use_the_smallest_header_set(pristine):
     b = pristine
     assert {u["name"]: u["headers"] for u in b.manifest.units} == {
         "features.device.cu": "", "features.host.cpp": "host", "bind.cpp": "casters"}
-    assert header_sets.pch_text("host", cuda=True, cuda_torch=False) == "#include <torch/types.h>\n#include <cuda_runtime.h>\n"
+    assert header_sets.pch_text("host", cuda=True, cuda_torch=False) == "#include <torch/types.h>\n"  # a CPU torch:
+    assert header_sets.after_set("host", cuda=True, cuda_torch=False) == ("cuda_runtime.h",)  # the runtime follows
+    assert "#include <ATen/cuda/CUDAContext.h>" in header_sets.pch_text("host", cuda=True, cuda_torch=True)
     assert "torch/csrc/utils/pybind.h" in header_sets.pch_text("bind", cuda=True, cuda_torch=True)
     casters = header_sets.pch_text("casters", cuda=True, cuda_torch=True)
     assert "torch/csrc/utils/pybind.h" in casters and "torch/types.h" not in casters
     assert header_sets.pch_text("full", cuda=False, cuda_torch=False) == "#include <torch/extension.h>\n"
     host = next(Path(line.split(" -c ")[1].split()[0]) for line in b.log.splitlines() if "features.host.cpp -o" in line)
     assert "#include <torch/extension.h>" in FEATURES.read_text() and "torch/extension.h" not in host.read_text()
-    assert re.search(r"-include \S*torch-host-\w+/jitlab_torch.h", b.log)
+    assert re.search(r"-include \S*torch-host-\w+/jitlab_torch.h -Winvalid-pch"
+                     + (" -include cuda_runtime.h" if torch.version.cuda is None else ""), b.log)
 
 
 TWICE = """#include <torch/extension.h>

@@ -183,17 +183,28 @@ def test_optimisation_levels_share_one_set_and_o0_needs_none():
     assert pch.set_flags(["-Ofast"]) == ("-Ofast",)
 
 
-def test_a_set_without_cuda_headers_is_keyed_without_nvcc():
+def test_a_set_without_cuda_headers_is_keyed_without_nvcc(monkeypatch):
     """A C++ snippet built with with_cuda=True has nvcc in its toolchain, but its header sets hold no CUDA
-    header: they are the same sets (one key) as a plain C++ build's; a CUDA set keeps nvcc in its key."""
+    header: they are the same sets (one key) as a plain C++ build's. With a CUDA torch a CUDA snippet's host set
+    holds CUDA's headers and keeps nvcc in its key; with a CPU torch it holds none and is the C++ snippets' set,
+    its units including the CUDA runtime right after it."""
     from types import SimpleNamespace
 
     tools = (("c++", "g++ 12"), ("torch", "2.x"))
     plain = SimpleNamespace(cxx=("-fPIC",), cuda_include=("-isystem/cuda",), cxx_user=(), toolchain=tools)
     with_nvcc = SimpleNamespace(**{**vars(plain), "toolchain": tools + (("nvcc", "13.0"), ("torch_cuda", "13.0"))})
-    for headers in ("host", "full", "bind", "casters"):
-        assert pch._describe("torch", plain, False, headers)[2] == pch._describe("torch", with_nvcc, False, headers)[2]
+    for cuda_torch in (None, "13.0"):
+        monkeypatch.setattr(torch.version, "cuda", cuda_torch)
+        for headers in ("host", "full", "bind", "casters"):
+            assert pch._describe("torch", plain, False, headers)[2] == pch._describe("torch", with_nvcc, False, headers)[2]
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
     assert pch._describe("torch", with_nvcc, True, "host")[2] != pch._describe("torch", plain, True, "host")[2]
+    assert pch.after_set(True, "host") == ()
+    monkeypatch.setattr(torch.version, "cuda", None)
+    for headers in ("host", "full"):
+        assert pch._describe("torch", with_nvcc, True, headers)[2] == pch._describe("torch", plain, False, headers)[2]
+        assert pch.after_set(True, headers) == ("cuda_runtime.h",) and pch.after_set(False, headers) == ()
+    assert pch.after_set(True, "casters") == pch.after_set(True, "bind") == ()
 
 
 @pytest.mark.parametrize("word", ["-fno-gnu-unique", "-fvisibility=hidden", "-fno-strict-aliasing", "-fsigned-char",

@@ -4,8 +4,9 @@ A plan-stage choice (:mod:`jitlab.jit.codegen` and :mod:`jitlab.jit.module_unit`
 :class:`~jitlab.jit.plan.Unit`); the object engine (:mod:`jitlab.jit.engines.pch`) makes the sets and
 moves a unit that fails on a smaller one to a larger one. The sets, smallest first:
 
-- ``host``: ``torch/types.h`` (tensors, ATen ops, factories, ``TORCH_CHECK``, ``AT_DISPATCH``) and,
-  for CUDA snippets, the CUDA runtime and torch's CUDA context and guard headers: host functions;
+- ``host``: ``torch/types.h`` (tensors, ATen ops, factories, ``TORCH_CHECK``, ``AT_DISPATCH``) and, for
+  CUDA snippets with a CUDA build of torch, the CUDA runtime and torch's CUDA context and guard headers:
+  host functions;
 - ``casters``: torch's pybind11 casters and ``wrap_pybind_function``, without ``torch/types.h``'s ATen
   functions: a CUDA snippet's binding units;
 - ``bind``: ``torch/types.h`` and torch's pybind11 casters: C++ snippets, and binding units that name
@@ -32,9 +33,11 @@ _TORCH_UMBRELLAS = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extensio
 def pch_text(headers: str, cuda: bool, cuda_torch: bool) -> str:
     """What a header set holds.
 
-    ``host`` and ``full`` add, for CUDA snippets, the CUDA runtime and, with a CUDA build of torch,
-    its context and guard headers (what torch-style CUDA host code includes); ``casters`` and
-    ``bind`` are the same for every snippet.
+    ``host`` and ``full`` add, for CUDA snippets with a CUDA build of torch, the CUDA runtime and torch's
+    CUDA context and guard headers (what torch-style CUDA host code includes); ``casters`` and ``bind`` are
+    the same for every snippet. With a CPU build of torch a CUDA snippet's sets are the C++ ones: the CUDA
+    runtime alone costs a unit ~0.03 s to parse, far less than a second set (~20 s to make, ~40 s for
+    ``full``), so its units include it after the set (:func:`after_set`).
     """
     if headers not in HEADERS:
         raise ValueError(f"unknown header set {headers!r}: one of {', '.join(HEADERS)}")
@@ -45,11 +48,16 @@ def pch_text(headers: str, cuda: bool, cuda_torch: bool) -> str:
         return ("#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n"
                 "#include <torch/csrc/Exceptions.h>\n")
     text = "#include <torch/extension.h>\n" if headers == "full" else "#include <torch/types.h>\n"
-    if cuda:
-        text += "#include <cuda_runtime.h>\n"
     if cuda and cuda_torch:
-        text += "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n"
+        text += "#include <cuda_runtime.h>\n#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n"
     return text
+
+
+def after_set(headers: str, cuda: bool, cuda_torch: bool) -> tuple[str, ...]:
+    """The headers a CUDA snippet's host unit includes right after its set, so that every host unit of a CUDA
+    snippet sees torch's headers, then the CUDA runtime: the CUDA runtime where its set lacks it (a CPU build of
+    torch, :func:`pch_text`)."""
+    return ("cuda_runtime.h",) if cuda and not cuda_torch and headers not in NO_CUDA else ()
 
 
 # What a binding unit may name of torch and still compile on `casters`: the types its casters convert,

@@ -31,7 +31,7 @@ from typing import Callable, NamedTuple, Protocol
 
 from jitlab import config, progress
 from jitlab.errors import ToolchainError
-from jitlab.jit import cache, processes, toolchain
+from jitlab.jit import cache, header_sets, processes, toolchain
 from jitlab.jit.header_sets import HEADERS, LARGER, NO_CUDA, pch_text
 from jitlab.jit.plan import Manifest
 
@@ -132,6 +132,13 @@ def _precompiled(flags: Flags, cuda: bool, headers: str, user: tuple[str, ...]) 
     # checks the compiler and flags a set was made with itself (-Winvalid-pch), and one it cannot use
     # is read as the header text beside it, which is hashed on every use: slower, never someone else's.
     return _made_once(name, make, content=False, companions=("jitlab_torch.h",)).with_name("jitlab_torch.h")
+
+
+def after_set(cuda: bool, headers: str) -> tuple[str, ...]:
+    """The headers a host unit on this set includes right after it (:func:`jitlab.jit.header_sets.after_set`)."""
+    import torch
+
+    return header_sets.after_set(headers, cuda, torch.version.cuda is not None)
 
 
 def is_made(flags: Flags, cuda: bool, headers: str) -> bool:
@@ -251,13 +258,13 @@ def _describe(kind: str, flags: Flags, cuda: bool, headers: str, user: tuple[str
     """A set's text, host flags (``user``'s last, as a unit has them) and cache entry name (``<kind>-<headers>-<key>``)."""
     import torch
 
-    text = pch_text(headers, cuda, torch.version.cuda is not None)
-    # `casters` and `bind` hold no CUDA header: one set for C++ and CUDA snippets (GCC does not check
-    # include folders).
-    cxx = [*flags.cxx, *(flags.cuda_include if cuda and headers not in NO_CUDA else ()), *user]
-    # A set without CUDA's headers (every C++ snippet's, and casters/bind for all) does not depend on nvcc
-    # or torch's CUDA build, even when the build's toolchain names them (a C++ source with with_cuda=True).
-    with_cuda = cuda and headers not in NO_CUDA
+    cuda_torch = torch.version.cuda is not None
+    text = pch_text(headers, cuda, cuda_torch)
+    # A set without CUDA's headers (every C++ snippet's, casters/bind for all, and every set with a CPU torch)
+    # is one set for C++ and CUDA snippets (GCC does not check include folders), and does not depend on nvcc or
+    # torch's CUDA build, even when the build's toolchain names them (a C++ source with with_cuda=True).
+    with_cuda = cuda and cuda_torch and headers not in NO_CUDA
+    cxx = [*flags.cxx, *(flags.cuda_include if with_cuda else ()), *user]
     tools = [t for t in flags.toolchain if with_cuda or t[0] not in ("nvcc", "torch_cuda")]
     key = cache.build_key({"format": config.FORMAT_VERSION, "pch": text, "flags": cxx, "toolchain": tools})
     return text, cxx, f"{kind}-{headers}-{key}"

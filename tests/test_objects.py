@@ -179,7 +179,7 @@ def test_units_use_the_smallest_header_set(pristine):
     b = pristine
     assert {u["name"]: u["headers"] for u in b.manifest.units} == {
         "features.device.cu": "", "features.host.cpp": "host", "bind.cpp": "casters"}
-    assert header_sets.pch_text("host", cuda=True, cuda_torch=False) == "#include <torch/types.h>\n"  # a CPU torch:
+    assert header_sets.pch_text("host", cuda=True, cuda_torch=False) == "#include <torch/types.h>\n#include <math.h>\n"
     assert header_sets.after_set("host", cuda=True, cuda_torch=False) == ("cuda_runtime.h",)  # the runtime follows
     assert "#include <ATen/cuda/CUDAContext.h>" in header_sets.pch_text("host", cuda=True, cuda_torch=True)
     assert "torch/csrc/utils/pybind.h" in header_sets.pch_text("bind", cuda=True, cuda_torch=True)

@@ -30,9 +30,13 @@ pytestmark = [pytest.mark.slow,
 
 
 @pytest.fixture
-def features(tmp_path, use_shared_cache) -> Path:
-    """A copy of the features snippet, built in the session's shared cache."""
-    dst = tmp_path / "features.cu"
+def features(tmp_path_factory, use_shared_cache) -> Path:
+    """features.cu as shipped, for a test to edit: one path per worker in the run's folder, built in the session's
+    shared cache, so the build before a test's edit is the one the worker's previous test made (a copy at a new
+    path would compile its host and device units again: their #line directives name the file)."""
+    folder = run_dir(tmp_path_factory, "features_edits") / os.environ.get("PYTEST_XDIST_WORKER", "main")
+    folder.mkdir(exist_ok=True)
+    dst = folder / "features.cu"
     shutil.copy(FEATURES, dst)
     return dst
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import jitlab
-from conftest import run_dir
+from conftest import run_dir, worker_dir
 from jitlab import CompileError
 from jitlab.jit import header_sets, plan
 from jitlab.jit.engines import pch
@@ -34,9 +34,7 @@ def features(tmp_path_factory, use_shared_cache) -> Path:
     """features.cu as shipped, for a test to edit: one path per worker in the run's folder, built in the session's
     shared cache, so the build before a test's edit is the one the worker's previous test made (a copy at a new
     path would compile its host and device units again: their #line directives name the file)."""
-    folder = run_dir(tmp_path_factory, "features_edits") / os.environ.get("PYTEST_XDIST_WORKER", "main")
-    folder.mkdir(exist_ok=True)
-    dst = folder / "features.cu"
+    dst = worker_dir(tmp_path_factory, "features_edits") / "features.cu"
     shutil.copy(FEATURES, dst)
     return dst
 

@@ -33,6 +33,15 @@ def run_dir(tmp_path_factory, name: str) -> Path:
     return folder
 
 
+def worker_dir(tmp_path_factory, name: str) -> Path:
+    """A folder of the run's (:func:`run_dir`) that only this worker uses: for a snippet that one test after
+    another edits and builds in the shared cache, so that each test's first build is the one the worker's
+    previous test made (a copy at a path of its own would compile again: #line directives name the file)."""
+    folder = run_dir(tmp_path_factory, name) / os.environ.get("PYTEST_XDIST_WORKER", "main")
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 @pytest.fixture(scope="session", autouse=True)
 def shared_pch(tmp_path_factory):
     """One folder of precompiled torch headers for the whole run (a minute to make on 2 cores)."""

@@ -345,9 +345,12 @@ def test_printf_from_cpp_reaches_python(cache, write, capsys):
 
 @pytest.mark.slow
 def test_torch_style_cpp_snippets(use_shared_cache):
-    """Torch-style C++ (seed 004's hello, a tensor function) builds, runs on CPU, reports C++ checks."""
+    """Torch-style C++ (seed 004's hello, a tensor function) builds, runs on CPU, reports C++ checks; its host
+    functions compile on the `host` header set and its binding unit on the casters, as a CUDA snippet's do."""
     kernels = ROOT / "kernels"
     m = jitlab.load(kernels / "square_matrix_cpu.cpp")
+    assert {u["name"]: u["headers"] for u in m.build.manifest.units} == {"square_matrix_cpu.cpp": "host",
+                                                                         "bind.cpp": "casters"}
     x = torch.randn(3, 5)
     torch.testing.assert_close(m.square_matrix_cpu(x), x * x)
     with pytest.raises(RuntimeError, match="matrix must be 2-D"):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import jitlab
+from conftest import worker_dir
 from jitlab.jit.builder import prepare
 from jitlab.jit.flags import Options
 
@@ -54,8 +55,11 @@ def _units(b: jitlab.Build) -> dict[str, dict]:
 
 
 @pytest.fixture
-def dispatch(write, use_shared_cache) -> Path:
-    return write("dispatch_scale.cu", DISPATCH)
+def dispatch(tmp_path_factory, use_shared_cache) -> Path:
+    """The AT_DISPATCH snippet, at this worker's own path (:func:`conftest.worker_dir`): one cold build per worker."""
+    path = worker_dir(tmp_path_factory, "dispatch") / "dispatch_scale.cu"
+    path.write_text(DISPATCH)
+    return path
 
 
 @pytest.mark.slow

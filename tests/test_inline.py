@@ -84,7 +84,7 @@ def test_callers_source_lists_are_not_changed(cache):
     assert cpp == [DECL] and cuda == [CUDA_SQUARE]
 
 
-def test_functions_list_binds_only_those(cache):
+def test_functions_list_binds_only_those(use_shared_cache):
     """A C++ load_inline with functions=[...] runs on CPU tensors and exports only the named functions."""
     m = jitlab.load_inline(name="sq_list", cpp_sources=[SQUARE], functions=["square"])
     x = torch.arange(5.0)
@@ -155,16 +155,17 @@ def test_unknown_function_name_says_to_declare_it(cache):
         jitlab.load_inline(name="undeclared", cpp_sources=SQUARE, functions=["cube"])
 
 
-def test_ignored_arguments_say_so_once(cache, capsys, monkeypatch, tmp_path):
+def test_ignored_arguments_say_so_once(use_shared_cache, capsys, monkeypatch, tmp_path):
     """keep_intermediates/use_pch are accepted and noted in one line each, once per process; build_directory
-    gets the library as <name>.so, where torch's would be."""
+    gets the library as <name>.so, where torch's would be. (The module of test_functions_list_binds_only_those:
+    one build for both, in the run's shared cache.)"""
     monkeypatch.setattr(torch_compat, "_noted", set())
     for _ in range(2):
-        m = jitlab.load_inline(name="noted", cpp_sources=SQUARE, functions=["square"],
+        m = jitlab.load_inline(name="sq_list", cpp_sources=[SQUARE], functions=["square"],
                                build_directory=str(tmp_path / "ext"), keep_intermediates=False, use_pch=True,
                                verbose=False)
     assert m.square(torch.ones(1)).item() == 1.0
-    assert (tmp_path / "ext" / "noted.so").is_file() and list((tmp_path / "ext").iterdir()) == [tmp_path / "ext" / "noted.so"]
+    assert (tmp_path / "ext" / "sq_list.so").is_file() and list((tmp_path / "ext").iterdir()) == [tmp_path / "ext" / "sq_list.so"]
     err = capsys.readouterr().err
     for arg in ("keep_intermediates", "use_pch"):
         assert err.count(f"load_inline({arg}=...) is accepted and means nothing here") == 1

@@ -12,9 +12,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 import jitlab
-from conftest import run_dir
+from conftest import run_dir, worker_dir
 from jitlab import CompileError
 from jitlab.jit import header_sets, plan
 from jitlab.jit.engines import pch
@@ -29,9 +30,11 @@ pytestmark = [pytest.mark.slow,
 
 
 @pytest.fixture
-def features(tmp_path, use_shared_cache) -> Path:
-    """A copy of the features snippet, built in the session's shared cache."""
-    dst = tmp_path / "features.cu"
+def features(tmp_path_factory, use_shared_cache) -> Path:
+    """features.cu as shipped, for a test to edit: one path per worker in the run's folder, built in the session's
+    shared cache, so the build before a test's edit is the one the worker's previous test made (a copy at a new
+    path would compile its host and device units again: their #line directives name the file)."""
+    dst = worker_dir(tmp_path_factory, "features_edits") / "features.cu"
     shutil.copy(FEATURES, dst)
     return dst
 
@@ -178,14 +181,17 @@ def test_units_use_the_smallest_header_set(pristine):
     b = pristine
     assert {u["name"]: u["headers"] for u in b.manifest.units} == {
         "features.device.cu": "", "features.host.cpp": "host", "bind.cpp": "casters"}
-    assert header_sets.pch_text("host", cuda=True, cuda_torch=False) == "#include <torch/types.h>\n#include <cuda_runtime.h>\n"
+    assert header_sets.pch_text("host", cuda=True, cuda_torch=False) == "#include <torch/types.h>\n#include <math.h>\n"
+    assert header_sets.after_set("host", cuda=True, cuda_torch=False) == ("cuda_runtime.h",)  # the runtime follows
+    assert "#include <ATen/cuda/CUDAContext.h>" in header_sets.pch_text("host", cuda=True, cuda_torch=True)
     assert "torch/csrc/utils/pybind.h" in header_sets.pch_text("bind", cuda=True, cuda_torch=True)
     casters = header_sets.pch_text("casters", cuda=True, cuda_torch=True)
     assert "torch/csrc/utils/pybind.h" in casters and "torch/types.h" not in casters
     assert header_sets.pch_text("full", cuda=False, cuda_torch=False) == "#include <torch/extension.h>\n"
     host = next(Path(line.split(" -c ")[1].split()[0]) for line in b.log.splitlines() if "features.host.cpp -o" in line)
     assert "#include <torch/extension.h>" in FEATURES.read_text() and "torch/extension.h" not in host.read_text()
-    assert re.search(r"-include \S*torch-host-\w+/jitlab_torch.h", b.log)
+    assert re.search(r"-include \S*torch-host-\w+/jitlab_torch.h -Winvalid-pch"
+                     + (" -include cuda_runtime.h" if torch.version.cuda is None else ""), b.log)
 
 
 TWICE = """#include <torch/extension.h>

@@ -230,7 +230,9 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         umbrella = any(header_sets.includes_umbrella(h) for h in headers.values())  # the smallest set: header_sets.HEADERS
         if f.language == "cpp":
             registers = bool(ops.blocks(f))  # torch/library.h; with a module of its own, pybind11 too: full
-            kind = ("full" if umbrella or registers and owns_module else "host" if registers else header_sets.binding_set(text, cuda and owns_module))
+            kind = ("full" if umbrella or registers and owns_module else "host" if registers
+                    else header_sets.binding_set(text, bodies=not cuda) if owns_module
+                    else header_sets.host_set([text, *headers.values()]))
             units.append(Unit(f"{stem}.cpp", "cxx", checks + with_line_directive(f, text), torch=True, module=owns_module,
                               headers=kind, source=str(f.path)))
             continue
@@ -250,7 +252,7 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         units.append(ops.registry_unit())
     elif not binds_itself:
         bind = binding_unit(exported)
-        units.append(Unit("bind.cpp", "cxx", bind, torch=True, module=True, headers=header_sets.binding_set(bind, cuda)))
+        units.append(Unit("bind.cpp", "cxx", bind, torch=True, module=True, headers=header_sets.binding_set(bind)))
     return units, notes + ([] if binds_itself else [n for n in map(required_defaults, exported) if n])
 
 

@@ -1,9 +1,10 @@
 """One-time work a notebook starts in the background when it loads jitlab: torch's precompiled header sets.
 
 The first torch-style build waits for the precompiled torch header sets its host units start on (about
-30 s each on 2 cores, :mod:`jitlab.jit.engines.pch`): ``host`` and ``casters`` for a CUDA snippet, ``bind``
-for a C++ one. ``%load_ext jitlab`` and the lessons' first cell call :func:`start`, which makes the ones
-missing on background threads (CUDA's two side by side; ``bind`` after them, alone), with the flags a plain
+30 s each on 2 cores, :mod:`jitlab.jit.engines.pch`): ``host`` and ``casters`` for a CUDA or a C++ snippet
+(the same two with a CPU torch), ``bind`` for ``load_inline``'s C++ sources. ``%load_ext jitlab`` and the
+lessons' first cell call :func:`start`, which makes the ones missing on background threads (CUDA's two side
+by side; the C++ ones after them, one thread alone), with the flags a plain
 ``jitlab.load`` uses, and says so in one line; a learner's first torch-style cell then finds them made or
 waits only for what is left. Nothing starts, and nothing is said, when every set is already made.
 
@@ -41,15 +42,19 @@ _started = False
 
 def wanted() -> list[tuple[object, bool, str]]:
     """``(flags, cuda, headers)`` of each set a first plain torch-style build needs here, in the order to make
-    them: CUDA's ``host`` and ``casters`` where nvcc is found, then ``bind`` (C++ snippets)."""
+    them: CUDA's ``host`` and ``casters`` where nvcc is found, then C++ snippets' ``host`` and ``casters``
+    (where they are not CUDA's: with a CUDA torch, ``host``) and ``bind`` (``load_inline``'s C++ sources);
+    each set once."""
     if not toolchain.cxx_path():
         return []
     out = []
     if toolchain.nvcc_path():
         cuda = default_host_flags(True)
         out += [(cuda, True, "host"), (cuda, True, "casters")]
-    out.append((default_host_flags(False), False, "bind"))
-    return out
+    cpp = default_host_flags(False)
+    out += [(cpp, False, "host"), (cpp, False, "casters"), (cpp, False, "bind")]
+    names = [pch.entry_name(*w) for w in out]
+    return [w for i, w in enumerate(out) if names[i] not in names[:i]]
 
 
 def missing() -> list[tuple[object, bool, str]]:
@@ -81,7 +86,7 @@ def start(say=print) -> None:
 def _begin(say) -> None:
     """Start the missing sets on background threads, and say so; nothing when none is missing.
 
-    CUDA's sets are made side by side (a first CUDA build needs both); the others (``bind``) after them, one
+    CUDA's sets are made side by side (a first CUDA build needs both); the others (C++ snippets') after them, one
     thread alone, so that they do not take a core from CUDA's or from the build that waits for them.
     """
     try:

@@ -121,7 +121,8 @@ def _compile_host(unit: Unit, flags: Flags, stem: str, cuda: bool) -> Object:
     headers = start
     while True:
         try:
-            obj = _compile(unit, flags, stem, pch.precompiled_header(flags, cuda, headers), headers=headers)
+            obj = _compile(unit, flags, stem, pch.precompiled_header(flags, cuda, headers), headers=headers,
+                           after=pch.after_set(cuda, headers))
             break
         except UnitError as e:
             larger = pch.larger_set(e.log, flags, cuda, headers)
@@ -155,8 +156,10 @@ def compile_unit(unit: Unit, flags: Flags, stem: str) -> Object:
     return _compile(unit, flags, stem, None)
 
 
-def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: str = "", headers: str = "") -> Object:
-    """One unit → its cached object; compiles only on a miss."""
+def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: str = "", headers: str = "",
+             after: tuple[str, ...] = ()) -> Object:
+    """One unit → its cached object; compiles only on a miss. ``after``: headers included right after the
+    precompiled ``header`` (:func:`jitlab.jit.engines.pch.after_set`)."""
     text = unit.text
     if headers and headers != "full":
         text = header_sets.without_umbrellas(text)  # the set is precompiled; the umbrella would parse all of torch
@@ -173,7 +176,8 @@ def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: st
     # the snippet's include folders: leaving them out of its key shares it between folders.
     key_flags = cmd_flags if "#include" in text else [f for f in cmd_flags if f not in flags.includes]
     key = cache.build_key({"format": config.FORMAT_VERSION, "unit": unit.name, "text": text, "flags": key_flags,
-                           "pch": str(header) if header else "", "toolchain": flags.toolchain, "deps": unit.deps})
+                           "pch": " ".join([str(header), *after]) if header else "", "toolchain": flags.toolchain,
+                           "deps": unit.deps})
     # The module name the unit's PYBIND11_MODULE gets: from its own key, never from the build's, so a
     # kernel edit (a new build name) reuses the host objects.
     extension = f"{identifier(stem)}_{key[:12]}" if unit.torch else ""
@@ -182,7 +186,7 @@ def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: st
 
     def make(target: str, folder: Path) -> Manifest:
         with progress.doing(f"compiling {unit.name}"):
-            return _run_compiler(unit, text, cmd_flags, folder, header, extension)
+            return _run_compiler(unit, text, cmd_flags, folder, header, extension, after)
 
     entry = cache.find_or_make(name, make, root=objects_root(), known=dict(unit.deps),
                                keep=[f[2:] for f in flags.includes if f.startswith("-I")],
@@ -198,7 +202,8 @@ def _object(unit: Unit, folder: Path, manifest: Manifest, cached: bool, seconds:
                   read=None if manifest.deps is None else [row[0] for row in manifest.deps])
 
 
-def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, header: Path | None, extension: str) -> Manifest:
+def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, header: Path | None, extension: str,
+                  after: tuple[str, ...] = ()) -> Manifest:
     src = folder / unit.name
     obj = folder / (unit.name + ".o")
     depfile = folder / (unit.name + ".d")  # every file it read, for the entry's manifest (jit/deps.py)
@@ -208,7 +213,8 @@ def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, hea
         cmd = [toolchain.require_tool(toolchain.nvcc_path(), "nvcc"), "-c", str(src), "-o", str(obj), *cmd_flags,
                "-MD", "-MF", str(depfile)]
     else:
-        include = ["-include", str(header), "-Winvalid-pch"] if header and unit.torch else []
+        include = ["-include", str(header), "-Winvalid-pch", *(w for h in after for w in ("-include", h))] \
+            if header and unit.torch else []
         cmd = [toolchain.require_tool(toolchain.cxx_path(), "c++"), "-x", "c++", "-c", str(src), "-o", str(obj),
                *include, *cmd_flags, "-MD", "-MF", str(depfile)]
     run = nvcc_shell.run_nvcc if unit.compiler == "nvcc" else processes.run  # nvcc's steps go through a shell

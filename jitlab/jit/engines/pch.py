@@ -31,8 +31,8 @@ from typing import Callable, NamedTuple, Protocol
 
 from jitlab import config, progress
 from jitlab.errors import ToolchainError
-from jitlab.jit import cache, processes, toolchain
-from jitlab.jit.header_sets import HEADERS, LARGER, NO_CUDA, pch_text
+from jitlab.jit import cache, header_sets, processes, toolchain
+from jitlab.jit.header_sets import HEADERS, NO_CUDA, larger, pch_text
 from jitlab.jit.plan import Manifest
 
 
@@ -134,10 +134,22 @@ def _precompiled(flags: Flags, cuda: bool, headers: str, user: tuple[str, ...]) 
     return _made_once(name, make, content=False, companions=("jitlab_torch.h",)).with_name("jitlab_torch.h")
 
 
+def after_set(cuda: bool, headers: str) -> tuple[str, ...]:
+    """The headers a host unit on this set includes right after it (:func:`jitlab.jit.header_sets.after_set`)."""
+    import torch
+
+    return header_sets.after_set(headers, cuda, torch.version.cuda is not None)
+
+
+def entry_name(flags: Flags, cuda: bool, headers: str) -> str:
+    """The cache entry of the set a build with these flags starts on: one name for one set (a CUDA and a C++
+    snippet share ``casters`` and ``bind``, and every set with a CPU torch)."""
+    return _describe("torch", flags, cuda, headers)[2]
+
+
 def is_made(flags: Flags, cuda: bool, headers: str) -> bool:
     """Whether the set a build with these flags starts on (no user flags of :func:`set_flags`) is made and usable."""
-    _, _, name = _describe("torch", flags, cuda, headers)
-    return cache.lookup(name, root=config.pch_dir(), content=False) is not None
+    return cache.lookup(entry_name(flags, cuda, headers), root=config.pch_dir(), content=False) is not None
 
 
 def prepare(flags: Flags, cuda: bool, headers: str) -> None:
@@ -224,7 +236,7 @@ def _unqualified(quoted: str) -> str:
 
 
 def larger_set(log: str, flags: Flags, cuda: bool, small: str) -> str | None:
-    """The set to compile a unit on again after it failed on ``small`` (:data:`LARGER`), or None.
+    """The set to compile a unit on again after it failed on ``small`` (:func:`header_sets.larger`), or None.
 
     Only names a larger set declares can be fixed by it, and of those: a name the small set does not
     declare (``THPVariable_Wrap``), a qualified one (``torch::jit::load``, ``std::ifstream`` that the
@@ -233,14 +245,14 @@ def larger_set(log: str, flags: Flags, cuda: bool, small: str) -> str | None:
     user's to fix: ``full`` would report it the same way, a minute later. When no missing name can be
     read from the errors, the next larger set is tried.
     """
-    larger = LARGER[small]
+    sets = larger(small, cuda)
     missing = missing_names(log)
-    if not larger or missing == []:  # no error names anything missing: the name sets are not read
+    if not sets or missing == []:  # no error names anything missing: the name sets are not read
         return None
     if missing is None:
-        return larger[0]
+        return sets[0]
     own = declared_names(flags, cuda, small)
-    for candidate in larger:
+    for candidate in sets:
         names = declared_names(flags, cuda, candidate)
         if any(m.name in names and (m.name not in own or m.qualifier or m.scope) for m in missing):
             return candidate
@@ -251,13 +263,13 @@ def _describe(kind: str, flags: Flags, cuda: bool, headers: str, user: tuple[str
     """A set's text, host flags (``user``'s last, as a unit has them) and cache entry name (``<kind>-<headers>-<key>``)."""
     import torch
 
-    text = pch_text(headers, cuda, torch.version.cuda is not None)
-    # `casters` and `bind` hold no CUDA header: one set for C++ and CUDA snippets (GCC does not check
-    # include folders).
-    cxx = [*flags.cxx, *(flags.cuda_include if cuda and headers not in NO_CUDA else ()), *user]
-    # A set without CUDA's headers (every C++ snippet's, and casters/bind for all) does not depend on nvcc
-    # or torch's CUDA build, even when the build's toolchain names them (a C++ source with with_cuda=True).
-    with_cuda = cuda and headers not in NO_CUDA
+    cuda_torch = torch.version.cuda is not None
+    text = pch_text(headers, cuda, cuda_torch)
+    # A set without CUDA's headers (every C++ snippet's, casters/bind for all, and every set with a CPU torch)
+    # is one set for C++ and CUDA snippets (GCC does not check include folders), and does not depend on nvcc or
+    # torch's CUDA build, even when the build's toolchain names them (a C++ source with with_cuda=True).
+    with_cuda = cuda and cuda_torch and headers not in NO_CUDA
+    cxx = [*flags.cxx, *(flags.cuda_include if with_cuda else ()), *user]
     tools = [t for t in flags.toolchain if with_cuda or t[0] not in ("nvcc", "torch_cuda")]
     key = cache.build_key({"format": config.FORMAT_VERSION, "pch": text, "flags": cxx, "toolchain": tools})
     return text, cxx, f"{kind}-{headers}-{key}"

@@ -198,3 +198,18 @@ def test_a_worker_stopped_while_it_warms_ends_its_warming_thread_quietly():
     finally:
         threading.excepthook = previous
         w.stop()
+
+
+def test_a_worker_too_slow_to_start_is_the_jobs_crash_not_the_callers_error(monkeypatch):
+    """A worker that is not ready within the start timeout (a machine too busy to import torch in time) is
+    stopped, and the job's outcome says so; nothing is raised into a batch."""
+    from jitlab.worker.pool import run_guarded
+
+    monkeypatch.setattr(isolate, "_START_TIMEOUT", 0.01)
+    w = isolate.Worker()
+    try:
+        out = run_guarded(w, jobs.Job("check", "unused.cu"), timeout=5)
+        assert out.category == jobs.CRASH and "did not start within 0.01 s" in out.message, out
+        assert w.proc is None
+    finally:
+        w.stop()

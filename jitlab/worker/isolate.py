@@ -51,10 +51,14 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, "-m", "jitlab.worker.jobs", "--serve"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
-        if self._receive(time.monotonic() + _START_TIMEOUT) != "ready":
+        try:
+            ready = self._receive(time.monotonic() + _START_TIMEOUT) == "ready"
+        except TimeoutError:  # a machine too busy to import torch in time: the job's crash, not the caller's
+            ready = False
+        if not ready:
             self.stop()
-            raise RuntimeError("jitlab: the worker process did not start (run `python -m jitlab.worker.jobs --serve` "
-                               "to see why)")
+            raise RuntimeError(f"jitlab: the worker process did not start within {_START_TIMEOUT:g} s (run "
+                               "`python -m jitlab.worker.jobs --serve` to see why)")
 
     def _receive(self, deadline: float):
         """The next frame from the worker, ``TimeoutError`` when none comes by ``deadline`` (a

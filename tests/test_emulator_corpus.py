@@ -91,9 +91,11 @@ def emulated(use_shared_cache, monkeypatch):
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
-def test_corpus_kernel(emulated, path):
+def test_corpus_kernel(emulated, path, monkeypatch):
     """A correct kernel PASSes checking() and computes what it claims; a bug is named with its class at its line."""
     spec = parse(path)
+    if spec["cls"] == "timeout":  # it never ends: each launch spins until the limit, which 1 s shows as well as 3 s
+        monkeypatch.setenv("JITLAB_EMULATOR_TIMEOUT", "1")
     module = emulated(path)
     if spec["ok"]:
         with emulator_run.checking():

@@ -156,8 +156,9 @@ def unavailable() -> str | None:
     return None
 
 
+@functools.cache
 def _bindings_version() -> str | None:
-    """cuda-bindings' installed version (``"12.9.7"``), read from its metadata (nothing imported)."""
+    """cuda-bindings' installed version (``"12.9.7"``), read from its metadata once a process (nothing imported)."""
     from importlib import metadata
 
     try:

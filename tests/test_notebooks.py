@@ -172,6 +172,17 @@ def test_exercise_is_complete(ex):
 
 
 @pytest.mark.parametrize("ex", ALL, ids=_ids(ALL))
+def test_a_failing_check_nudges_first_and_gives_the_fix_after(ex):
+    """The first failing check of an exercise shows its nudge (a question, not the fix) and says a closer hint
+    comes; a later one shows the hint and where the solution is."""
+    assert ex.nudge and ex.nudge != ex.hint and ex.nudge.rstrip().endswith(("?", "."))
+    first, again = (str(exercises.Result(ex, ex.path, "fail", attempt=n)) for n in (1, 2))
+    assert f"Hint: {ex.nudge}" in first and ex.hint not in first and "solution(" not in first
+    assert "closer hint" in first
+    assert f"Hint: {ex.hint}" in again and ex.nudge not in again and f'solution("{ex.name}")' in again
+
+
+@pytest.mark.parametrize("ex", ALL, ids=_ids(ALL))
 def test_exercise_cell_holds_the_starting_code(ex):
     """The lesson has a `%%cuda NAME --exercise` cell (not GPU-only) whose body is the starting code."""
     cells = [c for c in _nb(ROOT / "notebooks" / f"{ex.lesson}.ipynb").cells
@@ -253,6 +264,8 @@ def test_check_without_a_gpu_runs_on_the_cpu_emulator():
     start, solved = exercises.check("vadd_bounds"), exercises.check("vadd_bounds", exercises.get("vadd_bounds").solution)
     assert start.status == "fail" and solved.status == "pass"
     assert all("run on the CPU emulator" in str(r) and "no timing" in str(r) for r in (start, solved))
+    ex = exercises.get("vadd_bounds")
+    assert f"Hint: {ex.nudge if start.attempt == 1 else ex.hint}" in str(start) and "Hint" not in str(solved)
 
 
 def test_compile_error_shows_the_compiler_message(tmp_path):

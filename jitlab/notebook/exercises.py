@@ -6,8 +6,9 @@ An exercise ``NAME`` is three files in ``kernels/exercises/``:
   says where). The lesson's ``%%cuda NAME --exercise`` cell holds the same text and saves over it.
 * ``NAME.ref.py``: the reference, in the ``.ref.py`` protocol of :mod:`jitlab.judge.runner` (``SIZES``
   with awkward sizes, ``inputs``, ``reference``, ``run``, optionally ``SEEDS`` and ``TOLERANCE``),
-  plus ``TITLE``, ``LESSON`` (the notebook), ``ORDER`` (its place in the lesson) and ``HINT``
-  (shown when the check fails).
+  plus ``TITLE``, ``LESSON`` (the notebook), ``ORDER`` (its place in the lesson), ``NUDGE`` (a question
+  that points at the mistake, shown at the first failing check) and ``HINT`` (the fix, shown from the
+  second on).
 * ``solutions/NAME.cu``: a reference solution, shown by :func:`solution` on request only.
 
 ``jitlab run`` looks for ``kernels/*.ref.py`` only (not in subfolders), so exercises stay out of
@@ -21,6 +22,7 @@ the demo. Usage::
 from __future__ import annotations
 
 import builtins
+import collections
 import difflib
 import html
 from dataclasses import dataclass
@@ -30,10 +32,13 @@ from jitlab import config
 from jitlab.errors import CompileError, JitlabError, SnippetError
 from jitlab.jit import api, emulator_support, toolchain
 from jitlab.judge import refs
+from jitlab.notebook.text import fold
 from jitlab.worker import isolate, jobs
 
 #: Where exercises live, relative to the repository root.
 EXERCISES = Path("kernels") / "exercises"
+#: Failing checks of each exercise in this process: the first gets the nudge, the next the hint.
+_failed: collections.Counter[str] = collections.Counter()
 #: The arch a machine without a GPU compile-checks for: Colab's T4.
 COMPILE_ARCH = "sm_75"
 #: CUDA errors after which the process's CUDA context is unusable.
@@ -47,11 +52,12 @@ class Exercise:
         name: The exercise's name (its files' stem and the ``%%cuda`` cell's name).
         title: What to do, in a few words.
         lesson: The notebook it belongs to, e.g. ``"01_vector_add"``.
-        hint: Shown when the check fails.
+        hint: The fix, in words: shown when a check fails again.
         path: The starting code.
         ref: The ``.ref.py`` reference.
         solution: The reference solution.
         order: Its place in the lesson (the ref's ``ORDER``).
+        nudge: A question pointing at the mistake without the fix: shown when a check first fails.
     """
 
     name: str
@@ -62,6 +68,7 @@ class Exercise:
     ref: Path
     solution: Path
     order: int = 0
+    nudge: str = ""
 
 
 def exercises_dir() -> Path:
@@ -78,7 +85,7 @@ def _read(ref: Path) -> Exercise:
     src = next((ref.parent / f"{name}{e}" for e in config.SOURCE_EXTS if (ref.parent / f"{name}{e}").is_file()),
                ref.parent / f"{name}.cu")
     return Exercise(name, getattr(mod, "TITLE", name), getattr(mod, "LESSON", ""), getattr(mod, "HINT", ""),
-                    src, ref, ref.parent / "solutions" / src.name, getattr(mod, "ORDER", 0))
+                    src, ref, ref.parent / "solutions" / src.name, getattr(mod, "ORDER", 0), getattr(mod, "NUDGE", ""))
 
 
 def all_exercises() -> dict[str, Exercise]:
@@ -142,6 +149,8 @@ class Result:
         module: The loaded module, when it was built.
         error_text: How to show ``error`` instead of ``str(error)`` (the cell magic uses the cell's
             line numbers).
+        attempt: Which failing check of this exercise in this process it is (1: the first, which
+            shows the nudge; later ones show the hint).
     """
 
     exercise: Exercise
@@ -153,6 +162,7 @@ class Result:
     note: str = ""
     module: object = None
     error_text: str = ""
+    attempt: int = 1
 
     @property
     def passed(self) -> bool:
@@ -177,9 +187,14 @@ class Result:
         if self.note:
             parts.append(("text", self.note))
         if self.status == "fail":
-            if self.exercise.hint:
-                parts.append(("hint", f"Hint: {self.exercise.hint}"))
-            parts.append(("hint", f'Stuck? jitlab.notebook.exercises.solution("{self.exercise.name}") shows a solution.'))
+            e = self.exercise
+            if e.nudge and self.attempt == 1:
+                parts.append(("hint", f"Hint: {e.nudge}"))
+                parts.append(("hint", "Check again after your next change for a closer hint."))
+            else:
+                if e.hint:
+                    parts.append(("hint", f"Hint: {e.hint}"))
+                parts.append(("hint", f'Stuck? jitlab.notebook.exercises.solution("{e.name}") shows a solution.'))
         return parts
 
     def body(self) -> str:
@@ -190,7 +205,7 @@ class Result:
         return self.headline() + ("\n" + body if body else "")
 
     def _repr_pretty_(self, p, cycle) -> None:
-        p.text(str(self))
+        p.text(fold(str(self)))
 
     def _repr_html_(self) -> str:
         color = "#1a7f37" if self.passed else "#9a6700" if self.status == "needs a GPU" else "#cf222e"
@@ -201,7 +216,7 @@ class Result:
             elif kind == "hint":
                 out.append(f"<p>{html.escape(text)}</p>")
             else:
-                out.append(f"<pre>{html.escape(text)}</pre>")
+                out.append(f"<pre>{html.escape(fold(text))}</pre>")
         return "".join(out) + "</div>"
 
 
@@ -264,7 +279,8 @@ def check(name: str, path=None, device: str | None = None, timeout: float = conf
     message = out.message.strip().removeprefix(f"{emulator_support.RUN_ON}: ")
     intro = "" if out.category == jobs.MISMATCH else (
         f"{out.category}: {message}" + (f"\nwhere: {out.where}" if out.where else ""))
-    return Result(ex, src, "fail", verdict=verdict, intro=intro, module=mod, note=ran)
+    _failed[ex.name] += 1
+    return Result(ex, src, "fail", verdict=verdict, intro=intro, module=mod, note=ran, attempt=_failed[ex.name])
 
 
 def compile(name: str, path=None, arch=(COMPILE_ARCH,)) -> Result:  # noqa: A001 - mirrors jitlab.build

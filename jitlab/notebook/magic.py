@@ -35,6 +35,7 @@ from jitlab.jit import api, diagnostics, emulator_support, prepare, resources, t
 from jitlab.jit.flags import defines_from
 from jitlab.jit.sources import is_program, locate
 from jitlab.notebook import nogpu
+from jitlab.notebook.text import say
 
 HELP = """\
 %%{magic} NAME [options]      ({other})
@@ -164,14 +165,14 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
     try:
         args = parse_line(line, magic)
     except (ValueError, JitlabError) as e:
-        print(f"jitlab: {e}\n\n{help_text(magic)}")
+        say(f"jitlab: {e}\n\n{help_text(magic)}")
         return None
     if args.help:
-        print(help_text(magic))
+        say(help_text(magic))
         return None
     clash = None if args.force else name_clash(args.name, namespace)
     if clash:
-        print(f"jitlab: %%{magic} {args.name} would rebind {args.name}, {clash}; choose another NAME "
+        say(f"jitlab: %%{magic} {args.name} would rebind {args.name}, {clash}; choose another NAME "
               f"(e.g. {args.name}_kernel), or add --force to bind it anyway")
         return None
     if args.exercise:
@@ -189,10 +190,10 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
     def make():
         if args.compile_only:
             b = api.build(path, arch=compile_archs(args, ext), defines=defines, compile_only=True, **flags)
-            print(f"{args.name}: compiled for {', '.join(b.archs)} ({'cache hit' if b.cached else f'{b.seconds:.2f} s'})")
-            print("\n".join(resources.usage_lines(b.resources)))
+            say(f"{args.name}: compiled for {', '.join(b.archs)} ({'cache hit' if b.cached else f'{b.seconds:.2f} s'})")
+            say("\n".join(resources.usage_lines(b.resources)))
             if args.check or args.bench:
-                print(f"(--{'bench' if args.bench else 'check'} is not run with --compile-only: nothing was loaded)")
+                say(f"(--{'bench' if args.bench else 'check'} is not run with --compile-only: nothing was loaded)")
             return b
         return api.load(path, arch=args.arch, defines=defines, device=args.device, **flags)
 
@@ -201,14 +202,14 @@ def run_cell(line: str, cell: str, namespace: dict, ext: str = ".cu") -> object 
         return m
     namespace[args.name] = m
     state = "cache hit" if m.build.cached else f"built in {m.build.seconds:.2f} s"
-    print(f"{args.name}: {state}; functions: {', '.join(m.functions)}; {how_to_call(args.name, m)}")
+    say(f"{args.name}: {state}; functions: {', '.join(m.functions)}; {how_to_call(args.name, m)}")
     if args.check or args.bench:
         from jitlab.judge import refs, runner
 
         try:
             kernels = refs.find_kernels(path)
         except JitlabError as e:
-            print(f"jitlab: cannot check {args.name}: {e}")
+            say(f"jitlab: cannot check {args.name}: {e}")
             return m
         rows = runner.run_kernel(kernels[0], "cuda" if ext == ".cu" else "cpu", time_it=args.bench)
         runner.print_table(rows)
@@ -234,15 +235,15 @@ def run_on_the_emulator(args, path: Path, cell: str, namespace: dict):
         return None
     namespace[args.name] = m
     state = "cache hit" if m.build.cached else f"built in {m.build.seconds:.2f} s"
-    print(f"{args.name}: {state} for the CPU emulator; functions: {', '.join(m.functions)}; "
+    say(f"{args.name}: {state} for the CPU emulator; functions: {', '.join(m.functions)}; "
           f"{how_to_call(args.name, m)} with CPU tensors")
     if args.check or args.bench:
         try:
-            print(isolate.check_snippet(path.resolve(), device="cpu", defines=defines))  # the worker has its own cwd
+            say(isolate.check_snippet(path.resolve(), device="cpu", defines=defines))  # the worker has its own cwd
         except JitlabError as e:
-            print(f"jitlab: cannot check {args.name}: {e}")
+            say(f"jitlab: cannot check {args.name}: {e}")
     if args.bench:
-        print(f"(--bench: {emulator_support.NO_TIMING})")
+        say(f"(--bench: {emulator_support.NO_TIMING})")
     return m
 
 
@@ -256,9 +257,9 @@ def shown(make, path: Path, cell: str):
     try:
         return make()
     except CompileError as e:
-        print(cell_errors(e, path, cell))
+        say(cell_errors(e, path, cell))
     except JitlabError as e:
-        print(f"jitlab: {e}")
+        say(f"jitlab: {e}")
     return None
 
 
@@ -280,7 +281,7 @@ def run_program_cell(args, path: Path, cell: str, namespace: dict, ext: str):
         b = execute.build_program(path, arch=compile_archs(args, ext), defines=defines, **flags)
         built = f"built ({'cache hit' if b.cached else f'{b.seconds:.2f} s'}) for {', '.join(b.archs)}"
         if args.compile_only:
-            print(f"{args.name}: program {built}; not run: --compile-only")
+            say(f"{args.name}: program {built}; not run: --compile-only")
         else:
             nogpu.skipped([], f"on a GPU this cell runs the program {args.name}, its output here; it was {built}, "
                               f"not run")
@@ -345,7 +346,7 @@ def run_exercise(args, cell: str, namespace: dict, ext: str = ".cu"):
     try:
         ex = exercises.get(args.name)
     except JitlabError as e:
-        print(f"jitlab: {e}")
+        say(f"jitlab: {e}")
         return None
     path = snippets.save(Path(args.dir or ex.path.parent) / f"{args.name}{ext}", cell)
     result = exercises.check(args.name, path=path)
@@ -356,7 +357,7 @@ def run_exercise(args, cell: str, namespace: dict, ext: str = ".cu"):
     try:
         from IPython.display import display
     except ImportError:
-        print(result)
+        say(result)
     else:
         display(result)
     return result
@@ -379,12 +380,12 @@ def load_ipython_extension(ipython) -> None:
         @line_magic("cuda")
         def cuda_help(self, line):
             """``%cuda -h``: the help of ``%%cuda`` (the code goes in the cell, below ``%%cuda NAME``)."""
-            print(line_help("cuda", line))
+            say(line_help("cuda", line))
 
         @line_magic("cpp")
         def cpp_help(self, line):
             """``%cpp -h``: the help of ``%%cpp``."""
-            print(line_help("cpp", line))
+            say(line_help("cpp", line))
 
         @cell_magic
         def cuda(self, line, cell):

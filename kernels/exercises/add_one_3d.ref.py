@@ -4,6 +4,8 @@ import torch
 TITLE = "a 3-D grid"
 LESSON = "02_2d_indexing"
 ORDER = 3  # its place in the lesson
+NUDGE = ('The kernel already finds x and y from the grid; which '
+         'coordinate is missing, and which bound does it need?')
 HINT = ("z = blockIdx.z * blockDim.z + threadIdx.z, like x and y; check z < depth too; and the flat index of "
         "(z, y, x) is (z * height + y) * width + x.")
 SIZES = [1, 2, 5, 9, 40]  # the tensor is size x (size + 1) x (size + 2); depth 1 hides the bug

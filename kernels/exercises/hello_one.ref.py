@@ -5,6 +5,8 @@ import io
 TITLE = "one thread speaks"
 LESSON = "00_setup_and_hello"
 ORDER = 1  # its place in the lesson
+NUDGE = ('How many threads run the printf line, and how could a thread '
+         'tell whether it is the one that should speak?')
 HINT = ("Every thread runs the whole kernel. Wrap the printf in "
         "`if (blockIdx.x == 1 && threadIdx.x == 3) { ... }` so the other 7 threads skip it.")
 SIZES = [1]

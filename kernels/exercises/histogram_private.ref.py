@@ -4,6 +4,8 @@ import torch
 TITLE = "a privatized histogram: barrier and atomic flush"
 LESSON = "08_scan_histogram"
 ORDER = 5  # its place in the lesson
+NUDGE = ("Two questions: is every thread done counting into the block's bins when the flush "
+         'begins, and what happens when many blocks write the same global bin?')
 HINT = ("Add __syncthreads() after the counting loop, and flush with atomicAdd(&hist[b], bins[b]) "
         "instead of hist[b] = bins[b]: all blocks add into the same 256 bins.")
 SIZES = [1, 100, 4096, 100_003]  # 100_003 bytes spread over 64 blocks: plain stores keep one block's counts

@@ -4,6 +4,8 @@ import torch
 TITLE = "the histogram race: atomicAdd"
 LESSON = "08_scan_histogram"
 ORDER = 4  # its place in the lesson
+NUDGE = ('Two threads that see the same value both read the old count, add one and write it '
+         'back. What does CUDA offer to make that read-add-write one step?')
 HINT = "Replace hist[x[i]] += 1 by atomicAdd(&hist[x[i]], 1): one indivisible load-add-store."
 SIZES = [1, 100, 4096, 100_003]
 # Seed 0: every byte 200. The lanes of a warp then always collide: 32 plain increments of one bin

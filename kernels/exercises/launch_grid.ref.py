@@ -4,6 +4,7 @@ import torch
 TITLE = "the launcher's grid: round up"
 LESSON = "04_torch_bindings"
 ORDER = 1  # its place in the lesson
+NUDGE = 'What is n / block for n = 1000 and block = 256, and how many elements do that many blocks cover?'
 HINT = ("n / block rounds down, so the last partial block is missing (and n < 256 gives a grid of 0 blocks, "
         "which CUDA refuses: 'invalid configuration argument'). Use grid = (n + block - 1) / block.")
 SIZES = [1, 255, 256, 257, 1000, 1_000_003]

@@ -4,6 +4,8 @@ import torch
 TITLE = "the index math of a matrix product"
 LESSON = "06_matmul"
 ORDER = 1  # its place in the lesson
+NUDGE = ('Write out where element (row k, column col) of a row-major K x N matrix '
+         'sits in memory, and compare with how the kernel reads B.')
 HINT = ("Row-major: element (k, col) of the K x N matrix B is B[k * N + col] (k rows of N, then col); "
         "B[col * K + k] reads B transposed.")
 # size -> (M, N, K); any other size n is n x n x n. N = 1 or K = 1 would hide the bug.

@@ -4,6 +4,8 @@ import torch
 TITLE = "register tiling: accumulate the outer product"
 LESSON = "06_matmul"
 ORDER = 4  # its place in the lesson
+NUDGE = ("a[] and b[] hold a column of A's tile and a row of B's. What does each "
+         'of the TM x TN accumulators need from them on every step?')
 HINT = ("After loading a[] and b[]: for (int i = 0; i < TM; ++i) for (int j = 0; j < TN; ++j) "
         "acc[i][j] += a[i] * b[j];")
 # size -> (M, N, K); any other size n is n x n x n. Partial 64 x 64 tiles and a partial k tile.

@@ -4,6 +4,8 @@ import torch
 TITLE = "the partial tile at the end of K"
 LESSON = "06_matmul"
 ORDER = 3  # its place in the lesson
+NUDGE = ('When K is not a multiple of TILE, how many trips does the loop '
+         'make, and what do the copies load past the end of K?')
 HINT = ("Make ceil(K / TILE) trips: tiles = (K + TILE - 1) / TILE; and zero-fill past K in the copies: "
         "(row < M && t + tx < K) for A, (t + ty < K && col < N) for B.")
 # size -> (M, N, K); any other size n is n x n x n. K = 40 and 7 are not multiples of 16; 64 is.

@@ -4,6 +4,8 @@ import torch
 TITLE = "shared-memory tiles and their barriers"
 LESSON = "06_matmul"
 ORDER = 2  # its place in the lesson
+NUDGE = ('The B tile is never filled as the A tile is. Once both are, can a thread start multiplying before the '
+         'others finished their copies, or copy the next tile while others still read this one?')
 HINT = ("Bs[ty][tx] = (t + ty < K && col < N) ? B[(t + ty) * N + col] : 0.0f; then __syncthreads() before "
         "the products (the tiles must be complete) and another after them (before the next trip overwrites "
         "the tiles).")

@@ -4,6 +4,8 @@ import torch
 TITLE = "one block per row: the shared-memory tree"
 LESSON = "03_reduction"
 ORDER = 1  # its place in the lesson
+NUDGE = ('After the values are in shared memory, how can the block halve the number of partial '
+         'sums at each step, and what must every thread wait for between steps?')
 HINT = ("After the first __syncthreads(): for (int k = blockDim.x / 2; k > 0; k /= 2) { if (t < k) "
         "s[t] += s[t + k]; __syncthreads(); } -- the barrier inside the loop, outside the if.")
 SIZES = [1, 3, 64, 300]  # the matrix is size x (3 size + 1): 4, 10, 193 and 901 columns

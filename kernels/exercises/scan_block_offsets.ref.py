@@ -4,6 +4,8 @@ import torch
 TITLE = "a multi-block scan: which offset each block adds"
 LESSON = "08_scan_histogram"
 ORDER = 3  # its place in the lesson
+NUDGE = ("Each block scanned its own part only. Which blocks' totals come "
+         'before block b, and where is their sum stored?')
 HINT = ("Block b adds the total of blocks 0 .. b - 1, which is offsets[b - 1]; block 0 adds nothing: "
         "if (i < n && blockIdx.x > 0) out[i] += offsets[blockIdx.x - 1];")
 SIZES = [1, 255, 256, 257, 1000, 100_003]

@@ -4,6 +4,8 @@ import torch
 TITLE = "Brent-Kung: the down-sweep's index math"
 LESSON = "08_scan_histogram"
 ORDER = 2  # its place in the lesson
+NUDGE = ('The up-sweep builds sums at strides 1, 2, 4 ...; the down-sweep walks back. '
+         'Which index does each step read, and which one must it add to?')
 HINT = ("In the down-sweep loop, after its __syncthreads(): const int k = (t + 1) * 2 * d - 1; "
         "if (k + d < BK_TILE) s[k + d] += s[k];")
 SIZES = [1, 2, 511, 512, 513, 1000, 100_003]

@@ -4,6 +4,8 @@ import torch
 TITLE = "Kogge-Stone steps without a race"
 LESSON = "08_scan_histogram"
 ORDER = 1  # its place in the lesson
+NUDGE = ("At each step a thread reads a neighbour's value that another thread may be overwriting in "
+         'the same step. How can reads and writes of one step go to different places?')
 HINT = ("Use __shared__ float buf[2][KS_BLOCK] and int cur = 0; in each step: float v = buf[cur][t]; "
         "if (t >= d) v += buf[cur][t - d]; buf[cur ^ 1][t] = v; cur ^= 1; __syncthreads(); "
         "and write out[i] = buf[cur][t] at the end.")

@@ -4,6 +4,8 @@ import torch
 TITLE = "online softmax: rescale the running sum"
 LESSON = "07_softmax_layernorm"
 ORDER = 2  # its place in the lesson
+NUDGE = ('When a new maximum arrives, the sum so far was computed relative to '
+         'the old maximum. What factor moves it to the new one?')
 HINT = ("In online_add, when x > m: s = s * expf(m - x) + 1.0f; m = x; -- the old terms were relative "
         "to the old max, multiplying by exp(m_old - m_new) moves them to the new one.")
 # (rows, cols); a size is rows * cols. Up to 32 columns every lane sees one element and nothing needs

@@ -4,6 +4,8 @@ import torch
 TITLE = "softmax: subtract the row max"
 LESSON = "07_softmax_layernorm"
 ORDER = 1  # its place in the lesson
+NUDGE = ('exp(x) overflows for x above about 88. What can you subtract from every x of a row '
+         'so that every exponent is at most 0, without changing the softmax?')
 HINT = ("float m = -INFINITY; for (int c = lane; c < cols; c += 32) m = fmaxf(m, xr[c]); m = warp_max(m); "
         "then exp(x - m) is at most 1: no inf, no inf / inf = NaN.")
 # (rows, cols); a size is rows * cols. Odd rows lie in [86, 88.5]: each expf(x) still fits in a float

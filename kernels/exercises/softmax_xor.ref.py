@@ -4,6 +4,8 @@ import torch
 TITLE = "warp all-reduce: __shfl_xor_sync"
 LESSON = "07_softmax_layernorm"
 ORDER = 3  # its place in the lesson
+NUDGE = ('After the reduction, which lanes hold the result, and which lanes read it '
+         'afterwards? A different shuffle gives it to all of them.')
 HINT = ("Replace __shfl_down_sync by __shfl_xor_sync in warp_max and warp_sum: lanes i and i ^ k swap, "
         "so after the 5 steps every lane holds the whole warp's result, not just lane 0.")
 # (rows, cols); a size is rows * cols. With one column only lane 0 holds data, and the down-shuffle is

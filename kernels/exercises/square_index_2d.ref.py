@@ -4,6 +4,8 @@ import torch
 TITLE = "the 2-D row and column"
 LESSON = "02_2d_indexing"
 ORDER = 1  # its place in the lesson
+NUDGE = ("A thread's row is the rows of the blocks above its block plus its own row in "
+         'the block. Which of blockDim and gridDim counts rows per block?')
 HINT = ("A block's first row is blockIdx.y * blockDim.y (blocks above it times rows per block), its first "
         "column blockIdx.x * blockDim.x: row = blockIdx.y * blockDim.y + threadIdx.y, "
         "col = blockIdx.x * blockDim.x + threadIdx.x. gridDim is the number of blocks, not their size.")

@@ -4,6 +4,7 @@ import torch
 TITLE = "fix the race"
 LESSON = "03_reduction"
 ORDER = 2  # its place in the lesson
+NUDGE = 'Several blocks update out[0]. What can happen when two of them read it before either writes it back?'
 HINT = ("`out[0] += s[0]` is a load, an add and a store; blocks that interleave them lose each other's sums. "
         "Use atomicAdd(out, s[0]), which does all three as one indivisible operation.")
 SIZES = [1, 256, 257, 100_000, 1_000_003]  # one block cannot race; thousands always do

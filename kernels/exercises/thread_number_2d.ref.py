@@ -4,6 +4,8 @@ import torch
 TITLE = "number the threads of a 2-D grid (seed 000's formulas)"
 LESSON = "02_2d_indexing"
 ORDER = 2  # its place in the lesson
+NUDGE = ('Count the blocks before this one row by row: how many blocks does one row '
+         'of the grid hold? Then the same for threads in a block.')
 HINT = ("Row by row, the blocks before this one are blockIdx.y rows of gridDim.x blocks plus blockIdx.x: "
         "block = blockIdx.y * gridDim.x + blockIdx.x. Likewise thread = threadIdx.y * blockDim.x + threadIdx.x. "
         "Seed 000 wrote the row length where the position in the row belongs.")

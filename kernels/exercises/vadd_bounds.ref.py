@@ -9,6 +9,8 @@ import torch
 TITLE = "add the bounds check"
 LESSON = "01_vector_add"
 ORDER = 2  # its place in the lesson
+NUDGE = ('How many threads does the launch start for n = 1000, and '
+         'what do the threads past the last element do?')
 HINT = ("The grid has ceil(n / 256) * 256 threads, up to 255 more than there are elements. "
         "Wrap the body in `if (i < n) { ... }` so the extra threads do nothing.")
 SIZES = [1, 127, 256, 257, 1000, 1_000_003]  # 256: a whole block, the only size the bug is invisible at

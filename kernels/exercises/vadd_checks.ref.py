@@ -10,6 +10,8 @@ import torch
 TITLE = "add input checks"
 LESSON = "04_torch_bindings"
 ORDER = 2  # its place in the lesson
+NUDGE = ('List what the kernel assumes about a and b (device, layout, dtype, shape, size). '
+         'Which of those can a caller get wrong, and what tells them so?')
 HINT = ("One TORCH_CHECK(condition, \"message\") per assumption, before the allocation: a.is_cuda() and "
         "b.is_cuda(); a.is_contiguous() and b.is_contiguous(); a.scalar_type() == torch::kFloat32 (and b); "
         "a.dim() == 1 (and b); a.numel() == b.numel(). CHECK_INPUT(x) covers the first two.")

@@ -4,6 +4,8 @@ import torch
 TITLE = "float4 loads: handle the tail"
 LESSON = "01_vector_add"
 ORDER = 4  # its place in the lesson
+NUDGE = ('Each thread handles four floats. When n is not a multiple of '
+         '4, who adds the last one to three elements?')
 HINT = ("The launch has ceil(n / 4) threads, so when n % 4 != 0 thread n4 = n / 4 has no whole float4: "
         "add `else if (i == n4) { for (int k = 4 * n4; k < n; ++k) c[k] = a[k] + b[k]; }`.")
 SIZES = [1, 2, 3, 4, 5, 1023, 1024, 1_000_003]  # n % 4 = 1, 2, 3 and 0

@@ -4,6 +4,8 @@ import torch
 TITLE = "grid-stride loop"
 LESSON = "01_vector_add"
 ORDER = 3  # its place in the lesson
+NUDGE = ('The grid is smaller than n. How can each thread handle more than one '
+         'element, and how far apart should its elements be?')
 HINT = ("Turn the `if` into a loop: for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; "
         "i += gridDim.x * blockDim.x) { ... }. Each thread then handles i, i + 1024, i + 2048, ...")
 SIZES = [1, 1000, 1024, 1025, 100_000, 1_000_003]

@@ -4,6 +4,8 @@ import torch
 TITLE = "write the 1-D global index"
 LESSON = "01_vector_add"
 ORDER = 1  # its place in the lesson
+NUDGE = ('threadIdx.x counts threads within a block only. How many '
+         'threads come before the first thread of this block?')
 HINT = ("Blocks before this one hold blockIdx.x * blockDim.x threads (blockDim.x = threads per block); "
         "gridDim.x is the number of blocks. i = blockIdx.x * blockDim.x + threadIdx.x.")
 # Up to 256 there is one block and any formula with `+ threadIdx.x` works; 1000 needs 4 blocks.

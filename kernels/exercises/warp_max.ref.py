@@ -4,6 +4,8 @@ import torch
 TITLE = "warp shuffle reduction (max)"
 LESSON = "03_reduction"
 ORDER = 3  # its place in the lesson
+NUDGE = ("A shuffle reads another lane's value. How many halving steps reduce 32 lanes to one, "
+         'and what value should a lane past the end hold so it never wins a max?')
 HINT = ("In warp_reduce_max: for (int k = 16; k > 0; k /= 2) v = fmaxf(v, __shfl_down_sync(0xffffffff, v, k)); "
         "and a lane past the end must hold -INFINITY (the identity of max), not 0.")
 # Size 1 and 31 have a single, partial warp; x < 0 there, so a 0 for the missing lanes shows.

@@ -5,6 +5,8 @@ import torch.nn.functional as F
 TITLE = "Welford: merge two (count, mean, M2)"
 LESSON = "07_softmax_layernorm"
 ORDER = 4  # its place in the lesson
+NUDGE = ('Merging two partial results: the count is a sum; the mean is a weighted '
+         'average; M2 needs a correction for how far the two means are apart.')
 HINT = ("nn = n + nb; if (nn == 0) return; delta = meanb - mean; mean += delta * nb / nn; "
         "m2 += m2b + delta * delta * n * nb / nn; n = nn;")
 # (rows, cols); a size is rows * cols. Short rows leave lanes empty (n = 0); rows have means far from 0.

@@ -4,6 +4,8 @@ import torch
 TITLE = "tensor cores: a WMMA fragment's mma and store"
 LESSON = "06_matmul"
 ORDER = 5  # its place in the lesson
+NUDGE = ('The fragments a and b are loaded for each K step but nothing multiplies '
+         'them, and acc never reaches C. Which two WMMA calls are missing?')
 HINT = ("In the loop: wmma::mma_sync(acc, a, b, acc); after it: "
         "wmma::store_matrix_sync(C + tile_row * N + tile_col, acc, N, wmma::mem_row_major);")
 # size -> (M, N, K), all multiples of 16 (WMMA straight from global memory has no edge handling);

@@ -83,6 +83,22 @@ def test_clean_keeps_precompiled_headers_unless_asked(cache):
     assert jitlab.clean(headers=True).removed == 1 and not gch.exists()
 
 
+def test_clean_removes_the_object_caches_records_with_its_builds(cache):
+    """The object cache's records about builds (the header set a unit needed, NVRTC's refusal of a program) go
+    with a full clean and are not listed as someone else's; an age keeps the fresh ones."""
+    hint, refused = cache / "objects" / "hints" / "k.k.host.cpp.headers", cache / "objects" / "refused" / "p.json"
+    fake_build(cache / "objects", "k.host.cpp-0123456789abcdef")
+    for record in (hint, refused):
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text("bind\n")
+    old = time.time() - 3 * 86400
+    os.utime(hint, (old, old))
+    done = jitlab.clean(older_than_days=1)
+    assert not hint.exists() and refused.is_file() and not done.left
+    done = jitlab.clean()
+    assert not refused.exists() and done.removed == 1 and not done.left
+
+
 def test_clean_leaves_a_build_in_progress(cache):
     """A build whose lock another holder has is left and counted as busy."""
     build = fake_build(cache, "k_0123456789abcdef")

@@ -16,6 +16,10 @@ from jitlab import config
 from jitlab.jit import cachedir, locks
 from jitlab.jit.cache import MANIFEST, OWN, SUBCACHES, read_manifest
 
+#: Folders of small records the object cache keeps about its builds (the header set a unit needed, why NVRTC
+#: refused a program): cleaned with the builds, by the same age.
+MEMOS = ("hints", "refused")
+
 
 def made_by_jitlab(folder: Path, tagged: bool) -> bool:
     """Whether ``folder`` is a build jitlab made: it has a jitlab manifest (any format version), or it
@@ -62,8 +66,8 @@ def clean(root: Path | None = None, older_than_s: float | None = None, headers: 
 
     Only folders :func:`made_by_jitlab` are deleted, with their lock files; anything else in the folder
     (a user's files, where ``JITLAB_CACHE_DIR`` points at the wrong folder) is left and listed. The
-    object cache inside is cleaned by the same rule; the precompiled torch headers (minutes to make
-    again) only with ``headers=True``. Builds whose lock another process holds are left alone.
+    object cache inside is cleaned by the same rule, its records about builds (:data:`MEMOS`) with it; the
+    precompiled torch headers (minutes to make again) only with ``headers=True``. Builds whose lock another process holds are left alone.
 
     Raises:
         ValueError: ``older_than_s`` is negative.
@@ -93,8 +97,12 @@ def clean(root: Path | None = None, older_than_s: float | None = None, headers: 
                 shutil.rmtree(folder)
                 done.removed += 1
             lock.unlink(missing_ok=True)
+        for memo in (root / m for m in MEMOS):
+            for record in memo.glob("*") if memo.is_dir() and not memo.is_symlink() else ():
+                if record.is_file() and (older_than_s is None or now - record.stat().st_mtime >= older_than_s):
+                    record.unlink(missing_ok=True)
     tagged = cachedir.is_tagged(root)
     done.left = sorted(p for p in root.iterdir()
-                       if p.name not in (*SUBCACHES, *OWN, cachedir.TAG, "README.md")
+                       if p.name not in (*SUBCACHES, *OWN, *MEMOS, cachedir.TAG, "README.md")
                        and not made_by_jitlab(p, tagged) and not (p.suffix == ".lock" and cachedir.ENTRY_NAME.match(p.stem)))
     return done

@@ -674,10 +674,11 @@ void Worker::run(unsigned index) {
 }
 
 // The watchdog asked the launch to stop (its time limit, or Ctrl-C) and no fiber was caught running: name
-// the thread about to run, where it last gave way (a spin-wait's line).
+// the thread about to run, where it waits (the barrier it passes) or last gave way (a spin-wait's line).
 void Worker::stopped(const Thread* t) {
     const bool interrupted = launch->stop.load() == 2;
-    const std::string at = t && t->yield_pc ? " at " + format("@[+0x%lx]", (unsigned long)t->yield_pc) + " (" + where(t) + ")"
+    const std::string at = t && t->state == State::AtBarrier ? format(" at %s:%d (%s)", t->file, t->line, where(t).c_str())
+         : t && t->yield_pc ? " at " + format("@[+0x%lx]", (unsigned long)t->yield_pc) + " (" + where(t) + ")"
          : t ? " (" + where(t) + ")" : std::string();
     launch->fail(interrupted ? "Interrupted" : "TimeLimit", stop_message(launch, interrupted, at));
 }

@@ -1,15 +1,16 @@
 // runtime.cpp: the CPU emulator's scheduler. Blocks over OS threads, a block's threads as fibers.
 //
 // A launch hands out blocks to `workers` OS threads (the caller is one). A worker runs one block
-// at a time: each GPU thread is a fiber with its own stack, started in thread order (or in reverse,
-// for the race check's second run) and run until it reaches a barrier, a warp collective or its
-// end; then the next one runs. Only those points switch, so a block of 256 threads with 9
-// barriers costs about 256 x 10 x 2 context switches of ~10 ns (saved callee registers and a stack
-// pointer: no system call, unlike ucontext's swapcontext).
+// at a time: each GPU thread is a fiber with its own stack, started in thread order and run until it
+// reaches a barrier, a warp collective or its end; then the next one runs. Only those points switch, so
+// a block of 256 threads with 9 barriers costs about 256 x 10 context switches of a few ns (saved callee
+// registers and a stack pointer: no system call, unlike ucontext's swapcontext).
 //
-//   __syncthreads: the fiber records where it waits and yields. When every live thread of the block
-//       waits, the barrier opens. When some thread has returned instead, the launch fails naming the
-//       line (a GPU would hang or silently misbehave).
+//   __syncthreads: the fiber counts itself in (the barrier's line, its predicate) and switches straight to
+//       the next thread in order when that one can run, else to the scheduler. When every live thread of
+//       the block waits, the barrier opens (a generation count: no pass over the threads). When some
+//       thread has returned instead, the launch fails naming the line (a GPU would hang or silently
+//       misbehave).
 //   warp collectives: a lane deposits its value and yields. When every lane its mask names has
 //       arrived (the closure of their masks), the collective is computed for all of them at once.
 //       A mask naming a lane that has returned, or that the block does not have, fails the launch
@@ -118,6 +119,9 @@ struct Worker;
 /// One GPU thread, in its fiber's slot where self() finds it (ThreadVars first).
 struct Thread {
     ThreadVars vars;
+    // What an access hook lets through without a call (memory_checks.inc's fast_access), copied from its
+    // worker: the shared arrays and dynamic shared memory (plain runs; empty spans in checked ones), the stacks.
+    uintptr_t fast_lo, fast_span, dyn_lo, dyn_span, stack_lo, stack_span;
     void* sp;
     Worker* worker;
     State state;
@@ -127,7 +131,8 @@ struct Thread {
     int line;
     // a barrier
     BarrierOp barrier_op;
-    int predicate, barrier_result;
+    int predicate;
+    uint32_t barrier_gen;  // the worker's barrier_gen when it arrived: it may go on once that barrier opened
     // a warp collective
     WarpOp op;
     unsigned mask;
@@ -164,6 +169,14 @@ struct Region {
 std::vector<Region> next_regions;              // the next launch's tensors (set by Python before it)
 constexpr size_t kMaxCells = size_t(1) << 24;  // elements of one output watched for races
 
+/// A region of fiber slots, each kStackBytes and aligned to it: a guard page, the stack, the record.
+struct Stacks {
+    char* base = nullptr;
+    size_t count = 0;
+    void* mapping = nullptr;
+    size_t mapped = 0;
+};
+
 /// One kernel launch, shared by its workers.
 struct Launch {
     dim3 grid, block;
@@ -176,6 +189,7 @@ struct Launch {
     uint32_t first_serial;   // block b runs as serial first_serial + b (keys tell blocks and launches apart)
     double timeout;          // seconds, 0: none
     std::vector<Region> regions;                // its tensors (memory_checks.inc)
+    Stacks stacks;                              // every worker's fiber slots, in one mapping
     std::atomic<int> stop{0};                   // 1: past the time limit, 2: Ctrl-C
     std::atomic<bool> synchronising{false};     // a fence, flag or atomic was used: accesses between blocks trusted
     std::atomic<uint64_t> next{0};
@@ -190,14 +204,6 @@ struct Launch {
             error = what;
         }
     }
-};
-
-/// A region of fiber slots, each kStackBytes and aligned to it: a guard page, the stack, the record.
-struct Stacks {
-    char* base = nullptr;
-    size_t count = 0;
-    void* mapping = nullptr;
-    size_t mapped = 0;
 };
 
 // Each launch maps its fiber stacks and unmaps them at its end. A guard page per stack splits the mapping
@@ -230,6 +236,13 @@ struct Worker {
     void* scheduler_sp = nullptr;
     Thread* current = nullptr;
     unsigned threads = 0, live = 0, at_barrier = 0;
+    // The barrier being reached (barrier() counts each arrival in) and the last one opened (what its
+    // __syncthreads_count/and/or return).
+    uint32_t barrier_gen = 0;
+    const char* barrier_file = nullptr;
+    int barrier_line = 0;
+    bool barrier_mixed = false;  // threads wait at different __syncthreads(): open_barrier says which
+    int arrived_count = 0, arrived_all = 1, arrived_any = 0, opened_count = 0, opened_all = 1, opened_any = 0;
     uint3 block_index{0, 0, 0};
     uint32_t serial = 0;
     bool epoch_sync = false;  // a fence, flag or atomic in this barrier interval (memory_checks.inc)
@@ -246,10 +259,14 @@ struct Worker {
         uintptr_t slot = reinterpret_cast<uintptr_t>(stacks.base) + i * kStackBytes;
         return reinterpret_cast<Thread*>(slot + kRecordOffset + colour(slot));
     }
-    void run();
+    void run(unsigned index);
     bool run_block(uint64_t b);
     void start(Thread* t);
-    bool resume(Thread* t);
+    bool resume(Thread* t, unsigned* last);
+    bool runnable(const Thread* t) const {
+        return t->state == State::Ready || t->state == State::Yielded ||
+               (t->state == State::AtBarrier && t->barrier_gen != barrier_gen);
+    }
     bool open_barrier();
     bool try_warp(Thread* t);
     bool resolve_activemask();
@@ -262,8 +279,13 @@ struct Worker {
     std::string where(const Thread* t) const;
 };
 
-// Every memory access reads it: x86_64 builds use TLS descriptors (-mtls-dialect=gnu2), no __tls_get_addr call.
+// The runtime's hooks read it where the stack pointer does not say (outside a fiber, or a launch that does not
+// own the fiber range): x86_64 builds use TLS descriptors (-mtls-dialect=gnu2), no __tls_get_addr call.
 thread_local Worker* this_worker = nullptr;
+// The fiber slots of the launch running now (all its workers'), for the access hooks: a stack pointer in them is
+// a GPU thread's, whose record its slot holds (memory_checks.inc's fast_access).
+std::atomic<bool> fibers_claimed{false};
+std::atomic<uintptr_t> fibers_lo{0}, fibers_span{0};
 std::string settled(Worker* w, Thread* t);
 std::string code_candidates(uintptr_t pc, uintptr_t sp, const Worker* w, uint32_t also);
 std::string stop_message(const Launch* l, bool interrupted, const std::string& at);
@@ -329,10 +351,13 @@ void Worker::start(Thread* t) {
     t->sp = sp;
 }
 
-bool Worker::resume(Thread* t) {
+// Run `t` (and the threads it hands over to at barriers) until one switches back here: that one's index in *last.
+bool Worker::resume(Thread* t, unsigned* last) {
     current = t;
     t->state = State::Ready;
     jitlab_simt_switch(&scheduler_sp, t->sp);
+    t = current;
+    *last = t->linear;
     current = nullptr;
     if (t->pending_bytes && t->state != State::Faulted) {
         std::string why = settled(this, t);
@@ -357,22 +382,24 @@ bool Worker::resume(Thread* t) {
 }
 
 bool Worker::open_barrier() {
-    const Thread* first = nullptr;
-    for (unsigned i = 0; i < threads; ++i) {
-        Thread* t = thread(i);
-        if (t->state != State::AtBarrier) continue;
-        if (!first) {
-            first = t;
-        } else if (t->line != first->line || t->file != first->file) {
-            launch->fail("BarrierDivergence",
-                         format("the threads of block (%u, %u, %u) wait at different barriers: %s at %s:%d (%s) and "
-                                "%s at %s:%d (%s); on a GPU each __syncthreads() is its own barrier, so they would "
-                                "hang or pass out of step: every thread must reach the same __syncthreads() (move it "
-                                "out of the branch)",
-                                block_index.x, block_index.y, block_index.z, barrier_name(first->barrier_op),
-                                first->file, first->line, where(first).c_str(), barrier_name(t->barrier_op), t->file,
-                                t->line, where(t).c_str()));
-            return false;
+    if (barrier_mixed) {  // name the first thread in order and the first that waits elsewhere
+        const Thread* first = nullptr;
+        for (unsigned i = 0; i < threads; ++i) {
+            Thread* t = thread(i);
+            if (t->state != State::AtBarrier) continue;
+            if (!first) {
+                first = t;
+            } else if (t->line != first->line || t->file != first->file) {
+                launch->fail("BarrierDivergence",
+                             format("the threads of block (%u, %u, %u) wait at different barriers: %s at %s:%d (%s) "
+                                    "and %s at %s:%d (%s); on a GPU each __syncthreads() is its own barrier, so they "
+                                    "would hang or pass out of step: every thread must reach the same "
+                                    "__syncthreads() (move it out of the branch)",
+                                    block_index.x, block_index.y, block_index.z, barrier_name(first->barrier_op),
+                                    first->file, first->line, where(first).c_str(), barrier_name(t->barrier_op),
+                                    t->file, t->line, where(t).c_str()));
+                return false;
+            }
         }
     }
     if (!unwritten_reads.empty()) {  // read before any write, and no thread wrote it since: uninitialised
@@ -380,23 +407,8 @@ bool Worker::open_barrier() {
         return false;
     }
     epoch_sync = false;
-    int count = 0, all = 1, any = 0;
-    for (unsigned i = 0; i < threads; ++i) {
-        Thread* t = thread(i);
-        if (t->state != State::AtBarrier) continue;
-        count += t->predicate;
-        all &= t->predicate;
-        any |= t->predicate;
-    }
-    for (unsigned i = 0; i < threads; ++i) {
-        Thread* t = thread(i);
-        if (t->state != State::AtBarrier) continue;
-        t->barrier_result = t->barrier_op == BarrierOp::Count ? count
-                            : t->barrier_op == BarrierOp::And ? all
-                            : t->barrier_op == BarrierOp::Or  ? any
-                                                              : 0;
-        t->state = State::Ready;
-    }
+    opened_count = arrived_count, opened_all = arrived_all, opened_any = arrived_any;
+    ++barrier_gen;  // every thread waiting at it may go on (runnable)
     at_barrier = 0;
     return true;
 }
@@ -577,6 +589,7 @@ bool Worker::run_block(uint64_t b) {
     threads = k.x * k.y * k.z;
     live = threads;
     at_barrier = 0;
+    barrier_mixed = false;
     for (unsigned i = 0; i < threads; ++i) {
         Thread* t = thread(i);
         t->vars = {{i % k.x, i / k.x % k.y, i / k.x / k.y}, block_index, k, g};
@@ -590,25 +603,25 @@ bool Worker::run_block(uint64_t b) {
     }
     warps.assign((threads + 31) / 32, Warp{0, 0, 0});
     for (unsigned i = 0; i < threads; ++i) warps[i / 32].exists |= 1u << (i % 32);
-    const bool reverse = false;
     for (;;) {
         bool ran = false;
         for (unsigned n = 0; n < threads; ++n) {
-            Thread* t = thread(reverse ? threads - 1 - n : n);
-            if (t->state != State::Ready && t->state != State::Yielded) continue;
+            Thread* t = thread(n);
+            if (!runnable(t)) continue;
             ran = true;
             if (launch->stop.load(std::memory_order_relaxed)) {
                 stopped(t);
                 return false;
             }
-            if (!resume(t) || launch->failed.load(std::memory_order_relaxed)) return false;
+            if (!resume(t, &n) || launch->failed.load(std::memory_order_relaxed)) return false;
         }
         if (live == 0) {
             if (unwritten_reads.empty()) return true;
             launch->fail("Uninitialised", unwritten_reads.front());
             return false;
         }
-        if (ran) continue;
+        // Every live thread waits at a barrier: open it now (a pass more would run nothing).
+        if (ran && at_barrier != live) continue;
         if (at_barrier == live) {
             if (live < threads) {
                 const Thread *waiting = nullptr, *gone = nullptr;
@@ -635,13 +648,10 @@ bool Worker::run_block(uint64_t b) {
     }
 }
 
-void Worker::run() {
+void Worker::run(unsigned index) {
     this_worker = this;
-    stacks = take_stacks(launch->block.x * launch->block.y * launch->block.z);
-    if (!stacks.base) {
-        launch->fail("OutOfMemory", "could not map the fiber stacks of a block");
-        return;
-    }
+    stacks.count = launch->block.x * launch->block.y * launch->block.z;
+    stacks.base = launch->stacks.base + index * stacks.count * kStackBytes;
     shared.assign(launch->shared_bytes + 16, 0);
     map_memory();
     // The fault handler runs on its own stack: a fiber that overflowed its stack has none left.
@@ -660,15 +670,15 @@ void Worker::run() {
         if (!run_block(b)) break;
     }
     sigaltstack(&before, nullptr);
-    give_back(stacks);
     this_worker = nullptr;
 }
 
 // The watchdog asked the launch to stop (its time limit, or Ctrl-C) and no fiber was caught running: name
-// the thread about to run, where it last gave way (a spin-wait's line).
+// the thread about to run, where it waits (the barrier it passes) or last gave way (a spin-wait's line).
 void Worker::stopped(const Thread* t) {
     const bool interrupted = launch->stop.load() == 2;
-    const std::string at = t && t->yield_pc ? " at " + format("@[+0x%lx]", (unsigned long)t->yield_pc) + " (" + where(t) + ")"
+    const std::string at = t && t->state == State::AtBarrier ? format(" at %s:%d (%s)", t->file, t->line, where(t).c_str())
+         : t && t->yield_pc ? " at " + format("@[+0x%lx]", (unsigned long)t->yield_pc) + " (" + where(t) + ")"
          : t ? " (" + where(t) + ")" : std::string();
     launch->fail(interrupted ? "Interrupted" : "TimeLimit", stop_message(launch, interrupted, at));
 }
@@ -734,6 +744,9 @@ void on_stop(int, siginfo_t*, void* context) {
     Thread* t = w->current;
     uintptr_t pc, sp;
     interrupted_at(context, &pc, &sp);
+    // Between choosing the next thread and switching to it (the scheduler, a barrier's hand-over) the code runs on
+    // another stack: the watchdog signals again in 20 ms.
+    if ((sp & ~(kStackBytes - 1)) != (reinterpret_cast<uintptr_t>(t) & ~(kStackBytes - 1))) return;
     const bool ctrl_c = w->launch->stop.load() == 2;
     w->launch->fail(ctrl_c ? "Interrupted" : "TimeLimit",
                     stop_message(w->launch, ctrl_c, " at " + code_candidates(pc, sp, w, t->yield_pc) + " (" +
@@ -804,10 +817,28 @@ int barrier(BarrierOp op, int predicate, const char* file, int line) {
     Worker* w = t->worker;
     t->state = State::AtBarrier;
     t->barrier_op = op, t->predicate = predicate, t->file = file, t->line = line;
-    ++w->at_barrier;
-    jitlab_simt_switch(&t->sp, w->scheduler_sp);
+    t->barrier_gen = w->barrier_gen;
+    if (w->at_barrier++ == 0) {
+        w->barrier_file = file, w->barrier_line = line, w->barrier_mixed = false;
+        w->arrived_count = 0, w->arrived_all = 1, w->arrived_any = 0;
+    } else if (line != w->barrier_line || file != w->barrier_file) {
+        w->barrier_mixed = true;
+    }
+    w->arrived_count += predicate, w->arrived_all &= predicate, w->arrived_any |= predicate;
+    // The scheduler would run the next thread in order now: switch to it directly when it may run and there is
+    // nothing for the scheduler to do (a write to judge, a failed or stopped launch).
+    Thread* next = t->linear + 1 < w->threads ? w->thread(t->linear + 1) : nullptr;
+    if (next && w->runnable(next) && !t->pending_bytes && !w->launch->stop.load(std::memory_order_relaxed) &&
+        !w->launch->failed.load(std::memory_order_relaxed)) {
+        w->current = next;
+        next->state = State::Ready;
+        jitlab_simt_switch(&t->sp, next->sp);
+    } else {
+        jitlab_simt_switch(&t->sp, w->scheduler_sp);
+    }
     ++t->barriers;
-    return t->barrier_result;
+    return op == BarrierOp::Count ? w->opened_count : op == BarrierOp::And ? w->opened_all
+         : op == BarrierOp::Or    ? w->opened_any : 0;
 }
 
 uint64_t warp(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* file, int line) {
@@ -907,19 +938,38 @@ __attribute__((visibility("default"))) int jitlab_simt_launch(unsigned gx, unsig
     }
     unsigned n = configured_workers > 0 ? (unsigned)configured_workers : default_workers();
     n = (unsigned)std::min<uint64_t>(n, l.blocks);
+    l.stacks = take_stacks((size_t)n * bx * by * bz);
+    if (!l.stacks.base) {
+        failure_name = "OutOfMemory";
+        failure = "could not map the fiber stacks of a block";
+        return cudaErrorLaunchFailure;
+    }
+    // The access hooks find a fiber's thread from its stack pointer while this launch owns the fiber range
+    // (another launch of this library running at the same time, from another Python thread, takes the slow path).
+    const bool owns_fibers = !fibers_claimed.exchange(true);
+    if (owns_fibers) {
+        fibers_lo.store(reinterpret_cast<uintptr_t>(l.stacks.base), std::memory_order_relaxed);
+        fibers_span.store(l.stacks.count * kStackBytes, std::memory_order_relaxed);
+    }
     FaultHandler handler;
     std::vector<Worker> workers(n);
     std::vector<std::thread> os;
     std::vector<pthread_t> ids{pthread_self()};
     for (unsigned i = 0; i < n; ++i) workers[i].launch = &l;
     for (unsigned i = 1; i < n; ++i) {
-        os.emplace_back([&workers, i] { workers[i].run(); });
+        os.emplace_back([&workers, i] { workers[i].run(i); });
         ids.push_back(os.back().native_handle());
     }
     Watchdog dog(&l, ids);
-    workers[0].run();
+    workers[0].run(0);
     for (auto& t : os) t.join();
     dog.finish();
+    if (owns_fibers) {
+        fibers_span.store(0, std::memory_order_relaxed);
+        fibers_lo.store(0, std::memory_order_relaxed);
+        fibers_claimed.store(false);
+    }
+    give_back(l.stacks);
     fflush(stdout);
     if (!l.failed) return 0;
     failure_name = l.error_name;

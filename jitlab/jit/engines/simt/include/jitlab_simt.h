@@ -94,6 +94,19 @@ __attribute__((always_inline)) inline ThreadVars* self() {
     uintptr_t slot = reinterpret_cast<uintptr_t>(__builtin_frame_address(0)) & ~(kStackBytes - 1);
     return reinterpret_cast<ThreadVars*>(slot + kRecordOffset + colour(slot));
 }
+/// A built-in variable's value, loaded in assembly so that no access hook is called for it (the record is the
+/// running thread's own and always readable; the hook would only find it on the thread's stack and return).
+__attribute__((always_inline)) inline unsigned unhooked(const unsigned& v) {
+    unsigned r;
+#if defined(__x86_64__)
+    asm("movl %1, %0" : "=r"(r) : "m"(v));
+#else
+    asm("ldr %w0, %1" : "=r"(r) : "m"(v));
+#endif
+    return r;
+}
+__attribute__((always_inline)) inline uint3 builtin(const uint3& v) { return {unhooked(v.x), unhooked(v.y), unhooked(v.z)}; }
+__attribute__((always_inline)) inline dim3 builtin(const dim3& v) { return dim3(unhooked(v.x), unhooked(v.y), unhooked(v.z)); }
 
 // ---- the runtime's entry points (runtime.cpp) --------------------------------------------------
 enum class WarpOp : int { Sync, Idx, Up, Down, Xor, Ballot, Any, All, Activemask, Add, Min, Max, And, Or, Xor_,
@@ -107,10 +120,10 @@ void* dynamic_shared();
 }  // namespace jitlab_simt
 
 
-#define threadIdx (::jitlab_simt::self()->thread_idx)
-#define blockIdx (::jitlab_simt::self()->block_idx)
-#define blockDim (::jitlab_simt::self()->block_dim)
-#define gridDim (::jitlab_simt::self()->grid_dim)
+#define threadIdx (::jitlab_simt::builtin(::jitlab_simt::self()->thread_idx))
+#define blockIdx (::jitlab_simt::builtin(::jitlab_simt::self()->block_idx))
+#define blockDim (::jitlab_simt::builtin(::jitlab_simt::self()->block_dim))
+#define gridDim (::jitlab_simt::builtin(::jitlab_simt::self()->grid_dim))
 
 // ---- barriers ----------------------------------------------------------------------------------
 #define JITLAB_WHERE const char* jitlab_file = __builtin_FILE(), int jitlab_line = __builtin_LINE()

@@ -8,6 +8,7 @@ PROSE = ("jitlab: kernels/saxpy.cu:3: the kernel writes y[i] for i up to 1023 bu
 
 
 def test_a_long_line_is_broken_at_spaces_with_every_word_kept():
+    """A 200-character message becomes lines of at most WIDTH, broken at spaces, continuations indented."""
     folded = fold(PROSE)
     lines = folded.split("\n")
     assert len(lines) > 1 and all(len(line) <= WIDTH for line in lines)
@@ -16,6 +17,7 @@ def test_a_long_line_is_broken_at_spaces_with_every_word_kept():
 
 
 def test_short_and_indented_lines_and_long_words_keep_their_layout():
+    """Short lines and indented ones (a compiler's excerpt) are untouched; a path longer than WIDTH stays whole."""
     excerpt = "    3 |     y[i] = a * x[i];" + " " * 90 + "// a long source line keeps its columns"
     path = "/home/learner/" + "deep/" * 30 + "saxpy.cu"
     text = f"short line\n{excerpt}\nsee {path} for the file"

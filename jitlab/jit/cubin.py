@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from jitlab.jit import pycode
+
 
 def load(code: bytes, names: dict[str, str]) -> dict:
     """Load a CUBIN into the current device's primary context (torch's): kernel name → ``cuda.core`` Kernel."""
@@ -77,7 +79,7 @@ def make(_bind, _lock, _params, _fail, _current, _opt_in{''.join(f', _s{i}' for 
     return call
 """
     env: dict = {}
-    exec(compile(src, f"<jitlab launcher {fn.name}>", "exec"), env)
+    exec(pycode.compiled(src, f"<jitlab launcher {fn.name}>"), env)
     call = env["make"](lambda: _bind(kernel_of), threading.Lock(), params, fail, _make_current,
                        _opt_in_dynamic_smem(), *slots)
     call.keep = (slots, array)  # the slots must live as long as the launcher

@@ -25,7 +25,7 @@ import torch
 
 from jitlab import output
 from jitlab.errors import ArgumentError, JitlabError, LaunchError
-from jitlab.jit import ctypes_map, messages
+from jitlab.jit import ctypes_map, messages, pycode
 from jitlab.jit.parse import Function, Param
 
 _INT_RANGES = {
@@ -398,9 +398,9 @@ def _generate(owner: Callable, fn: Function, symbol, device: str, native: bool =
         symbol.argtypes = argtypes
         symbol.restype = ctypes.c_int
     # An error is raised from this one frame, not the checking helpers' (IPython hides it too).
-    code = compile("\n".join([lines[0], "    __tracebackhide__ = True", "    try:", *("    " + ln for ln in lines[1:]),
-                               "    except _JitlabError as _e: raise _e.with_traceback(None) from None"]),
-                   f"<jitlab wrapper {fn.name}>", "exec")
+    code = pycode.compiled("\n".join([lines[0], "    __tracebackhide__ = True", "    try:", *("    " + ln for ln in lines[1:]),
+                                      "    except _JitlabError as _e: raise _e.with_traceback(None) from None"]),
+                           f"<jitlab wrapper {fn.name}>")
     exec(code, env)
     call = env["_jitlab_call"]
     call.__name__ = call.__qualname__ = fn.name  # any C name, `lambda` and `None` included

@@ -42,6 +42,19 @@ def worker_dir(tmp_path_factory, name: str) -> Path:
     return folder
 
 
+def run_file(folder: Path, name: str, text: str) -> Path:
+    """``folder / name`` holding ``text``, for a snippet that tests of every worker build unchanged (one build key:
+    the same text at the same path). Written once, whole (a temporary file, then ``os.replace``), never
+    half-written for a worker that reads it meanwhile."""
+    path = folder / name
+    if not path.is_file() or path.read_text() != text:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{name}.{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return path
+
+
 @pytest.fixture(scope="session", autouse=True)
 def shared_pch(tmp_path_factory):
     """One folder of precompiled torch headers for the whole run (a minute to make on 2 cores)."""

@@ -40,17 +40,24 @@ def features(tmp_path_factory, use_shared_cache) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pristine(tmp_path_factory, shared_cache) -> jitlab.Build:
-    """features.cu as shipped, built once for the tests that only read a build (one folder for all
-    workers: the first builds, the others wait on its lock and find it in the cache)."""
+def pristine_cu(tmp_path_factory) -> Path:
+    """features.cu as shipped, at one path for all workers: ``pristine`` builds it, and the binding test builds it
+    as its first folder (one build for the run: the first builds, the others wait on its lock and find it in the
+    shared cache)."""
     path = run_dir(tmp_path_factory, "features_pristine") / "features.cu"
     if not path.is_file():
         tmp = path.with_name(f".features.{os.getpid()}.cu")
         shutil.copy(FEATURES, tmp)
         os.replace(tmp, path)  # whole or absent, never half-written, for a worker that reads it meanwhile
+    return path
+
+
+@pytest.fixture(scope="module")
+def pristine(pristine_cu, shared_cache) -> jitlab.Build:
+    """features.cu as shipped, built once for the tests that only read a build."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("JITLAB_CACHE_DIR", str(shared_cache))
-        return _build(path)
+        return _build(pristine_cu)
 
 
 def _build(path: Path) -> jitlab.Build:
@@ -128,13 +135,13 @@ def test_new_function_recompiles_host_and_binding(features):
     assert _compiled(_build(features)) == {"features.host.cpp", "bind.cpp"}
 
 
-def test_binding_unit_is_shared_between_folders(tmp_path, use_shared_cache):
+def test_binding_unit_is_shared_between_folders(pristine_cu, tmp_path, use_shared_cache):
     """The binding unit includes nothing, so the same functions in another folder reuse its object
-    (the device and host units, whose #line directives name the file, compile again)."""
-    first, second = tmp_path / "a" / "features.cu", tmp_path / "b" / "features.cu"
-    for path in (first, second):
-        path.parent.mkdir()
-        shutil.copy(FEATURES, path)
+    (the device and host units, whose #line directives name the file, compile again). The first folder is the
+    pristine build's."""
+    first, second = pristine_cu, tmp_path / "b" / "features.cu"
+    second.parent.mkdir()
+    shutil.copy(FEATURES, second)
     _build(first)
     assert _compiled(_build(second)) == {"features.device.cu", "features.host.cpp"}
 

@@ -1,6 +1,8 @@
 """Operator snippets (TORCH_LIBRARY and its kin) on CPU: torch.ops end to end, edits reloaded in process, errors.
 
-Every test registers in a namespace of its own (``jlt_<test>``): registrations live in the process.
+Every test registers in a namespace of its own (``jlt_<test>``): registrations live in the process. Tests that
+load a snippet unchanged share it, at one path in the run's folder (``two_file_folder``, ``aten_snippet``): one
+build for the run.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pytest
 import torch
 
 import jitlab
+from conftest import run_dir, run_file
 from jitlab.jit import codegen, ops
 from jitlab.jit.parse import parse_file
 
@@ -63,6 +66,23 @@ def write(folder: Path, name: str, text: str, ns: str, offset: str = "0") -> Pat
     path = folder / name
     path.write_text(text.replace("NS", ns).replace("OFFSET", offset))
     return path
+
+
+@pytest.fixture(scope="module")
+def two_file_folder(tmp_path_factory) -> Path:
+    """SCALE (namespace jlt_scale) as scale.cpp beside its CUDA kernel, scale.cu, in the run's folder: the two-file
+    test builds the folder, and it and the repr test load scale.cpp alone, one build of it for the run."""
+    folder = run_dir(tmp_path_factory, "ops_two_files")
+    run_file(folder, "scale.cpp", SCALE.replace("NS", "jlt_scale").replace("OFFSET", "0"))
+    run_file(folder, "scale.cu", CUDA_PART.replace("NS", "jlt_scale"))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def aten_snippet(tmp_path_factory) -> Path:
+    """SCALE in namespace aten, in the run's folder: the two tests of its refusal load this one build."""
+    return run_file(run_dir(tmp_path_factory, "ops_aten"), "scale.cpp",
+                    SCALE.replace("NS", "aten").replace("OFFSET", "0"))
 
 
 def test_torch_library_op_edit_and_reload(use_shared_cache, tmp_path):
@@ -120,11 +140,10 @@ def test_going_back_to_a_cached_version(use_shared_cache, tmp_path):
     assert torch.ops.jlt_back.scale(torch.ones(1), 1.0).item() == 1.0
 
 
-def test_repr_and_plan_list_the_ops(use_shared_cache, tmp_path):
+def test_repr_and_plan_list_the_ops(use_shared_cache, two_file_folder):
     """repr(module) lists each operator with its schema and the dispatch keys it has kernels for."""
-    path = write(tmp_path, "scale.cpp", SCALE, "jlt_repr")
-    m = jitlab.load(path)
-    assert "ops: jlt_repr::scale(Tensor x, float a) -> Tensor [CPU]" in repr(m)
+    m = jitlab.load(two_file_folder / "scale.cpp")
+    assert "ops: jlt_scale::scale(Tensor x, float a) -> Tensor [CPU]" in repr(m)
     assert m.functions == ["scale"]
 
 
@@ -166,13 +185,11 @@ def test_fragments_mutating_schema_and_tuple(use_shared_cache, tmp_path):
     assert sorted(m.functions) == ["add_", "minmax"]
 
 
-def test_two_file_layout_runs_its_cpu_part_and_compiles_its_cuda_part(use_shared_cache, tmp_path):
+def test_two_file_layout_runs_its_cpu_part_and_compiles_its_cuda_part(use_shared_cache, two_file_folder):
     """A .cpp with schema and CPU kernel plus a .cu with the CUDA kernel: nvcc compiles both; the .cpp alone runs."""
-    folder = tmp_path / "two"
-    write(folder, "scale.cpp", SCALE, "jlt_two")
-    write(folder, "scale.cu", CUDA_PART, "jlt_two")
+    folder = two_file_folder
     b = jitlab.build(folder, compile_only=True, arch=["sm_75"])
-    assert [o.describe() for o in b.plan.ops] == ["jlt_two::scale(Tensor x, float a) -> Tensor [CPU, CUDA]"]
+    assert [o.describe() for o in b.plan.ops] == ["jlt_scale::scale(Tensor x, float a) -> Tensor [CPU, CUDA]"]
     assert {u["name"] for u in b.manifest.units} == {"scale.cpp", "scale.device.cu", "scale.host.cpp",
                                                       "jitlab_ops.cpp"}
     assert "scale_kernel" in b.resources
@@ -234,21 +251,20 @@ def test_kernel_signature_mismatch_is_an_error_not_an_abort(use_shared_cache, tm
     assert not hasattr(torch.ops.jlt_sig, "scale")
 
 
-def test_namespace_owned_by_torch_is_refused(use_shared_cache, tmp_path):
+def test_namespace_owned_by_torch_is_refused(use_shared_cache, aten_snippet):
     """TORCH_LIBRARY(aten, m) is refused, naming torch as the owner and the fix; aten keeps working."""
-    path = write(tmp_path, "scale.cpp", SCALE, "aten")
     with pytest.raises(jitlab.SnippetError, match=r"namespace `aten` is already torch's own.*namespace of your own"):
-        jitlab.load(path)
+        jitlab.load(aten_snippet)
     assert torch.ops.aten.add(torch.ones(1), torch.ones(1)).item() == 2.0
 
 
-def test_a_refused_load_leaves_torchs_own_operators_alone(use_shared_cache, tmp_path):
+def test_a_refused_load_leaves_torchs_own_operators_alone(use_shared_cache, aten_snippet):
     """A TORCH_LIBRARY(aten) snippet, refused, leaves torch's operator objects exactly as they were (the
     same objects, the same state: torch keys tables by them)."""
     overload = torch.ops.aten.rnn_relu.input
     state = dict(vars(overload))
     with pytest.raises(jitlab.SnippetError, match="already torch's own"):
-        jitlab.load(write(tmp_path, "scale.cpp", SCALE, "aten"))
+        jitlab.load(aten_snippet)
     assert torch.ops.aten.rnn_relu.input is overload
     assert vars(overload).keys() == state.keys() and all(vars(overload)[k] is v for k, v in state.items())
 

@@ -20,9 +20,11 @@ import pytest
 import torch
 
 import jitlab
+from conftest import run_file
 from jitlab.jit import torch_compat
 
 # One module, many behaviours: the functions= dict gives each its docstring (torch puts it on line 3 of __doc__).
+# The kit's module is KIT_SOURCES: KIT, then WARN_THEN and STABLE (below), one build for the tests of all three.
 KIT = r"""
 #include <sstream>
 
@@ -43,21 +45,8 @@ void compare_ints(int64_t a, int64_t b) {
 """
 KIT_DOCS = {"cubic": "x cubed, minus y", "empty_scalar": "an empty 0-d tensor of the default dtype",
             "backward_holding_gil": "backward() with the GIL held", "backward_without_gil": "backward() with it released",
-"compare_ints": "TORCH_CHECK_EQ(a, b)"}
-
-# A C++ autograd Function (torch/torch.h declares it; torch/extension.h, load_inline's prelude, does not).
-PASSTHROUGH = r"""
-#include <torch/torch.h>
-
-struct Passthrough : torch::autograd::Function<Passthrough> {
-    static torch::Tensor forward(torch::autograd::AutogradContext*, torch::Tensor x) { return x; }
-    static torch::autograd::tensor_list backward(torch::autograd::AutogradContext*, torch::autograd::tensor_list g) {
-        return g;
-    }
-};
-
-torch::Tensor passthrough(torch::Tensor x) { return Passthrough::apply(x); }
-"""
+"compare_ints": "TORCH_CHECK_EQ(a, b)", "warn_then": "TORCH_WARN, then fail as `how` says",
+            "neg_by_shim": "aten::neg through the stable dispatcher shim", "stable_view": "a view by the stable from_blob"}
 
 # One function that warns, then fails in the way its second argument names.
 WARN_THEN = r"""
@@ -71,6 +60,7 @@ torch::Tensor warn_then(torch::Tensor x, int64_t how) {
 }
 """
 
+# The net's module: a C++ frontend module, and a C++ autograd Function for the functorch test (one build for both).
 NET = r"""
 #include <torch/extension.h>
 
@@ -89,15 +79,27 @@ struct Affine : torch::nn::Cloneable<Affine> {
     torch::nn::Linear lin{nullptr};
 };
 
+// A C++ autograd Function, declared by torch/torch.h (torch/extension.h includes it through torch/all.h).
+struct Passthrough : torch::autograd::Function<Passthrough> {
+    static torch::Tensor forward(torch::autograd::AutogradContext*, torch::Tensor x) { return x; }
+    static torch::autograd::tensor_list backward(torch::autograd::AutogradContext*, torch::autograd::tensor_list g) {
+        return g;
+    }
+};
+
+torch::Tensor passthrough(torch::Tensor x) { return Passthrough::apply(x); }
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     torch::python::bind_module<Affine>(m, "Affine")
         .def(py::init<int64_t, int64_t>())
         .def("add_parameter", &Affine::add_parameter)
         .def("add_buffer", &Affine::add_buffer)
         .def("add_linear", &Affine::add_linear);
+    m.def("passthrough", &passthrough);
 }
 """
 
+# The oplib's library is OPLIB and COMPOUND_OP: the library test reads echo, the gradcheck test mul_add.
 OPLIB = r"""
 #include <torch/script.h>
 
@@ -137,6 +139,7 @@ at::Tensor stable_view() {
     return *reinterpret_cast<at::Tensor*>(t.get());
 }
 """
+KIT_SOURCES = [KIT, WARN_THEN, STABLE]
 
 SIGMOID_CU = r"""
 #include <torch/extension.h>
@@ -215,25 +218,30 @@ def once(shared_cache):
 
 @pytest.fixture
 def kit(once):
-    return once("kit", lambda: jitlab.load_inline(name="contract_kit", cpp_sources=KIT, functions=KIT_DOCS))
+    """KIT_SOURCES as load_inline's contract_kit, with KIT_DOCS and torch's default with_pytorch_error_handling=True:
+    the functions=, dtype, GIL and TORCH_CHECK tests read KIT, the warnings test WARN_THEN, the stable-ABI test
+    STABLE."""
+    return once("kit", lambda: jitlab.load_inline(name="contract_kit", cpp_sources=KIT_SOURCES, functions=KIT_DOCS))
+
+
+@pytest.fixture(scope="module")
+def affine_cpp(shared_cache) -> Path:
+    """NET as affine.cpp, at one path for every worker (one build key): the net fixture loads it, and so does the
+    functorch test's process."""
+    return run_file(shared_cache / "contract_sources", "affine.cpp", NET)
 
 
 @pytest.fixture
-def net(once, shared_cache):
-    def make():
-        src = shared_cache / "contract_sources" / "affine.cpp"  # one path for every worker: one build key
-        src.parent.mkdir(exist_ok=True)
-        if not src.is_file():
-            src.write_text(NET)
-        return jitlab.load(name="contract_affine", sources=str(src))
-
-    return once("net", make).Affine
+def net(once, affine_cpp):
+    """The Affine class of NET's module, contract_affine: the frontend-module tests share it."""
+    return once("net", lambda: jitlab.load(name="contract_affine", sources=str(affine_cpp))).Affine
 
 
 @pytest.fixture
 def oplib(once):
-    return once("oplib", lambda: jitlab.load_inline(name="contract_oplib", cpp_sources=OPLIB, functions="echo",
-                                                    is_python_module=False))
+    """OPLIB and COMPOUND_OP as load_inline's contract_oplib, is_python_module=False: the library's path."""
+    return once("oplib", lambda: jitlab.load_inline(name="contract_oplib", cpp_sources=[OPLIB, COMPOUND_OP],
+                                                    functions="echo", is_python_module=False))
 
 
 def line_of(text: str, needle: str) -> int:
@@ -447,9 +455,9 @@ def test_library_load_returns_its_path_and_registers_operators(oplib):
 
 
 @pytest.mark.slow
-def test_compound_operator_differentiates_through_aten(use_shared_cache):
-    """A TORCH_LIBRARY operator made of ATen calls gets ATen's gradients (gradcheck, fast and slow mode)."""
-    jitlab.load_inline(name="contract_compound", cpp_sources=COMPOUND_OP, is_python_module=False)
+def test_compound_operator_differentiates_through_aten(oplib):
+    """A TORCH_LIBRARY operator made of ATen calls (the oplib's COMPOUND_OP) gets ATen's gradients (gradcheck, fast
+    and slow mode)."""
     a = torch.randn(4, 4, dtype=torch.float64, requires_grad=True)
     b = torch.randn(4, 4, dtype=torch.float64, requires_grad=True)
     for fast in (True, False):
@@ -494,13 +502,13 @@ def test_backward_from_cpp_needs_the_gil_released(kit):
 
 
 @pytest.mark.slow
-def test_cpp_autograd_function_is_refused_by_functorch(use_shared_cache):
-    """A C++ torch::autograd::Function under torch.func.vmap or grad raises functorch's error (in a process of its
-    own: functorch's state left by other tests in a worker can change which error comes first)."""
-    script = (f"import jitlab, torch\nkit = jitlab.load_inline(name='contract_passthrough', cpp_sources={PASSTHROUGH!r}, "
-              "functions=['passthrough'])\nx = torch.randn(3, requires_grad=True)\n"
+def test_cpp_autograd_function_is_refused_by_functorch(use_shared_cache, affine_cpp):
+    """A C++ torch::autograd::Function (NET's passthrough) under torch.func.vmap or grad raises functorch's error (in
+    a process of its own: functorch's state left by other tests in a worker can change which error comes first)."""
+    script = (f"import jitlab, torch\nnet = jitlab.load(name='contract_affine', sources={str(affine_cpp)!r})\n"
+              "x = torch.randn(3, requires_grad=True)\n"
               "for transform in (torch.func.vmap, torch.func.grad):\n"
-              "    try:\n        transform(lambda t: kit.passthrough(t).sum())(x)\n        print('no error')\n"
+              "    try:\n        transform(lambda t: net.passthrough(t).sum())(x)\n        print('no error')\n"
               "    except RuntimeError as e:\n        print('RuntimeError:', str(e).splitlines()[0])\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900,
                          env={**os.environ, "JITLAB_CACHE_DIR": str(use_shared_cache)})
@@ -514,7 +522,8 @@ def test_cpp_autograd_function_is_refused_by_functorch(use_shared_cache):
 def test_check_failure_names_the_written_source_line(kit, shared_cache):
     """Under TORCH_SHOW_CPP_STACKTRACES=1 a failing TORCH_CHECK_EQ names its function and its line in the written
     source (torch's numbering: the implicit include, then the string), in a process of its own as the flag is read once."""
-    script = (f"import jitlab\nm = jitlab.load_inline(name='contract_kit', cpp_sources={KIT!r}, functions={KIT_DOCS!r})\n"
+    script = (f"import jitlab\nm = jitlab.load_inline(name='contract_kit', cpp_sources={KIT_SOURCES!r}, "
+              f"functions={KIT_DOCS!r})\n"
               "try:\n    m.compare_ints(1, 2)\nexcept RuntimeError as e:\n    print(e)\n")
     env = {**os.environ, "TORCH_SHOW_CPP_STACKTRACES": "1", "JITLAB_CACHE_DIR": str(shared_cache)}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=900)
@@ -528,13 +537,13 @@ def test_check_failure_names_the_written_source_line(kit, shared_cache):
 
 
 @pytest.mark.slow
-def test_pytorch_error_handling_decides_whether_warnings_reach_python(use_shared_cache):
-    """with_pytorch_error_handling=True turns TORCH_WARN into Python warnings (even when the call then fails);
-    without it no warning arrives; C++ errors become TypeError/KeyError either way."""
+def test_pytorch_error_handling_decides_whether_warnings_reach_python(use_shared_cache, kit):
+    """with_pytorch_error_handling=True (the kit's: torch's default) turns TORCH_WARN into Python warnings (even when
+    the call then fails); without it no warning arrives; C++ errors become TypeError/KeyError either way."""
     x = torch.rand(2, dtype=torch.float64)
-    for handled in (False, True):
-        m = jitlab.load_inline(name="contract_warn", cpp_sources=WARN_THEN, functions=["warn_then"],
-                               with_pytorch_error_handling=handled)
+    unhandled = jitlab.load_inline(name="contract_warn", cpp_sources=WARN_THEN, functions=["warn_then"],
+                                   with_pytorch_error_handling=False)
+    for handled, m in ((False, unhandled), (True, kit)):
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             torch.testing.assert_close(m.warn_then(x, 0), x.sin())
@@ -561,9 +570,10 @@ def test_compile_error_is_a_runtime_error_naming_the_first_error(cache):
 
 
 @pytest.mark.slow
-def test_stable_abi_headers_build_and_run(use_shared_cache):
-    """An inline source using torch's stable ABI (the dispatcher shim, stable from_blob) builds and gives ATen's results."""
-    m = jitlab.load_inline(name="contract_stable", cpp_sources=STABLE, functions=["neg_by_shim", "stable_view"])
+def test_stable_abi_headers_build_and_run(kit):
+    """An inline source using torch's stable ABI (the dispatcher shim, stable from_blob: the kit's STABLE) builds and
+    gives ATen's results."""
+    m = kit
     x = torch.randn(2, 3)
     assert torch.equal(m.neg_by_shim(x), -x)
     assert m.stable_view().tolist() == [[1.0, 2.0], [3.0, 4.0]]

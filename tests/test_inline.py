@@ -129,6 +129,17 @@ def test_error_names_the_line_inside_the_string(cache):
     assert (d.path, d.line) == ("load_inline 'where' cpp_sources[1]", 4)
 
 
+def test_a_source_the_parser_cannot_read_is_compiled_as_its_build_would(cache):
+    """A torch source in which the parser finds nothing (`int main() { return 0 }`) is compiled as its unit on its
+    torch header set, as the build would: GCC's error at the string's line, and the unit's entry in the object cache
+    (not a syntax pass over all of torch's headers)."""
+    with pytest.raises(jitlab.CompileError) as info:
+        jitlab.load_inline(name="unread", cpp_sources="int main() { return 0 }")
+    d = info.value.diagnostics[0]
+    assert (d.path, d.line) == ("load_inline 'unread' cpp_sources[0]", 1) and "expected" in d.message
+    assert list((cache / "objects").glob("unread.cpp-*"))
+
+
 def test_error_in_a_notebook_cell_names_the_cells_line(ip, capsys):
     """In IPython, an error in a source string written in the calling cell also names the cell's line."""
     cell = '''import jitlab

@@ -161,14 +161,13 @@ def _archs(plan: Plan, opts: Options) -> list[str]:
 
 
 def compiler_first(files, opts: Options) -> None:
-    """Compile files the parser found nothing in (syntax only, no output), with the compiler the build would
-    use, so that a syntax error is that compiler's message at the user's line, not "nothing found".
-
-    The rule for every engine: the CPU emulator's files go to the host compiler against the SIMT header
-    (:func:`jitlab.jit.engines.emulator.check_syntax`); a ``.cu`` file to NVRTC where the build would take it
-    (:func:`_nvrtc_reads_it`), to nvcc otherwise and, for ``engine="auto"``, where NVRTC's error may be its own
-    (a host header it lacks); a ``.cpp`` file to the host compiler. A missing compiler is skipped, and code
-    that compiles leaves the parser's message to be raised.
+    """Compile files the parser found nothing in with the compiler the build would use, so that a syntax error is
+    that compiler's message at the user's line, not "nothing found". The rule for every engine: the CPU emulator's
+    files go to the host compiler against the SIMT header (:func:`jitlab.jit.engines.emulator.check_syntax`); a
+    ``.cu`` file to NVRTC where the build would take it (:func:`_nvrtc_reads_it`), to nvcc otherwise and, for
+    ``engine="auto"``, where NVRTC's error may be its own (a host header it lacks); a torch ``.cpp`` file as its unit
+    on its header set (:func:`jitlab.jit.engines.objects.check_syntax`), another to the host compiler (syntax
+    only). A missing compiler is skipped, and code that compiles leaves the parser's message to be raised.
 
     Raises:
         CompileError: The compiler rejected a file.
@@ -181,6 +180,10 @@ def compiler_first(files, opts: Options) -> None:
     for f in files:
         if f.language == "cuda" and _nvrtc_reads_it(opts) and nvrtc.check_syntax(f, opts, nvcc_next=opts.engine != "nvrtc"):
             continue  # NVRTC compiled it
+        if f.language == "cpp" and f.uses_torch:
+            from jitlab.jit.engines import objects  # lazy: see the engines' import above
+            objects.check_syntax(f, opts)
+            continue
         cuda = f.language == "cuda"
         tool = toolchain.nvcc_path() if cuda else toolchain.cxx_path()
         if tool is None:
@@ -188,12 +191,10 @@ def compiler_first(files, opts: Options) -> None:
         includes = [f"-I{f.path.parent}", *(f"-I{d}" for d in user_include_dirs(opts)),
                     *(flags_mod.torch_include_flags(cuda) if f.uses_torch else ())]
         defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
-        mode = (["-c", "-o", "/dev/null", f"-arch={toolchain.oldest_arch()}", "-std=c++17"]
-                if cuda else ["-fsyntax-only", "-std=c++17"])
-        proc = subprocess.run([tool, *mode, *includes, *defines, str(f.path)], capture_output=True, text=True)
+        mode = ["-c", "-o", "/dev/null", f"-arch={toolchain.oldest_arch()}"] if cuda else ["-fsyntax-only"]
+        proc = subprocess.run([tool, *mode, "-std=c++17", *includes, *defines, str(f.path)], capture_output=True, text=True)
         if proc.returncode != 0:
-            raise diagnostics.compile_error(f"{f.path} ({'nvcc' if cuda else 'c++'})", proc.stdout + proc.stderr,
-                                            {str(f.path): f.text})
+            raise diagnostics.compile_error(f"{f.path} ({'nvcc' if cuda else 'c++'})", proc.stdout + proc.stderr, {str(f.path): f.text})
 
 
 def _nvrtc_reads_it(opts: Options) -> bool:

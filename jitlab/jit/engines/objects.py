@@ -27,13 +27,13 @@ from pathlib import Path
 
 from jitlab import config, progress
 from jitlab.errors import SnippetError
-from jitlab.jit import cache, deps, diagnostics, header_sets, nvcc_shell, processes, toolchain
+from jitlab.jit import cache, codegen, deps, diagnostics, header_sets, nvcc_shell, processes, toolchain
 from jitlab.jit.engines import linker, pch, torch_headers
 from jitlab.jit.flags import Options, object_flags
 from jitlab.jit.parse import line_directive
 from jitlab.jit.plan import Flags, Manifest, Object, TorchPlan, Unit, UnitError
 from jitlab.jit.resources import parse_resource_usage
-from jitlab.jit.sources import describe, sources_by_path
+from jitlab.jit.sources import describe, sources_by_path, user_include_dirs
 from jitlab.jit.symbols import instantiations, undefined_symbols
 
 GENERATED_CU = "jitlab-generated.cu"
@@ -145,6 +145,20 @@ def _hinted(hint: Path) -> str | None:
         return None
     found = re.search(r"built on (\w+)", hint.read_text(errors="replace"))
     return found.group(1) if found and found.group(1) in header_sets.HEADERS else "full"
+
+
+def check_syntax(f, opts: Options) -> None:
+    """Compile a torch C++ file the parser found nothing in as its build would: its unit on its torch header set,
+    to a cached object. A syntax error is GCC's message at the user's line, from a second or two on a set instead
+    of ~13 s parsing torch's headers; what compiles is the object the build that follows finds.
+
+    Raises:
+        CompileError: GCC rejected it.
+    """
+    units, _ = codegen.torch_units([f], [], binds_itself=True)
+    plan = TorchPlan(stem=f.path.stem, cuda=False, files=[f], include_dirs=[str(f.path.parent), *user_include_dirs(opts)],
+                     exported=[], units=units, binds_itself=True)
+    compile_all(units, object_flags(plan, [], opts), plan.stem, sources_by_path(plan), cuda=False)
 
 
 def compile_unit(unit: Unit, flags: Flags, stem: str) -> Object:

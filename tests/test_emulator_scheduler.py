@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,22 +20,8 @@ import jitlab
 from jitlab.errors import LaunchError
 from jitlab.jit import emulator_run
 
-SOURCE = r"""#define TILE 16
-__global__ void matmul_tiled(float* c, const float* a, const float* b, int n) {
-    __shared__ float as[TILE][TILE], bs[TILE][TILE];
-    int tx = threadIdx.x, ty = threadIdx.y;
-    int row = blockIdx.y * TILE + ty, col = blockIdx.x * TILE + tx;
-    float acc = 0.0f;
-    for (int k0 = 0; k0 < n; k0 += TILE) {
-        as[ty][tx] = a[row * n + k0 + tx];
-        bs[ty][tx] = b[(k0 + ty) * n + col];
-        __syncthreads();
-        for (int k = 0; k < TILE; ++k) acc += as[ty][k] * bs[k][tx];
-        __syncthreads();
-    }
-    c[row * n + col] = acc;
-}
-__global__ void votes(int* out) {
+#: The corpus's tiled matmul (both barriers), then kernels of this file's own.
+SOURCE = (Path(__file__).parent / "fixtures" / "emulator" / "corpus" / "matmul_tiled.cu").read_text() + r"""__global__ void votes(int* out) {
     int t = threadIdx.x, i = 4 * (blockIdx.x * blockDim.x + t);
     out[i] = __syncthreads_count(t % 3 == 0);
     out[i + 1] = __syncthreads_and(t < 90);

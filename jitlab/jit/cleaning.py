@@ -67,7 +67,8 @@ def clean(root: Path | None = None, older_than_s: float | None = None, headers: 
     Only folders :func:`made_by_jitlab` are deleted, with their lock files; anything else in the folder
     (a user's files, where ``JITLAB_CACHE_DIR`` points at the wrong folder) is left and listed. The
     object cache inside is cleaned by the same rule, its records about builds (:data:`MEMOS`) with it; the
-    precompiled torch headers (minutes to make again) only with ``headers=True``. Builds whose lock another process holds are left alone.
+    precompiled torch headers (minutes to make again) only with ``headers=True``. Builds whose lock another
+    process holds are left alone.
 
     Raises:
         ValueError: ``older_than_s`` is negative.

@@ -30,7 +30,7 @@ from jitlab.errors import SnippetError
 from jitlab.jit import cache, codegen, deps, diagnostics, header_sets, nvcc_shell, processes, toolchain
 from jitlab.jit.engines import linker, pch, torch_headers
 from jitlab.jit.flags import Options, object_flags
-from jitlab.jit.parse import line_directive
+from jitlab.jit.parse import SourceFile, line_directive
 from jitlab.jit.plan import Flags, Manifest, Object, TorchPlan, Unit, UnitError
 from jitlab.jit.resources import parse_resource_usage
 from jitlab.jit.sources import describe, sources_by_path, user_include_dirs
@@ -147,7 +147,7 @@ def _hinted(hint: Path) -> str | None:
     return found.group(1) if found and found.group(1) in header_sets.HEADERS else "full"
 
 
-def check_syntax(f, opts: Options) -> None:
+def check_syntax(f: SourceFile, opts: Options) -> None:
     """Compile a torch C++ file the parser found nothing in as its build would: its unit on its torch header set,
     to a cached object. A syntax error is GCC's message at the user's line, from a second or two on a set instead
     of ~13 s parsing torch's headers; what compiles is the object the build that follows finds.

@@ -148,7 +148,9 @@ def _lesson_notebook(folder) -> None:
     planted = cell.replace("(int)blockDim.x);", "(int)blockDim.x)")
     assert planted != cell
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in ("%load_ext jitlab", cell, "hello_threads(grid=2, block=4)",
+    # Every build shows its progress line (by default only one past 2 s: the emulator's build may be quicker).
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in ("%env JITLAB_PROGRESS_AFTER=0\n%load_ext jitlab", cell,
+                                                         "hello_threads(grid=2, block=4)",
                                                          planted)]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, folder / "lesson00.ipynb")

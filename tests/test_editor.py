@@ -25,13 +25,16 @@ JS = ROOT / "js" / "editor"
 BANNER = re.compile(r"/\* jitlab-editor sha256:([0-9a-f]{64}) ")
 
 
-def _from_browser(editor: Editor, *, state: dict | None = None, event: str | None = None) -> None:
-    """Deliver what the front end sends: a state update and/or a custom message, in that order."""
+def _from_browser(editor: Editor, *, state: dict | None = None, event: str | None = None,
+                  text: str | None = None) -> None:
+    """Deliver what the front end sends: a state update and/or a custom message (with the editor's ``text``), in
+    that order."""
     if state is not None:
         editor._handle_msg({"content": {"data": {"method": "update", "state": state, "buffer_paths": []}},
                             "buffers": []})
     if event is not None:
-        editor._handle_msg({"content": {"data": {"method": "custom", "content": {"event": event}}}, "buffers": []})
+        content = {"event": event, **({"value": text} if text is not None else {})}
+        editor._handle_msg({"content": {"data": {"method": "custom", "content": content}}, "buffers": []})
 
 
 def _inputs_hash() -> str:
@@ -56,6 +59,17 @@ def test_save_key_calls_on_save_with_the_latest_text():
     ed.on_build(lambda e: seen.append(("build", e.value)))
     _from_browser(ed, state={"value": "int y;\n"}, event="save")
     assert seen == [("save", "int y;\n")]
+
+
+def test_an_event_before_its_text_update_still_gives_the_callback_that_text():
+    """ipywidgets may hold the browser's last value update back while an earlier one is unanswered and send the
+    Ctrl-S message first: the message carries the editor's text, and the callback reads it."""
+    ed = Editor("int x;\n")
+    seen = []
+    ed.on_save(lambda e: seen.append(e.value))
+    _from_browser(ed, event="save", text="int x;\n// typed just before Ctrl-S\n")
+    _from_browser(ed, state={"value": "int x;\n// typed just before Ctrl-S\n"})  # the held-back update, late
+    assert seen == ["int x;\n// typed just before Ctrl-S\n"] and ed.value == seen[0]
 
 
 def test_build_key_calls_on_build():

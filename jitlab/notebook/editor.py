@@ -28,7 +28,7 @@ class Editor(anywidget.AnyWidget):
 
     Ctrl/Cmd-S calls the :meth:`on_save` callbacks and Shift-Enter the :meth:`on_build` ones (neither
     reaches the browser or JupyterLab: no save dialog, the cell does not run). The browser sends the
-    text to ``value`` about 150 ms after typing stops, and always just before save/build, so a
+    text to ``value`` about 150 ms after typing stops, and with every save/build event, so a
     callback reads the text the user sees. Setting ``value`` from Python replaces the text, keeping
     the cursor and scroll position, unless the user is typing at that moment (their edit wins).
 
@@ -94,7 +94,13 @@ class Editor(anywidget.AnyWidget):
         self._handlers["build"].register_callback(callback, remove=remove)
 
     def _handle_event(self, _widget, content, _buffers) -> None:
-        """A custom message from the browser: ``{"event": "save" | "build"}``; others are ignored."""
+        """A custom message from the browser: ``{"event": "save" | "build", "value": text}``; others are ignored.
+
+        The text comes with the event: ipywidgets may hold the browser's last ``value`` update back while an
+        earlier one is unanswered, and send the event first.
+        """
         event = content.get("event") if isinstance(content, dict) else None
         if event in self._handlers:
+            if isinstance(content.get("value"), str):
+                self.value = content["value"]
             self._handlers[event](self)

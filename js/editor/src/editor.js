@@ -1,7 +1,7 @@
 // jitlab's code editor: CodeMirror 6 as an anywidget front end (jitlab/notebook/editor.py is the
 // Python side). Synced traits: value, language ("cuda" | "cpp"), error_lines (1-based), read_only,
-// height. Custom messages to Python: {event: "save"} on Ctrl/Cmd-S, {event: "build"} on Shift-Enter,
-// each sent right after the latest text, so Python's handler reads what the user sees.
+// height. Custom messages to Python: {event: "save", value} on Ctrl/Cmd-S, {event: "build", value} on
+// Shift-Enter, each with the editor's text, so Python's handler reads what the user sees.
 // Bundled by build.mjs into jitlab/notebook/static/editor.js: nothing is fetched at run time.
 
 import {
@@ -171,7 +171,9 @@ function render({ model, el }) {
     model.set("value", view.state.doc.toString());
     model.save_changes();
   };
-  const send = (event) => () => { flush(); model.send({ event }); return true; };
+  // The event carries the text too: ipywidgets may hold a state update back while an earlier one is unanswered,
+  // but sends a custom message at once, so Python could see the event before the value it is about.
+  const send = (event) => () => { flush(); model.send({ event, value: view.state.doc.toString() }); return true; };
   const readOnlyExt = (ro) => [EditorState.readOnly.of(ro), EditorView.editable.of(!ro)];
 
   const view = new EditorView({

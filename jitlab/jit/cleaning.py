@@ -98,8 +98,8 @@ def clean(root: Path | None = None, older_than_s: float | None = None, headers: 
                 shutil.rmtree(folder)
                 done.removed += 1
             lock.unlink(missing_ok=True)
-        for memo in (root / m for m in MEMOS):
-            for record in memo.glob("*") if memo.is_dir() and not memo.is_symlink() else ():
+        for memo in (root / m for m in MEMOS if (root / m).is_dir() and not (root / m).is_symlink()):
+            for record in memo.iterdir():
                 if record.is_file() and (older_than_s is None or now - record.stat().st_mtime >= older_than_s):
                     record.unlink(missing_ok=True)
     tagged = cachedir.is_tagged(root)

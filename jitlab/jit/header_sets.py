@@ -18,19 +18,21 @@ from __future__ import annotations
 
 import re
 
-# The header sets, smallest first. Measured on 2 cores with GCC 12, an empty unit on each costs 3.5 s,
-# 6 s and 9.5 s; making them ~30 s, ~45 s and ~55 s.
+# The header sets, smallest first. With GCC 12 on 2 cores, an empty unit on ``host`` costs 1.75 CPU-s and on
+# ``casters`` 2.1 (``-O0``; docs/benchmarks.md, "make test toward five minutes, part 3"); making ``host`` takes
+# ~17 CPU-s, ``full`` ~35.
 HEADERS = ("host", "casters", "bind", "full")
 #: Where a unit that failed on a set may go, in order. A C++ snippet's ``host`` unit may also go to ``bind``
 #: (:func:`larger`); a CUDA snippet's not: ``bind`` lacks a CUDA torch's headers.
 LARGER = {"host": ("full",), "casters": ("bind", "full"), "bind": ("full",), "full": ()}
+#: The sets without CUDA headers: one set for C++ and CUDA snippets.
+NO_CUDA = ("casters", "bind")
 
 
 def larger(small: str, cuda: bool) -> tuple[str, ...]:
     """The sets a unit that failed on ``small`` may go to, in order (:data:`LARGER`)."""
     return ("bind", "full") if small == "host" and not cuda else LARGER[small]
-#: The sets without CUDA headers: one set for C++ and CUDA snippets.
-NO_CUDA = ("casters", "bind")
+
 
 _TORCH_UMBRELLAS = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]torch/(?:extension|all|torch|python)\.h[>"][^\n]*$',
                                re.MULTILINE)

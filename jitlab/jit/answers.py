@@ -95,13 +95,16 @@ _unsaved: set[Path] = set()
 
 def _keep(path: Path, answers: dict[str, str]) -> None:
     """Write the newest :data:`KEPT` answers atomically, into a cache folder a build has made (never making one
-    itself: until a build does, :func:`save` waits); a cache that cannot be written keeps none."""
+    itself: until a build does, :func:`save` waits); a cache that cannot be written, or that this user may not
+    trust (the build will refuse it, :func:`jitlab.jit.cachedir.untrusted`), keeps none."""
     tmp = None
     if not path.parent.is_dir():
         _unsaved.add(path)
         return
     _unsaved.discard(path)
     try:
+        if cachedir.untrusted(os.stat(path.parent)):
+            return
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".versions-", suffix=".tmp")
         cachedir.share(Path(tmp), fd)
         with os.fdopen(fd, "w") as f:

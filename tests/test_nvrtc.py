@@ -14,6 +14,10 @@ import jitlab
 from jitlab import CompileError
 from jitlab.errors import SnippetError
 
+# Each test builds in a cache of its own: never the checkout's build_cache/, which other workers' tests write too
+# (a memo rewritten there beside a test that had just corrupted it failed that test now and then).
+pytestmark = pytest.mark.usefixtures("cache")
+
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels"
 PLANTED = ROOT / "tests" / "fixtures" / "planted" / "hello_threads.cu"
@@ -81,6 +85,7 @@ def test_new_process_hit_reads_nvrtc_version_from_the_cache(scale):
 
     from jitlab import config
 
+    jitlab.jit.engines.nvrtc.version.cache_clear()  # asked once a process: this test's cache gets the memo
     first = _nvrtc(scale, arch="sm_90")
     memo = config.cache_dir() / ".nvrtc.json"
     seen = json.loads(memo.read_text())

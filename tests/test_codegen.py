@@ -35,11 +35,14 @@ def test_user_code_follows_a_line_directive():
 
 
 def test_torch_style_plan_declares_host_functions():
-    """square_matrix.cu: its host function is declared and bound by the generated binding unit."""
+    """square_matrix.cu: its host function is bound by a C-ABI entry at the end of its host unit, which calls it
+    by its qualified name with the argument it takes."""
     p = plan_of(KERNELS / "square_matrix.cu")
     assert p.kind == "torch" and [fn.name for fn in p.exported][0] == "square_matrix" and not p.binds_itself
-    bind = next(u for u in p.units if u.name == "bind.cpp")
-    assert "torch::Tensor square_matrix(torch::Tensor matrix);" in bind.text and 'm.def("square_matrix"' in bind.text
+    assert p.entries and "bind.cpp" not in [u.name for u in p.units]
+    host = next(u for u in p.units if u.name == "square_matrix.host.cpp")
+    assert host.entries and 'extern "C"' in host.text and "jitlab_entry_square_matrix(void** args, void* result)" in host.text
+    assert "new (result) at::Tensor(::square_matrix(*static_cast<at::Tensor*>(args[0])));" in host.text
 
 
 def test_snippet_with_own_pybind_module_is_not_rebound():

@@ -149,13 +149,13 @@ def test_entries_are_trusted_by_hash_or_by_size_and_stamp_where_asked(tmp_path, 
         (folder / "a.gch").write_bytes(b"x" * 100)
         return folder / "a.gch"
 
-    art = pch._made_once("torch-test-0", make, content=False)
-    assert pch._made_once("torch-test-0", make, content=False) == art and len(made) == 1
+    art = pch.made_once("torch-test-0", make, content=False)
+    assert pch.made_once("torch-test-0", make, content=False) == art and len(made) == 1
     art.write_bytes(b"y" * 100)  # same size, other bytes
     assert jcache.trusted_manifest(art.parent) is None  # by hash: not trusted
-    assert pch._made_once("torch-test-0", make, content=False) == art and len(made) == 2
+    assert pch.made_once("torch-test-0", make, content=False) == art and len(made) == 2
     art.write_bytes(b"y" * 99)
-    assert pch._made_once("torch-test-0", make, content=False) == art and len(made) == 3
+    assert pch.made_once("torch-test-0", make, content=False) == art and len(made) == 3
     assert art.read_bytes() == b"x" * 100
 
 
@@ -346,11 +346,10 @@ def test_printf_from_cpp_reaches_python(cache, write, capsys):
 @pytest.mark.slow
 def test_torch_style_cpp_snippets(use_shared_cache):
     """Torch-style C++ (seed 004's hello, a tensor function) builds, runs on CPU, reports C++ checks; its host
-    functions compile on the `host` header set and its binding unit on the casters, as a CUDA snippet's do."""
+    functions compile on the `host` header set with their C-ABI entries, one unit, as a CUDA snippet's do."""
     kernels = ROOT / "kernels"
     m = jitlab.load(kernels / "square_matrix_cpu.cpp")
-    assert {u["name"]: u["headers"] for u in m.build.manifest.units} == {"square_matrix_cpu.cpp": "host",
-                                                                         "bind.cpp": "casters"}
+    assert {u["name"]: u["headers"] for u in m.build.manifest.units} == {"square_matrix_cpu.cpp": "host"}
     x = torch.randn(3, 5)
     torch.testing.assert_close(m.square_matrix_cpu(x), x * x)
     with pytest.raises(RuntimeError, match="matrix must be 2-D"):

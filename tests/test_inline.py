@@ -233,17 +233,18 @@ def test_load_refuses_unknown_keyword_with_a_hint():
 
 
 def test_cuda_lecture_call_compiles_split_without_a_gpu(cache):
-    """A lecture-style CUDA load_inline compiles for sm_75 through the split units; a kernel edit recompiles
-    only the device unit."""
+    """A lecture-style CUDA load_inline compiles for sm_75 through the split units; its C++ source, which only
+    declares `square` for functions=, is no unit (the host unit ends with square's entry); a kernel edit
+    recompiles only the device unit."""
     args = dict(cpp_sources=[DECL], functions=["square"], extra_cuda_cflags=["-O2"], compile_only=True, arch=["sm_75"])
     b = torch_compat.build_inline("lecture", cuda_sources=[CUDA_SQUARE], **args)
     units = {u["name"]: u for u in b.manifest.units}
-    assert b.compile_only and {"lecture.device.cu", "lecture.host.cpp", "lecture.cpp"} <= set(units)
-    assert "square_kernel" in b.resources
+    assert b.compile_only and set(units) == {"lecture.device.cu", "lecture.host.cpp"}
+    assert "square_kernel" in b.resources and b.plan.entries and [fn.name for fn in b.plan.exported] == ["square"]
     edited = torch_compat.build_inline("lecture", cuda_sources=[CUDA_SQUARE.replace("x[i] * x[i]", "x[i] + x[i]")],
                                        **args)
     cached = {u["name"]: u["cached"] for u in edited.manifest.units}
-    assert cached == {"lecture.device.cu": False, "lecture.host.cpp": True, "lecture.cpp": True}
+    assert cached == {"lecture.device.cu": False, "lecture.host.cpp": True}
 
 
 def test_cuda_error_names_the_line_in_cuda_sources(cache):

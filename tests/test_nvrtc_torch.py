@@ -221,11 +221,12 @@ def test_every_torch_style_snippet_compiles_with_nvrtc(snippet, use_shared_cache
 @pytest.mark.slow
 def test_the_module_defines_the_kernel_symbols_inside_and_exports_the_setter(use_shared_cache):
     """The .so resolves every kernel and variable symbol inside itself (hidden), exports the slot setters and
-    its module init, and reaches the runtime's launch only through the wrapper."""
+    its functions' C-ABI entries, and reaches the runtime's launch only through the wrapper."""
     b = jitlab.build(FEATURES, compile_only=True, arch=ARCH, engine="nvrtc")
     so = jitlab.config.cache_dir() / b.manifest.library
     dynamic = subprocess.run(["nm", "-D", str(so)], capture_output=True, text=True, check=True).stdout
-    assert " T jitlab_slots_load" in dynamic and f" T PyInit_{b.manifest.module}" in dynamic
+    assert " T jitlab_slots_load" in dynamic and b.plan.exported
+    assert all(f" T jitlab_entry_{fn.name}\n" in dynamic for fn in b.plan.exported)
     undefined = {ln.split()[-1].split("@")[0] for ln in dynamic.splitlines() if " U " in ln}
     assert not any(s.startswith(("_Z12times_kernel", "_Z13square_kernel")) or s in ("c_bias", "d_calls")
                    for s in undefined)

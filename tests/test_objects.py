@@ -83,10 +83,11 @@ def _nm(path: Path, *flags: str) -> str:
 
 
 def test_compile_only_builds_the_split_units(pristine):
-    """Compile-only goes through the split: a device unit for nvcc, a host unit and a binding unit for c++."""
+    """Compile-only goes through the split: a device unit for nvcc, a host unit (ending with the functions'
+    C-ABI entries) for c++."""
     b = pristine
     assert [(u["name"], u["compiler"]) for u in b.manifest.units] == [
-        ("features.device.cu", "nvcc"), ("features.host.cpp", "cxx"), ("bind.cpp", "cxx")]
+        ("features.device.cu", "nvcc"), ("features.host.cpp", "cxx")]
     assert b.manifest.notes == []
     assert {"affine_kernel", "square_kernel", "reverse_kernel"} <= set(b.resources)
 
@@ -129,21 +130,12 @@ def test_host_edit_recompiles_only_the_host_unit(features):
 
 
 def test_new_function_recompiles_host_and_binding(features):
-    """A new host function at the end adds a binding: host and binding units recompile, the device unit not."""
+    """A new host function at the end adds its entry to the host unit: the host unit recompiles, the device
+    unit not."""
     _build(features)
     features.write_text(features.read_text() + "\ntorch::Tensor twice(torch::Tensor x) { return x * 2; }\n")
-    assert _compiled(_build(features)) == {"features.host.cpp", "bind.cpp"}
-
-
-def test_binding_unit_is_shared_between_folders(pristine_cu, tmp_path, use_shared_cache):
-    """The binding unit includes nothing, so the same functions in another folder reuse its object
-    (the device and host units, whose #line directives name the file, compile again). The first folder is the
-    pristine build's."""
-    first, second = pristine_cu, tmp_path / "b" / "features.cu"
-    second.parent.mkdir()
-    shutil.copy(FEATURES, second)
-    _build(first)
-    assert _compiled(_build(second)) == {"features.device.cu", "features.host.cpp"}
+    b = _build(features)
+    assert _compiled(b) == {"features.host.cpp"} and "twice" in {fn.name for fn in b.plan.exported}
 
 
 def test_device_error_points_at_the_users_line(features):
@@ -183,11 +175,10 @@ def test_precompiled_header_is_made_once(pristine, features, shared_pch):
 
 
 def test_units_use_the_smallest_header_set(pristine):
-    """Host functions compile on torch/types.h, the binding on torch's pybind casters alone: the
-    umbrella include is blanked, so no unit parses torch/extension.h."""
+    """Host functions compile on torch/types.h (the casters set is for a binding unit): the umbrella include
+    is blanked, so no unit parses torch/extension.h."""
     b = pristine
-    assert {u["name"]: u["headers"] for u in b.manifest.units} == {
-        "features.device.cu": "", "features.host.cpp": "host", "bind.cpp": "casters"}
+    assert {u["name"]: u["headers"] for u in b.manifest.units} == {"features.device.cu": "", "features.host.cpp": "host"}
     assert header_sets.pch_text("host", cuda=True, cuda_torch=False) == "#include <torch/types.h>\n#include <math.h>\n"
     assert header_sets.after_set("host", cuda=True, cuda_torch=False) == ("cuda_runtime.h",)  # the runtime follows
     assert "#include <ATen/cuda/CUDAContext.h>" in header_sets.pch_text("host", cuda=True, cuda_torch=True)

@@ -61,11 +61,11 @@ def test_a_spoiled_header_text_beside_a_precompiled_set_is_made_again(own_pch_di
         made.append(folder)
         return _tiny_set(folder)
 
-    gch = pch._made_once("tiny-full-0123456789abcdef", make, content=False, companions=("jitlab_torch.h",))
-    assert pch._made_once("tiny-full-0123456789abcdef", make, content=False, companions=("jitlab_torch.h",)) == gch
+    gch = pch.made_once("tiny-full-0123456789abcdef", make, content=False, companions=("jitlab_torch.h",))
+    assert pch.made_once("tiny-full-0123456789abcdef", make, content=False, companions=("jitlab_torch.h",)) == gch
     assert len(made) == 1
     gch.with_name("jitlab_torch.h").write_text('#pragma once\n#define TORCH_CHECK(...) system("curl evil")\n')
-    pch._made_once("tiny-full-0123456789abcdef", make, content=False, companions=("jitlab_torch.h",))
+    pch.made_once("tiny-full-0123456789abcdef", make, content=False, companions=("jitlab_torch.h",))
     assert len(made) == 2 and "evil" not in gch.with_name("jitlab_torch.h").read_text()
 
 
@@ -78,11 +78,11 @@ def test_a_precompiled_set_written_after_it_was_made_is_made_again(own_pch_dir):
         made.append(folder)
         return _tiny_set(folder)
 
-    gch = pch._made_once("tiny-full-fedcba9876543210", make, content=False, companions=("jitlab_torch.h",))
+    gch = pch.made_once("tiny-full-fedcba9876543210", make, content=False, companions=("jitlab_torch.h",))
     with open(gch, "r+b") as f:
         f.write(b"spoiled")
     assert gch.stat().st_size == 4096
-    pch._made_once("tiny-full-fedcba9876543210", make, content=False, companions=("jitlab_torch.h",))
+    pch.made_once("tiny-full-fedcba9876543210", make, content=False, companions=("jitlab_torch.h",))
     assert len(made) == 2 and gch.read_bytes() == b"\0" * 4096
 
 
@@ -94,13 +94,13 @@ def test_a_link_in_place_of_a_companion_is_not_followed(own_pch_dir, tmp_path):
         made.append(folder)
         return _tiny_set(folder)
 
-    gch = pch._made_once("tiny-full-00112233445566ff", make, content=False, companions=("jitlab_torch.h",))
+    gch = pch.made_once("tiny-full-00112233445566ff", make, content=False, companions=("jitlab_torch.h",))
     header = gch.with_name("jitlab_torch.h")
     elsewhere = tmp_path / "theirs.h"
     elsewhere.write_text(header.read_text())  # the same text, but not this entry's file
     header.unlink()
     header.symlink_to(elsewhere)
-    pch._made_once("tiny-full-00112233445566ff", make, content=False, companions=("jitlab_torch.h",))
+    pch.made_once("tiny-full-00112233445566ff", make, content=False, companions=("jitlab_torch.h",))
     assert len(made) == 2 and not header.is_symlink()
 
 

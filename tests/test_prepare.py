@@ -1,6 +1,6 @@
 """Torch's header sets made in the background when a notebook loads jitlab (jit/prepare.py).
 
-Most tests use a stand-in compiler (a fake ``pch._run`` that writes a small file after a short sleep and
+Most tests use a stand-in compiler (a fake ``pch.run_tool`` that writes a small file after a short sleep and
 counts its runs): they are about the mechanism, the lock and the messages, not GCC. One slow test makes
 torch's real sets in the background and builds a torch-style snippet meanwhile.
 """
@@ -51,17 +51,19 @@ def compiler(fresh, monkeypatch):
         Path(cmd[cmd.index("-o") + 1]).write_bytes(b"\0" * 4096)
         return ""
 
-    monkeypatch.setattr(pch, "_run", run)
+    monkeypatch.setattr(pch, "run_tool", run)
     return runs, fail
 
 
 def test_the_sets_made_are_the_ones_a_plain_build_starts_on(fresh):
     """The background makes, with a plain jitlab.load's flags, the set of every torch host unit of a CUDA
-    and a C++ snippet (names compared: same text, flags and toolchain)."""
-    made = {pch._describe("torch", flags, cuda, headers)[2] for flags, cuda, headers in prepare.wanted()}
+    and a C++ snippet (names compared: same text, flags and toolchain), and the binder their entries need."""
+    made = {pch._describe("torch", *w)[2] for w in prepare.wanted() if w is not prepare.BINDER}
+    assert prepare.BINDER in prepare.wanted()
     for snippet in ("square_matrix.cu", "square_matrix_cpu.cpp"):
         opts = Options(arch=["sm_90"])
         plan, archs, _ = builder.prepare([ROOT / "kernels" / snippet], opts)
+        assert plan.entries
         flags = object_flags(plan, archs, opts)
         cuda = any(u.compiler == "nvcc" for u in plan.units)
         for unit in (u for u in plan.units if u.compiler == "cxx" and u.torch):
@@ -115,7 +117,7 @@ def test_nothing_starts_and_nothing_is_said_when_the_sets_are_made(compiler, cap
     """With every set made, start() says nothing and starts no thread."""
     runs, _ = compiler
     for w in prepare.wanted():
-        pch.prepare(*w)
+        prepare.make(w)
     runs.clear()
     capsys.readouterr()
     prepare.start()
@@ -159,18 +161,18 @@ def test_a_script_that_prints_the_environment_starts_nothing(compiler, capsys):
 
 @pytest.mark.slow
 def test_a_torch_style_build_waits_for_the_real_sets_made_in_the_background(fresh, tmp_path, monkeypatch):
-    """torch's real CUDA sets made in the background; a compile-only torch-style build started meanwhile uses
-    them and runs the compiler for none (each set made once)."""
+    """torch's real CUDA host set and the binder made in the background; a compile-only torch-style build started
+    meanwhile uses them and runs the compiler for neither (each made once)."""
     monkeypatch.setenv("JITLAB_CACHE_DIR", str(tmp_path / "cache"))
     every = prepare.wanted
-    monkeypatch.setattr(prepare, "wanted", lambda: [w for w in every() if w[1]])  # CUDA's: host, casters
+    monkeypatch.setattr(prepare, "wanted", lambda: [w for w in every() if w[1] or w is prepare.BINDER])
     runs = []
-    real = pch._run
-    monkeypatch.setattr(pch, "_run", lambda cmd, folder, what: runs.append(folder.name) or real(cmd, folder, what))
+    real = pch.run_tool
+    monkeypatch.setattr(pch, "run_tool", lambda cmd, folder, what: runs.append(folder.name) or real(cmd, folder, what))
     prepare.start()
     time.sleep(1)
     b = builder.build([ROOT / "kernels" / "square_matrix.cu"], Options(compile_only=True, arch=["sm_90"]))
     prepare.wait()
-    assert {u["headers"] for u in b.manifest.units if u["compiler"] == "cxx"} == {"host", "casters"}
-    assert sorted(n.split("-")[1] for n in runs) == ["casters", "host"]
+    assert {u["headers"] for u in b.manifest.units if u["compiler"] == "cxx"} == {"host"}
+    assert sorted(n.split("-")[1] for n in runs) == ["binder", "host"]
 

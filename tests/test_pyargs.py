@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import jitlab
-from jitlab.jit.codegen import binding_unit
+from jitlab.jit.binding import binding_unit
 from jitlab.jit.parse import parse_file
 from jitlab.jit.pyargs import pyargs, required_defaults
 

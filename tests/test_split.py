@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jitlab.jit import builder, codegen, split
+from jitlab.jit import binding, builder, codegen, split
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import parse_file
 
@@ -135,8 +135,8 @@ def test_fallback_is_in_the_plan_with_its_reason(write):
                            "__global__ void k(torch::PackedTensorAccessor32<float, 1> x) {}\n"
                            "torch::Tensor f(torch::Tensor x) { return x; }\n")
     plan, _, _ = builder.prepare(path, Options(arch=["sm_90"], compile_only=True))
-    assert [u.name for u in plan.units] == ["acc.cu", "bind.cpp"]
-    assert plan.units[0].compiler == "nvcc" and plan.units[0].torch
+    assert [u.name for u in plan.units] == ["acc.cu"]
+    assert plan.units[0].compiler == "nvcc" and plan.units[0].torch and plan.units[0].entries
     assert plan.notes == ["acc.cu built as one translation unit: line 2: kernel `k` uses torch (torch::), "
                           "so nvcc must see torch's headers"]
 
@@ -162,12 +162,11 @@ def test_a_torch_style_key_holds_its_units_and_no_load_inline_encoding():
 
 
 def test_binding_unit_binds_what_load_inline_would():
-    """Without the snippet's own module, the binding unit defines every exported function as functions= would
+    """Where entries cannot bind them, the binding unit defines every exported function as functions= would
     (with its parameters' names, so keywords work)."""
     plan, _, _ = builder.prepare(KERNELS / "square_matrix.cu", Options(arch=["sm_90"], compile_only=True))
-    bind = next(u for u in plan.units if u.name == "bind.cpp")
-    assert bind.module and bind.compiler == "cxx"
+    text = binding.binding_unit(plan.exported)
     for fn in plan.exported:
         def_ = f'm.def("{fn.name}", torch::wrap_pybind_function({fn.name}), "{fn.name}", pybind11::arg("matrix"));'
-        assert def_ in bind.text
-    assert codegen.GENERATED in bind.text
+        assert def_ in text
+    assert codegen.GENERATED in text

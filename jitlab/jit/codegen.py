@@ -6,9 +6,10 @@ Two plans:
   :mod:`jitlab.jit.shims`' ``extern "C"`` shims, one per ``__global__`` kernel and host function, as one
   C++ and one CUDA unit. No torch header is compiled; Python calls the shims through ctypes.
 * **torch-style** (:class:`~jitlab.jit.plan.TorchPlan`): translation units, each compiled on its own: the
-  user's files (a ``.cu`` that uses torch split into a device and a host unit) with torch's headers, and a
-  generated binding unit that declares the exported host functions and binds them (or the snippet's own
-  ``PYBIND11_MODULE``, renamed to the build's module name).
+  user's files (a ``.cu`` that uses torch split into a device and a host unit) with torch's headers, each
+  host unit ending with C-ABI entries for the functions it exports (:mod:`jitlab.jit.cabi`), or a generated
+  binding unit that declares them and binds them with pybind11 (or the snippet's own ``PYBIND11_MODULE``,
+  renamed to the build's module name).
 
 Every user file is copied in after a ``#line 1 "<its path>"`` directive, so compiler messages point
 at the user's file and line, never at a generated one.
@@ -21,14 +22,13 @@ import re
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import ctypes_map, header_sets, macros, module_unit, ops, preproc
+from jitlab.jit import binding, ctypes_map, header_sets, macros, module_unit, ops, preproc
 from jitlab.jit import split as split_mod
-from jitlab.jit.plan import KernelPlan, TorchPlan, Unit
+from jitlab.jit.plan import GENERATED, KernelPlan, TorchPlan, Unit
 from jitlab.jit.parse import Function, SourceFile, line_directive
-from jitlab.jit.pyargs import declaration, pyargs, required_defaults
+from jitlab.jit.pyargs import required_defaults
 from jitlab.jit.shims import shim_unit
 
-GENERATED = "jitlab-generated"
 
 TORCH_CUDA_HEADERS = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
 TORCH_CPP_HEADERS = "#include <torch/extension.h>\n"
@@ -186,13 +186,14 @@ def _kernel_plan(files: list[SourceFile], stem: str) -> KernelPlan:
 
 def _torch_plan(files: list[SourceFile], stem: str) -> TorchPlan:
     registered = ops.operators(files)
-    binds_itself = any(f.pybind_module for f in files) or bool(registered)
+    inline = {} if registered else binding.inline_functions(files)  # load_inline's functions=, through entries
+    binds_itself = (any(f.pybind_module for f in files) and not inline) or bool(registered)
     exported, skipped = [], program_notes(files)
     user_types = _user_types(files)
     for f in files:
         for fn in f.functions:
-            if binds_itself and not registered:
-                continue  # its own PYBIND11_MODULE decides what Python sees
+            if (binds_itself and not registered) or (inline and fn.name not in inline):
+                continue  # its own PYBIND11_MODULE (or functions=) decides what Python sees
             reason = (_not_bindable(fn, user_types) or overload_reason(fn, f)
                       or (ops.role(fn.name, files) if registered else ""))
             if reason:
@@ -205,10 +206,10 @@ def _torch_plan(files: list[SourceFile], stem: str) -> TorchPlan:
             f"{', '.join(str(f.path) for f in files)}: no host function to bind; a torch-style snippet defines "
             f"e.g. `torch::Tensor square(torch::Tensor x)`; kernels alone need no torch (drop the torch include)"
         )
-    units, notes = torch_units(files, exported, binds_itself)
+    units, notes = torch_units(binding.unblocked(files) if inline else files, exported, binds_itself)
     return TorchPlan(stem=stem, cuda=any(f.language == "cuda" for f in files), files=files, include_dirs=_include_dirs(files), notes=notes,
                      exported=exported, skipped=skipped, printing=printing_functions(files), units=units,
-                     binds_itself=binds_itself, ops=registered)
+                     binds_itself=binds_itself, ops=registered, entries=any(u.entries for u in units), docs=inline)
 
 
 def torch_units(files: list[SourceFile], exported: list[Function], binds_itself: bool) -> tuple[list[Unit], list[str]]:
@@ -217,8 +218,10 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
     A ``.cu`` file that uses torch is split (:func:`jitlab.jit.split.split`) into a device unit
     and a host unit; one that cannot be split correctly is one nvcc unit with torch's headers, as
     ``load_inline`` builds it. A ``.cu`` without torch is one nvcc unit; a ``.cpp`` is a host unit.
-    Without the snippet's own ``PYBIND11_MODULE``, a generated binding unit defines the module; a split
-    file's own is a module unit of its own where it can be (:mod:`jitlab.jit.module_unit`).
+    Without the snippet's own ``PYBIND11_MODULE``, each host unit ends with the C-ABI entries of the functions
+    it defines (:mod:`jitlab.jit.cabi`), or, where a signature has a type no entry takes, a generated binding
+    unit defines the module; a split file's own is a module unit of its own where it can be
+    (:mod:`jitlab.jit.module_unit`).
     """
     units, notes, dirs, cuda = [], [], _include_dirs(files), any(f.language == "cuda" for f in files)
     for f in files:
@@ -251,22 +254,8 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
     if any(ops.blocks(f) for f in files):
         units.append(ops.registry_unit())
     elif not binds_itself:
-        bind = binding_unit(exported)
-        units.append(Unit("bind.cpp", "cxx", bind, torch=True, module=True, headers=header_sets.binding_set(bind)))
+        units = binding.bound(units, exported)
     return units, notes + ([] if binds_itself else [n for n in map(required_defaults, exported) if n])
-
-
-def binding_unit(fns: list[Function]) -> str:
-    """The generated binding unit: declarations, then the module ``load_inline``'s ``functions=`` makes."""
-    defs = "".join(f'  m.def("{fn.name}", torch::wrap_pybind_function({fn.name}), "{fn.name}"{pyargs(fn)});\n'
-                   for fn in fns)
-    return (line_directive(f"{GENERATED}.cpp") + declarations(fns)
-            + f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{defs}}}\n")
-
-
-def declarations(fns: list[Function]) -> str:
-    """C++ declarations of ``fns`` (no defaults), one per line, for a unit that calls them without defining them."""
-    return "".join(f"{declaration(fn)};\n" for fn in fns)
 
 
 def functions_of(fns: list[Function], files: list[SourceFile]) -> list[Function]:

@@ -16,6 +16,7 @@ from jitlab import config, output
 from jitlab.errors import ArgumentError, JitlabError
 from jitlab.jit import builder as build_mod
 from jitlab.jit import cache, emulator_run, emulator_support, macros, oplib, slotted
+from jitlab.jit.engines import binder
 from jitlab.jit.flags import Options
 from jitlab.jit.launch import Callable
 from jitlab.jit.plan import Build, TorchPlan
@@ -134,8 +135,8 @@ class Module:
         ops = b.plan.ops if isinstance(b.plan, TorchPlan) else []
         lines += [f"  ops: {op.describe()}" for op in ops]
         for n in [] if ops else self.functions:
-            f = self._fns[n]
-            lines.append(f"  {getattr(f, '__doc__', None) or n}")
+            doc = (getattr(self._fns[n], "__doc__", None) or n).strip()
+            lines.append(f"  {doc.splitlines()[0] if doc else n}")  # the signature (pybind11's first line)
         for n in self.shadowed:
             lines.append(f"  ({n}: the module's own .{n} takes the name; call it as [{n!r}](...) or .fn({n!r})(...))")
         for n, why in b.plan.skipped:
@@ -261,7 +262,7 @@ def _load_slotted(b: Build) -> Module:
     mod = _loaded.get(b.manifest.module)
     if mod is None:
         mod = Module(b)
-        _bind_torch(mod, b, sys.modules.get(b.manifest.module) or _import_extension(b.manifest.module, library))
+        _bind_torch(mod, b, b.manifest.module, library)
         _loaded[b.manifest.module] = mod
     mod.build = b
     slotted.fill(library, (b.folder / name).read_bytes(), b.manifest.kernels or {})
@@ -269,8 +270,12 @@ def _load_slotted(b: Build) -> Module:
     return mod
 
 
-def _bind_torch(mod: Module, b: Build, py=None) -> None:
-    py = py or sys.modules.get(b.name) or _import_extension(b.name, b.artifact)
+def _bind_torch(mod: Module, b: Build, name: str | None = None, library=None) -> None:
+    """The module ``name`` (default the build's) of the library (default the build's artifact), imported once a
+    process: a pybind11 extension, or the functions' C-ABI entries made a module (:func:`binder.module_of`)."""
+    name, library = name or b.name, library or b.artifact
+    py = sys.modules.get(name) or (binder.module_of(name, library, b.plan.exported, b.plan.docs) if b.plan.entries
+                                   else _import_extension(name, library))
     names = [n for n in dir(py) if not n.startswith("_")]
     for n in names:
         fn = getattr(py, n)

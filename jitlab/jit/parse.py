@@ -336,7 +336,7 @@ class _Walker:
                       if c.type == "type_qualifier" and c.text.decode("utf-8", "surrogateescape") not in INTERNAL_SPECIFIERS]
         returns = " ".join(type_quals + [_squash(type_node.text.decode("utf-8", "surrogateescape")) if type_node else "int"]) + stars
         params_node = declarator.child_by_field_name("parameters")
-        params = tuple(_params(params_node)) if params_node is not None else ()
+        params = tuple(parameters(params_node)) if params_node is not None else ()
         calls = _called_names(node.child_by_field_name("body"))
         self.out.functions.append(
             Function(
@@ -416,7 +416,8 @@ def _called_names(body: ts.Node | None) -> set[str]:
     return names
 
 
-def _params(node: ts.Node):
+def parameters(node: ts.Node):
+    """The parameters of a ``parameter_list`` node, as :class:`Param`."""
     named = [c for c in node.named_children if c.type in ("parameter_declaration", "optional_parameter_declaration")]
     if len(named) == 1 and named[0].text.decode("utf-8", "surrogateescape").strip() == "void":
         return

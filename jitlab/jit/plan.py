@@ -15,6 +15,10 @@ from pathlib import Path
 from typing import ClassVar
 
 
+#: The name jitlab's generated code is reported at (``jitlab-generated.cpp``, ``.cu``): never a user's file.
+GENERATED = "jitlab-generated"
+
+
 @dataclass(frozen=True)
 class Unit:
     """One translation unit to compile.
@@ -31,6 +35,7 @@ class Unit:
         source: The user's file it was made from (``""`` for generated code).
         deps: ``(path, SHA-256)`` of every header it includes from the snippet's or the user's
             include folders: part of its object's key, so a header edit recompiles it.
+        entries: Ends with the C-ABI entries of the functions it defines (:mod:`jitlab.jit.cabi`).
     """
 
     name: str
@@ -42,6 +47,7 @@ class Unit:
     headers: str = "full"
     source: str = ""
     deps: tuple[tuple[str, str], ...] = ()
+    entries: bool = False
 
 
 class UnitError(Exception):
@@ -289,12 +295,18 @@ class TorchPlan(ModulePlan):
             no binding is generated.
         ops: The operators the snippet registers (``TORCH_LIBRARY``): then it is loaded as a plain shared
             library, called through ``torch.ops``, and binds no other function.
+        entries: Its functions are called through C-ABI entries (:mod:`jitlab.jit.cabi`): the library is
+            loaded with ``ctypes`` and jitlab's binder makes the module, no pybind11 unit.
+        docs: Function name → docstring, for functions bound from ``load_inline``'s ``functions=`` block
+            through entries (:func:`jitlab.jit.binding.inline_functions`); a function not named has its name.
     """
 
     kind: ClassVar[str] = "torch"
     units: list[Unit]
     binds_itself: bool = False
     ops: list[Operator] = field(default_factory=list)
+    entries: bool = False
+    docs: dict[str, str] = field(default_factory=dict)
 
     @property
     def device_sources(self) -> list[str]:

@@ -1,10 +1,10 @@
 """One-time work a notebook starts in the background when it loads jitlab: torch's precompiled header sets.
 
-The first torch-style build waits for the precompiled torch header sets its host units start on (about
-30 s each on 2 cores, :mod:`jitlab.jit.engines.pch`): ``host`` and ``casters`` for a CUDA or a C++ snippet
-(the same two with a CPU torch), ``bind`` for ``load_inline``'s C++ sources. ``%load_ext jitlab`` and the
-lessons' first cell call :func:`start`, which makes the ones missing on background threads (CUDA's two side
-by side; the C++ ones after them, one thread alone), with the flags a plain
+The first torch-style build waits for the precompiled torch header set its host units start on (about
+30 s on 2 cores, :mod:`jitlab.jit.engines.pch`), ``host``, and for jitlab's binder (~5 s,
+:mod:`jitlab.jit.engines.binder`); a C++ file with a module of its own for ``bind``. ``%load_ext jitlab`` and
+the lessons' first cell call :func:`start`, which makes the ones missing on background threads (CUDA's
+``host`` and the binder side by side; the C++ ones after them, one thread alone), with the flags a plain
 ``jitlab.load`` uses, and says so in one line; a learner's first torch-style cell then finds them made or
 waits only for what is left. Nothing starts, and nothing is said, when every set is already made.
 
@@ -28,7 +28,7 @@ import threading
 
 from jitlab import config
 from jitlab.jit import toolchain
-from jitlab.jit.engines import pch
+from jitlab.jit.engines import binder, pch
 from jitlab.jit.flags import default_host_flags
 
 #: What :func:`start` says when it starts anything.
@@ -40,26 +40,33 @@ _threads: list[threading.Thread] = []
 _started = False
 
 
+#: jitlab's binder (:mod:`jitlab.jit.engines.binder`) among the sets: every torch-style build that binds its
+#: functions itself through C-ABI entries needs it.
+BINDER = (None, False, "binder")
+
+
 def wanted() -> list[tuple[object, bool, str]]:
     """``(flags, cuda, headers)`` of each set a first plain torch-style build needs here, in the order to make
-    them: CUDA's ``host`` and ``casters`` where nvcc is found, then C++ snippets' ``host`` and ``casters``
-    (where they are not CUDA's: with a CUDA torch, ``host``) and ``bind`` (``load_inline``'s C++ sources);
-    each set once."""
+    them: CUDA's ``host`` where nvcc is found and jitlab's binder (:data:`BINDER`), then C++ snippets' ``host``
+    (where it is not CUDA's: with a CUDA torch) and ``bind`` (a C++ file with a module of its own); each once."""
     if not toolchain.cxx_path():
         return []
     out = []
     if toolchain.nvcc_path():
-        cuda = default_host_flags(True)
-        out += [(cuda, True, "host"), (cuda, True, "casters")]
+        out.append((default_host_flags(True), True, "host"))
     cpp = default_host_flags(False)
-    out += [(cpp, False, "host"), (cpp, False, "casters"), (cpp, False, "bind")]
-    names = [pch.entry_name(*w) for w in out]
+    out += [BINDER, (cpp, False, "host"), (cpp, False, "bind")]
+    names = [_name(w) for w in out]
     return [w for i, w in enumerate(out) if names[i] not in names[:i]]
+
+
+def _name(w: tuple) -> str:
+    return "binder" if w is BINDER else pch.entry_name(*w)
 
 
 def missing() -> list[tuple[object, bool, str]]:
     """The sets of :func:`wanted` not made yet."""
-    return [w for w in wanted() if not pch.is_made(*w)]
+    return [w for w in wanted() if not (binder.is_made() if w is BINDER else pch.is_made(*w))]
 
 
 def start(say=print) -> None:
@@ -97,8 +104,8 @@ def _begin(say) -> None:
         return
     atexit.register(pch.stop_background)
     with _lock:
-        first = [_thread(f"jitlab-prepare-{w[2]}", [w], []) for w in todo if w[1]]
-        rest = [w for w in todo if not w[1]]
+        first = [_thread(f"jitlab-prepare-{w[2]}", [w], []) for w in todo if w[1] or w is BINDER]
+        rest = [w for w in todo if not (w[1] or w is BINDER)]
         if rest:
             _thread("jitlab-prepare-later", rest, first)
     say(LINE)
@@ -115,8 +122,13 @@ def _work(sets: list, after: list[threading.Thread]) -> None:
     """Make ``sets`` in order, once the threads ``after`` have ended."""
     for t in after:
         t.join()
-    for flags, cuda, headers in sets:
-        pch.prepare(flags, cuda, headers)
+    for w in sets:
+        make(w)
+
+
+def make(w: tuple) -> None:
+    """Make one item of :func:`wanted` as background work (a set, or the binder)."""
+    binder.prepare() if w is BINDER else pch.prepare(*w)
 
 
 def threads() -> list[threading.Thread]:

@@ -28,7 +28,7 @@ def _python_default(p: Param) -> str | None:
     return "pybind11::none()" if p.default in _NULLOPT and "optional" in p.base.lower() else None
 
 
-def _defaults(fn: Function) -> list[str | None]:
+def defaults(fn: Function) -> list[str | None]:
     """Each parameter's Python default: ``None`` where it has none, or a later parameter is required."""
     out: list[str | None] = []
     required = False
@@ -41,12 +41,12 @@ def _defaults(fn: Function) -> list[str | None]:
 
 def pyargs(fn: Function) -> str:
     """``, pybind11::arg("x"), pybind11::arg("alpha") = 2.0``: what ``m.def`` takes after the function."""
-    return "".join(f', pybind11::arg("{p.name}")' + (f" = {d}" if d else "") for p, d in zip(fn.params, _defaults(fn)))
+    return "".join(f', pybind11::arg("{p.name}")' + (f" = {d}" if d else "") for p, d in zip(fn.params, defaults(fn)))
 
 
 def required_defaults(fn: Function) -> str:
     """A build note for the C++ defaults of ``fn`` Python cannot give (``""`` when there are none)."""
-    kept = [f"`{p.text}`" for p, d in zip(fn.params, _defaults(fn)) if p.default is not None and d is None]
+    kept = [f"`{p.text}`" for p, d in zip(fn.params, defaults(fn)) if p.default is not None and d is None]
     if not kept:
         return ""
     return (f"{fn.name}(): {', '.join(kept)}: a default that is not a literal (or comes before one that is not) "

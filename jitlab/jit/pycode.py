@@ -14,5 +14,6 @@ from types import CodeType
 
 @functools.lru_cache(maxsize=512)
 def compiled(source: str, filename: str) -> CodeType:
-    """``compile(source, filename, "exec")``, once per distinct text."""
-    return compile(source, filename, "exec")
+    """``compile(source, filename, "exec")``, once per distinct text; this module's ``from __future__`` imports
+    are not inherited, so annotations in the text are evaluated (a function's signature shows ``torch.Tensor``)."""
+    return compile(source, filename, "exec", dont_inherit=True)

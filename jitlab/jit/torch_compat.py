@@ -29,7 +29,7 @@ from pathlib import Path
 
 from jitlab import config, progress, snippets
 from jitlab.errors import ArgumentError, CompileError
-from jitlab.jit import locks, origins, shellwords
+from jitlab.jit import binding, locks, origins, shellwords
 from jitlab.jit.flags import Options
 from jitlab.jit.origins import Origin
 
@@ -127,7 +127,7 @@ def materialize(name: str, cpp_sources, cuda_sources=None, functions=None, with_
     stem = folder.name
     parts = [] if no_implicit_headers else [(f"load_inline {name!r} implicit headers", "\n".join(CPP_PRELUDE))]
     parts += [(f"load_inline {name!r} cpp_sources[{i}]", s) for i, s in enumerate(cpp)]
-    bindings = binding_source(functions, with_pytorch_error_handling)
+    bindings = binding.functions_block(functions, with_pytorch_error_handling)
     if bindings is None and not python_module and not any("TORCH_LIBRARY" in t for t in (*cpp, *cuda)):
         bindings = "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {}"  # a plain library: bind nothing
     if bindings is not None:
@@ -193,29 +193,6 @@ def claimed(name: str, *texts):
     other = folder.with_name(f"{folder.name}__{digest}")
     with locks.build_lock(other.name, root=other.parent):
         yield other
-
-
-def binding_source(functions, with_pytorch_error_handling: bool = True) -> str | None:
-    """The ``PYBIND11_MODULE`` torch generates for ``functions=`` (names, or name → docstring), or ``None``."""
-    if functions is None:
-        return None
-    if isinstance(functions, str):
-        functions = [functions]
-    if isinstance(functions, (list, tuple)):
-        functions = {f: f for f in functions}
-    if not isinstance(functions, dict):
-        raise ArgumentError(f"functions= takes a list of names or a dict of name → docstring, "
-                            f"not {type(functions).__name__}")
-    lines = ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
-    for fn, doc in functions.items():
-        target = f"torch::wrap_pybind_function({fn})" if with_pytorch_error_handling else fn
-        lines.append(f'm.def("{fn}", {target}, {_c_string(str(doc))});')
-    return "\n".join([*lines, "}"])
-
-
-def _c_string(s: str) -> str:
-    """``s`` as a C string literal (torch pastes docstrings in unescaped; a quote in one broke its build)."""
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def _write(out: InlineSnippet, path: Path, parts: list[tuple[str, str]], caller: str | None) -> None:

@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 from jitlab.errors import SnippetError
-from jitlab.jit import codegen, flags, shims, toolchain
+from jitlab.jit import binding, codegen, flags, shims, toolchain
 from jitlab.jit import sources as jsources
 from jitlab.jit.launch import py_name
 from jitlab.jit.parse import SourceFile, language_of, parse_file
@@ -280,7 +280,7 @@ def _torch_units(pkg: Package) -> None:
     else:
         body = cpp_prelude + _includes(pkg, cpp)
         if not plan.binds_itself:
-            body += "\n" + codegen.declarations(codegen.functions_of(plan.exported, cu)) + pybind_module(plan.exported)
+            body += "\n" + binding.declarations(codegen.functions_of(plan.exported, cu)) + pybind_module(plan.exported)
             pkg.names = [fn.name for fn in plan.exported]
         else:
             pkg.names = sorted({py for f in plan.files for py in f.pybind_defs})

@@ -28,7 +28,7 @@ from pathlib import Path
 from jitlab import config, progress
 from jitlab.errors import SnippetError
 from jitlab.jit import cache, codegen, deps, diagnostics, header_sets, nvcc_shell, processes, toolchain
-from jitlab.jit.engines import linker, pch, torch_headers
+from jitlab.jit.engines import binder, linker, pch, torch_headers
 from jitlab.jit.flags import Options, object_flags
 from jitlab.jit.parse import SourceFile, line_directive
 from jitlab.jit.plan import Flags, Manifest, Object, TorchPlan, Unit, UnitError
@@ -47,8 +47,9 @@ def compile_all(units: list[Unit], flags: Flags, stem: str, sources: dict[str, s
     """Compile (or find) every unit's object, in parallel where they are independent.
 
     Host units go first when a device unit has kernel templates, whose instantiations are read from
-    the host objects; the precompiled header is made while nvcc works. ``cuda`` says whether host units
-    get CUDA's precompiled torch header (default: whether a unit is nvcc's).
+    the host objects; the precompiled header is made while nvcc works, and jitlab's binder
+    (:mod:`jitlab.jit.engines.binder`, once per toolchain) beside the units when one ends with C-ABI entries.
+    ``cuda`` says whether host units get CUDA's precompiled torch header (default: whether a unit is nvcc's).
 
     Raises:
         CompileError: The first unit that failed, at the user's file and line.
@@ -62,6 +63,7 @@ def compile_all(units: list[Unit], flags: Flags, stem: str, sources: dict[str, s
         try:
             # Longest first: with fewer workers than units (2 cores: 2), a short unit never delays the long
             # one. progress.submit: each thread names its unit in the build's live line.
+            made = progress.submit(pool, binder.library) if any(u.entries for u in units) else None
             futures = {progress.submit(pool, _compile, u, flags, stem, None) if u.compiler == "nvcc"
                        else progress.submit(pool, _compile_host, u, flags, stem, cuda): u for u in first}
             _collect(futures, done, sources)
@@ -70,6 +72,8 @@ def compile_all(units: list[Unit], flags: Flags, stem: str, sources: dict[str, s
                 futures = {progress.submit(pool, _compile, u, flags, stem, None, instantiations(u.templates, wanted)): u
                            for u in later}
                 _collect(futures, done, sources)
+            if made is not None:
+                made.result()
         except KeyboardInterrupt:  # Ctrl-C: the running compilers end now, not when they are done
             pool.shutdown(wait=False, cancel_futures=True)
             processes.end_all()

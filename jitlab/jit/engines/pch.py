@@ -123,7 +123,7 @@ def _precompiled(flags: Flags, cuda: bool, headers: str, user: tuple[str, ...]) 
                      f"{'~1 min' if headers == 'full' else '~30 s'} on 2 cores) ...", file=sys.stdout)
         gch = folder / "jitlab_torch.h.gch"
         with progress.doing(f"precompiling torch's headers ({headers})"):
-            _run([toolchain.require_tool(toolchain.cxx_path(), "c++"), "-x", "c++-header", str(header),
+            run_tool([toolchain.require_tool(toolchain.cxx_path(), "c++"), "-x", "c++-header", str(header),
                   "-o", str(gch), *cxx], folder, "precompiling torch's headers")
         return gch
 
@@ -131,7 +131,7 @@ def _precompiled(flags: Flags, cuda: bool, headers: str, user: tuple[str, ...]) 
     # per host unit, cache hits included. A set written to after it was made has another stamp; GCC
     # checks the compiler and flags a set was made with itself (-Winvalid-pch), and one it cannot use
     # is read as the header text beside it, which is hashed on every use: slower, never someone else's.
-    return _made_once(name, make, content=False, companions=("jitlab_torch.h",)).with_name("jitlab_torch.h")
+    return made_once(name, make, content=False, companions=("jitlab_torch.h",)).with_name("jitlab_torch.h")
 
 
 def after_set(cuda: bool, headers: str) -> tuple[str, ...]:
@@ -154,12 +154,18 @@ def is_made(flags: Flags, cuda: bool, headers: str) -> bool:
 
 def prepare(flags: Flags, cuda: bool, headers: str) -> None:
     """Make a set in the background, as a first build would, saying nothing: a build that needs it meanwhile
-    waits on its entry's lock; an error is kept for the first build that needs the set (:func:`_made_once`)."""
+    waits on its entry's lock; an error is kept for the first build that needs the set (:func:`made_once`)."""
+    in_background(_precompiled, flags, cuda, headers, ())
+
+
+def in_background(make: Callable, *args) -> None:
+    """``make(*args)`` as background work, saying nothing: its :func:`made_once` entries keep an error for the
+    first build that needs them instead of raising it here."""
     token = _background.set(True)
     try:
         with progress.quietly():
-            _precompiled(flags, cuda, headers, ())
-    except Exception:  # noqa: BLE001 - kept by _made_once for the build that needs the set; nothing to show here
+            make(*args)
+    except Exception:  # noqa: BLE001 - kept by made_once for the build that needs the entry; nothing to show here
         pass
     finally:
         _background.reset(token)
@@ -174,13 +180,13 @@ def declared_names(flags: Flags, cuda: bool, headers: str) -> frozenset[str]:
         header.write_text(text)
         cmd = [toolchain.require_tool(toolchain.cxx_path(), "c++"), "-x", "c++", "-E", "-dD", str(header), *cxx]
         with progress.doing(f"reading the names torch's headers declare ({headers})"):
-            out = _run(cmd, folder, "reading torch's headers")
+            out = run_tool(cmd, folder, "reading torch's headers")
         names = folder / "names.txt"
         code = _LITERALS.sub(" ", out)  # "model.py" names nothing
         names.write_text("\n".join(sorted(set(re.findall(r"[A-Za-z_]\w*", code)))) + "\n")
         return names
 
-    return frozenset(_made_once(name, make).read_text().split())
+    return frozenset(made_once(name, make).read_text().split())
 
 
 # String and character literals: the words in them are not names.
@@ -275,7 +281,7 @@ def _describe(kind: str, flags: Flags, cuda: bool, headers: str, user: tuple[str
     return text, cxx, f"{kind}-{headers}-{key}"
 
 
-def _made_once(name: str, make: Callable[[Path], Path], content: bool = True, companions=()) -> Path:
+def made_once(name: str, make: Callable[[Path], Path], content: bool = True, companions=()) -> Path:
     """The artifact of the entry ``name`` in the pch folder: ``make(folder)`` writes it on a miss, under
     the entry's lock, and the manifest is written last. ``content``: check its hash on every use, not
     only its size and stamp. ``companions``: names of small files ``make`` writes beside it, hashed on
@@ -323,7 +329,7 @@ _kept: dict[str, Exception] = {}
 _preparing: dict[str, float] = {}
 
 
-def _run(cmd: list[str], folder: Path, what: str) -> str:
+def run_tool(cmd: list[str], folder: Path, what: str) -> str:
     """Run the host compiler for a set; its command and output go to the entry's build.log."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     if _background.get():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -152,3 +153,20 @@ def test_cpp_load_inline_functions_keep_their_docstrings(use_shared_cache):
     assert m.half.__doc__ == "half(x: torch.Tensor) -> torch.Tensor\n\nHalve it.\n"
     assert [u["name"] for u in m.build.manifest.units] == ["docs.cpp"]
 
+
+
+@pytest.mark.slow
+def test_the_binder_links_a_c_runtime_named_on_its_line(tmp_path, monkeypatch):
+    """A compiler without a shared libstdc++ of its own has the process's named on the link line
+    (toolchain.runtime_ldflags): the binder links it, never reads it as C++ source."""
+    import subprocess
+
+    from jitlab.jit import toolchain
+    from jitlab.jit.engines import binder
+
+    runtime = subprocess.run([toolchain.cxx_path(), "-print-file-name=libstdc++.so"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    monkeypatch.setenv("JITLAB_PCH_DIR", str(tmp_path / "pch"))
+    monkeypatch.setattr(toolchain, "runtime_ldflags", lambda: [str(Path(runtime).resolve())])
+    library = binder.library()
+    assert library.is_file() and str(Path(runtime).resolve()) in (library.parent / "build.log").read_text()

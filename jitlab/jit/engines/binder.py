@@ -38,8 +38,10 @@ def library() -> Path:
         src, so = folder / "binder.cpp", folder / f"{NAME}.so"
         src.write_text(text)
         with progress.doing("compiling jitlab's binder (once per toolchain)"):
-            pch.run_tool([toolchain.require_tool(toolchain.cxx_path(), "c++"), "-x", "c++", "-shared", "-o", str(so),
-                          str(src), *cmd], folder, "compiling jitlab's binder")
+            # -x none after the source: a library named on the line (the C++ runtime, toolchain.runtime_ldflags)
+            # is linked, not read as C++.
+            pch.run_tool([toolchain.require_tool(toolchain.cxx_path(), "c++"), "-shared", "-o", str(so), "-x", "c++",
+                          str(src), "-x", "none", *cmd], folder, "compiling jitlab's binder")
         return so
 
     return pch.made_once(name, make)

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 import jitlab
-from jitlab.jit import binding, cabi, codegen, torch_compat
+from jitlab.jit import cabi, codegen, torch_compat
 from jitlab.jit.parse import parse_file
+from jitlab.jit.plan import Bound
 
 TYPES = """\
 #include <torch/extension.h>
@@ -132,9 +133,9 @@ def test_load_inline_functions_go_through_entries_and_a_declaring_source_is_no_u
     """load_inline's functions= block is read back: its functions are entries with their docstrings, and a C++
     source that only declares them compiles nothing (the file keeps the block torch writes)."""
     plan = _inline_plan(DECL, {"twice": "Double it."})
-    assert plan.entries and not plan.binds_itself and plan.docs == {"twice": "Double it."}
+    assert plan.entries and plan.bound == {"twice": Bound("twice", "Double it.", torch_errors=True)}
     assert [u.name for u in plan.units] == ["entries.device.cu", "entries.host.cpp"]
-    assert "PYBIND11_MODULE" in plan.files[0].text and binding.read_functions_block(plan.files[0].text)
+    assert "PYBIND11_MODULE" in plan.files[0].text  # the written file keeps torch's block
 
 
 def test_a_declaration_unlike_its_definition_keeps_the_block_as_torch_compiles_it(cache):
@@ -170,3 +171,58 @@ def test_the_binder_links_a_c_runtime_named_on_its_line(tmp_path, monkeypatch):
     monkeypatch.setattr(toolchain, "runtime_ldflags", lambda: [str(Path(runtime).resolve())])
     library = binder.library()
     assert library.is_file() and str(Path(runtime).resolve()) in (library.parent / "build.log").read_text()
+
+
+OWN = """\
+#include <torch/extension.h>
+torch::Tensor twice_impl(torch::Tensor x) { return x * 2; }
+void strict(int64_t n) { if (n < 0) throw std::invalid_argument("n < 0"); TORCH_CHECK_INDEX(n < 10, "n >= 10"); }
+void wrapped(int64_t n) { if (n < 0) throw std::invalid_argument("n < 0"); }
+PYBIND11_MODULE(my_ops, m) {
+    // the module's own names
+    m.def("twice",         // Python's name
+          &twice_impl,     // the C++ function
+          "Double it.");
+    m.def("strict", strict);
+    m.def("wrapped", torch::wrap_pybind_function(wrapped), "With torch's errors.");
+}
+"""
+
+
+def test_a_module_of_plain_defs_is_bound_through_entries(write):
+    """A snippet's own PYBIND11_MODULE of m.def lines: its functions are entries under the block's names, with
+    its docstrings and error handling, and the file is one unit on the host set (the block is blanked in it)."""
+    plan = codegen.plan([parse_file(write("own.cpp", OWN))], "own")
+    assert plan.binds_itself and plan.entries
+    assert {k: (b.name, b.doc, b.torch_errors) for k, b in plan.bound.items()} == {
+        "twice_impl": ("twice", "Double it.", False), "strict": ("strict", "", False),
+        "wrapped": ("wrapped", "With torch's errors.", True)}
+    [unit] = plan.units
+    assert unit.headers == "host" and not unit.module and "PYBIND11_MODULE" not in unit.text
+    user = unit.text[unit.text.index('#line 1 "'):unit.text.index('"jitlab-generated.cpp"')]
+    lines = user.splitlines()  # the #line directive, then the file's lines: the block's 8 kept, blank
+    assert lines[2].startswith("torch::Tensor twice_impl") and lines[5:13] == [""] * 8 and "m.def" not in user
+
+
+@pytest.mark.parametrize("line", ['m.def("twice", &twice_impl, py::arg("x"));', 'm.attr("answer") = 42;',
+                                  'm.def("twice", [](torch::Tensor x) { return x * 2; });'])
+def test_a_module_with_more_than_plain_defs_is_compiled_as_written(write, line):
+    """py::arg, attributes and lambdas: the block is the snippet's own pybind11 code, compiled as it is."""
+    text = OWN.replace('    m.def("strict", strict);\n', f"    {line}\n")
+    plan = codegen.plan([parse_file(write("own.cpp", text))], "own")
+    assert plan.binds_itself and not plan.entries and not plan.bound and plan.units[0].module
+
+
+@pytest.mark.slow
+def test_a_modules_functions_raise_as_its_bindings_would(use_shared_cache, write):
+    """Called through entries, `&f` keeps pybind11's exception mapping (std::invalid_argument is ValueError) and
+    torch's c10 errors (IndexError); torch::wrap_pybind_function's gives torch's (RuntimeError)."""
+    m = jitlab.load(write("own.cpp", OWN))
+    assert m.twice(torch.ones(2)).tolist() == [2.0, 2.0] and m.twice.__doc__.endswith("\n\nDouble it.\n")
+    with pytest.raises(ValueError, match="n < 0"):
+        m.strict(-1)
+    with pytest.raises(IndexError, match="n >= 10"):
+        m.strict(10)
+    with pytest.raises(RuntimeError, match="n < 0"):
+        m.wrapped(-1)
+    assert [u["name"] for u in m.build.manifest.units] == ["own.cpp"] and not hasattr(m, "twice_impl")

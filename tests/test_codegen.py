@@ -60,11 +60,14 @@ def test_each_kind_of_plan_has_only_its_own_fields():
 
 
 def test_hard_coded_module_name_is_renamed_in_the_copy_only():
-    """vector_add_binding.cpp says PYBIND11_MODULE(example_kernels, m): the copy uses TORCH_EXTENSION_NAME."""
+    """vector_add_binding.cpp says PYBIND11_MODULE(example_kernels, m): a copy compiled as written uses
+    TORCH_EXTENSION_NAME; bound through entries, the block is blanked in the copy and its names kept."""
     binding = KERNELS / "vector_add" / "vector_add_binding.cpp"
+    renamed = codegen.rename_module(parse_file(binding))
+    assert "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)" in renamed and "example_kernels" not in renamed
     p = plan_of(binding, KERNELS / "vector_add" / "vector_add.cu")
     cpp = "".join(u.text for u in p.units if u.compiler == "cxx")
-    assert "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)" in cpp and "example_kernels" not in cpp
+    assert "PYBIND11_MODULE" not in cpp and p.bound["vector_add_binding"].name == "vector_add"
     assert "PYBIND11_MODULE(example_kernels, m)" in binding.read_text()  # the user's file is untouched
 
 

@@ -5,21 +5,23 @@
 - else, where a signature has a type no entry takes, a **binding unit**: declarations and the
   ``PYBIND11_MODULE`` that ``load_inline``'s ``functions=`` makes, on the ``casters`` header set.
 
-``load_inline``'s ``functions=`` block itself is written here as torch writes it (:func:`functions_block`)
-and read back (:func:`read_functions_block`): a build calls those functions through entries as well, blanks
-the block from the unit (the file keeps it), and leaves out a C++ source that then only declares them.
+A snippet's own ``PYBIND11_MODULE`` of plain ``m.def`` lines (a user's, or the ``functions=`` block
+``load_inline`` writes, :func:`functions_block`) is read (:func:`module_functions`): a build calls those
+functions through entries as well, with the names, docstrings and error handling the block gives them,
+blanks the block from the unit (the file keeps it), and leaves out a C++ source that then only declares them.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-import re
+
+import tree_sitter as ts
 
 from jitlab.errors import ArgumentError
 from jitlab.jit import cabi, header_sets
 from jitlab.jit.parse import Function, SourceFile, line_directive, parameters, syntax_tree
-from jitlab.jit.plan import GENERATED, Unit
+from jitlab.jit.plan import GENERATED, Bound, Unit
 from jitlab.jit.pyargs import declaration, pyargs
 
 
@@ -28,9 +30,14 @@ def bound(units: list[Unit], fns: list[Function]) -> list[Unit]:
     """``units`` with the functions bound: entries at the end of the units that define them when each can be
     called so (:func:`cabi.supported`, in a unit with torch's headers), else a binding unit after them."""
     if fns and all(cabi.supported(fn) and any(u.torch and u.source == fn.path for u in units) for fn in fns):
-        return [_with_entries(u, fns) for u in units]
+        return with_entries(units, fns)
     text = binding_unit(fns)
     return [*units, Unit("bind.cpp", "cxx", text, torch=True, module=True, headers=header_sets.binding_set(text))]
+
+
+def with_entries(units: list[Unit], fns: list[Function]) -> list[Unit]:
+    """``units``, each ending with the C-ABI entries of the functions among ``fns`` it defines."""
+    return [_with_entries(u, fns) for u in units]
 
 
 def _with_entries(unit: Unit, fns: list[Function]) -> Unit:
@@ -83,50 +90,85 @@ def _c_string(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-# The block functions_block writes with torch's error handling, at the end of a file: (name, docstring) lines.
-_BLOCK = re.compile(r'\nPYBIND11_MODULE\(TORCH_EXTENSION_NAME, m\) \{\n((?:m\.def\("\w+", torch::wrap_pybind_function\(\w+\), '
-                    r'"(?:[^"\\\n]|\\.)*"\);\n)+)\}\s*\Z')
-_DEF = re.compile(r'm\.def\("(\w+)", torch::wrap_pybind_function\((\w+)\), ("(?:[^"\\\n]|\\.)*")\);')
+def module_functions(files: list[SourceFile]) -> dict[str, Bound]:
+    """C++ name → how a snippet's own ``PYBIND11_MODULE`` binds it, when entries can call every function it binds.
 
-
-def read_functions_block(text: str) -> dict[str, str]:
-    """Name → docstring of the ``functions=`` block that ends ``text`` (:func:`functions_block`), or ``{}``."""
-    found = _BLOCK.search(text)
-    if found is None:
-        return {}
-    defs = _DEF.findall(found.group(1))
-    if any(name != target for name, target, _ in defs):
-        return {}
-    return {name: ast.literal_eval(doc) for name, _, doc in defs}
-
-
-def without_functions_block(text: str) -> str:
-    """``text`` with its ``functions=`` block blanked, its lines kept."""
-    found = _BLOCK.search(text)
-    return text if found is None else text[:found.start()] + "\n" * found.group(0).count("\n")
-
-
-def inline_functions(files: list[SourceFile]) -> dict[str, str]:
-    """Name → docstring of the functions a ``functions=`` block binds, when entries can call them all: one file
-    has a module and it is that block; each function is defined once, at the top level, with a signature an
-    entry takes. Else ``{}`` (the block is compiled as written)."""
+    The block (a user's, or the one ``load_inline`` writes for ``functions=``) must be only ``m.def("name",
+    target[, "doc"]);`` statements, the target ``&f``, ``f`` or ``torch::wrap_pybind_function(f)``; one file
+    has it; each ``f`` is defined once, at the top level, with a signature an entry takes (:func:`cabi.supported`),
+    in a file compiled with torch's headers, and bound once; a file that binds a function defined in another
+    declares it as it is defined (else the build could bind another function than torch's would). Else ``{}``:
+    the block is compiled as written.
+    """
     owners = [f for f in files if f.pybind_module]
-    if len(owners) != 1:
+    if len(owners) != 1 or _module_block(owners[0].text) is None:
         return {}
-    block = read_functions_block(owners[0].text)
+    owner = owners[0]
+    found = _module_block(owner.text)[1]
     defined: dict[str, list[Function]] = {}
     for f in files:
         for fn in f.functions:
-            defined.setdefault(fn.name, []).append(fn)
-    declared = _prototypes(without_functions_block(owners[0].text))
-    for name in block:
-        fns = defined.get(name, [])
-        if len(fns) != 1 or fns[0].kind != "host" or fns[0].template or fns[0].internal or "::" in fns[0].qualname \
-                or not cabi.supported(fns[0]):
+            defined.setdefault(fn.name, []).append((fn, f))
+    declared = _prototypes(without_module_block(owner.text))
+    if len({b.name for b in found.values()}) < len(found):
+        return {}
+    for target in found:
+        fns = defined.get(target, [])
+        if len(fns) != 1:
             return {}
-        if fns[0].path != str(owners[0].path) and declared.get(name) != _linkage(fns[0].params):
-            return {}  # the block binds a declaration the definition may not match: compiled as written, as torch does
-    return block
+        fn, f = fns[0]
+        if fn.kind != "host" or fn.template or fn.internal or "::" in fn.qualname or not cabi.supported(fn) \
+                or not (f.language == "cpp" or f.uses_torch):
+            return {}
+        if f is not owner and declared.get(target) != _linkage(fn.params):
+            return {}
+    return found
+
+
+def _module_block(text: str) -> tuple[ts.Node, dict[str, Bound]] | None:
+    """The top-level ``PYBIND11_MODULE`` definition of ``text`` and what it binds, if it is only plain ``m.def``s."""
+    blocks = [n for n in syntax_tree(text.encode("utf-8", "surrogateescape")).root_node.named_children
+              if n.type == "function_definition" and (n.child_by_field_name("declarator") or n).text.startswith(b"PYBIND11_MODULE")]
+    body = blocks[0].child_by_field_name("body") if len(blocks) == 1 else None
+    params = blocks[0].child_by_field_name("declarator").child_by_field_name("parameters") if body is not None else None
+    if body is None or params is None or len(params.named_children) != 2:
+        return None
+    module = params.named_children[1].text.decode("utf-8", "surrogateescape")
+    found: dict[str, Bound] = {}
+    for stmt in body.named_children:
+        if stmt.type == "comment":
+            continue
+        call = stmt.named_children[0] if stmt.type == "expression_statement" and stmt.named_children else None
+        bound = _plain_def(call, module) if call is not None and call.type == "call_expression" else None
+        if bound is None or bound[0] in found:
+            return None
+        found[bound[0]] = bound[1]
+    return (blocks[0], found) if found else None
+
+
+def _plain_def(call: ts.Node, module: str) -> tuple[str, Bound] | None:
+    """``(C++ name, Bound)`` of ``m.def("name", target[, "doc"])``, or ``None`` for any other call."""
+    fn, args = call.child_by_field_name("function"), call.child_by_field_name("arguments")
+    if fn is None or args is None or fn.text.decode("utf-8", "surrogateescape").replace(" ", "") != f"{module}.def":
+        return None
+    real = [a for a in args.named_children if a.type != "comment"]
+    if len(real) not in (2, 3) or real[0].type != "string_literal" or (len(real) == 3 and real[2].type != "string_literal"):
+        return None
+    target, torch_errors = real[1], False
+    if target.type == "call_expression" and target.child_by_field_name("function").text == b"torch::wrap_pybind_function":
+        inner = [a for a in target.child_by_field_name("arguments").named_children if a.type != "comment"]
+        target, torch_errors = (inner[0] if len(inner) == 1 else None), True
+    if target is not None and target.type == "pointer_expression" and target.text.startswith(b"&"):
+        target = target.child_by_field_name("argument")
+    if target is None or target.type != "identifier":
+        return None
+    try:
+        name, *doc = (ast.literal_eval(a.text.decode("utf-8", "surrogateescape")) for a in (real[0], *real[2:]))
+    except (SyntaxError, ValueError):
+        return None
+    if not isinstance(name, str) or not name.isidentifier():
+        return None
+    return target.text.decode("utf-8", "surrogateescape"), Bound(name, str(doc[0]) if doc else "", torch_errors)
 
 
 def _linkage(params) -> tuple:
@@ -146,13 +188,23 @@ def _prototypes(text: str) -> dict[str, tuple]:
     return found
 
 
+def without_module_block(text: str) -> str:
+    """``text`` with its ``PYBIND11_MODULE`` definition blanked, its lines kept."""
+    found = _module_block(text)
+    if found is None:
+        return text
+    raw, node = text.encode("utf-8", "surrogateescape"), found[0]
+    return (raw[:node.start_byte] + b"\n" * raw[node.start_byte:node.end_byte].count(b"\n")
+            + raw[node.end_byte:]).decode("utf-8", "surrogateescape")
+
+
 def unblocked(files: list[SourceFile]) -> list[SourceFile]:
-    """``files`` as their units are made when :func:`inline_functions` binds their ``functions=`` block: the
-    block blanked (its lines kept), and a C++ file left with declarations only (:func:`declares_only`) left out."""
+    """``files`` as their units are made when :func:`module_functions` binds their module block through entries:
+    the block blanked (its lines kept), and a C++ file left with declarations only (:func:`declares_only`) left out."""
     out = []
     for f in files:
         if f.pybind_module:
-            f = dataclasses.replace(f, text=without_functions_block(f.text), pybind_module=None, pybind_defs={})
+            f = dataclasses.replace(f, text=without_module_block(f.text), pybind_module=None, pybind_defs={})
             if f.language == "cpp" and declares_only(f.text):
                 continue
         out.append(f)

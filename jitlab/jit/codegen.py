@@ -186,30 +186,32 @@ def _kernel_plan(files: list[SourceFile], stem: str) -> KernelPlan:
 
 def _torch_plan(files: list[SourceFile], stem: str) -> TorchPlan:
     registered = ops.operators(files)
-    inline = {} if registered else binding.inline_functions(files)  # load_inline's functions=, through entries
-    binds_itself = (any(f.pybind_module for f in files) and not inline) or bool(registered)
+    bound = {} if registered else binding.module_functions(files)  # its own module's m.defs, through entries
+    binds_itself = any(f.pybind_module for f in files) or bool(registered)
     exported, skipped = [], program_notes(files)
     user_types = _user_types(files)
     for f in files:
         for fn in f.functions:
-            if (binds_itself and not registered) or (inline and fn.name not in inline):
-                continue  # its own PYBIND11_MODULE (or functions=) decides what Python sees
+            if binds_itself and not registered and fn.name not in bound:
+                continue  # its own PYBIND11_MODULE decides what Python sees
             reason = (_not_bindable(fn, user_types) or overload_reason(fn, f)
                       or (ops.role(fn.name, files) if registered else ""))
             if reason:
                 skipped.append((fn.name, reason))
             else:
                 exported.append(fn)
+    if bound and len(exported) != len(bound):  # one it binds is not bindable here: the block compiles as written
+        exported, skipped, bound = [], [s for s in skipped if s[0] not in bound], {}
     _check_unique(exported, "rename one, or mark one `static` to keep it out of Python")
     if not binds_itself and not exported:
         raise SnippetError(
             f"{', '.join(str(f.path) for f in files)}: no host function to bind; a torch-style snippet defines "
             f"e.g. `torch::Tensor square(torch::Tensor x)`; kernels alone need no torch (drop the torch include)"
         )
-    units, notes = torch_units(binding.unblocked(files) if inline else files, exported, binds_itself)
+    units, notes = torch_units(binding.unblocked(files) if bound else files, exported, binds_itself and not bound)
     return TorchPlan(stem=stem, cuda=any(f.language == "cuda" for f in files), files=files, include_dirs=_include_dirs(files), notes=notes,
                      exported=exported, skipped=skipped, printing=printing_functions(files), units=units,
-                     binds_itself=binds_itself, ops=registered, entries=any(u.entries for u in units), docs=inline)
+                     binds_itself=binds_itself, ops=registered, entries=any(u.entries for u in units), bound=bound)
 
 
 def torch_units(files: list[SourceFile], exported: list[Function], binds_itself: bool) -> tuple[list[Unit], list[str]]:

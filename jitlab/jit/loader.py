@@ -274,7 +274,7 @@ def _bind_torch(mod: Module, b: Build, name: str | None = None, library=None) ->
     """The module ``name`` (default the build's) of the library (default the build's artifact), imported once a
     process: a pybind11 extension, or the functions' C-ABI entries made a module (:func:`binder.module_of`)."""
     name, library = name or b.name, library or b.artifact
-    py = sys.modules.get(name) or (binder.module_of(name, library, b.plan.exported, b.plan.docs) if b.plan.entries
+    py = sys.modules.get(name) or (binder.module_of(name, library, b.plan.exported, b.plan.bound) if b.plan.entries
                                    else _import_extension(name, library))
     names = [n for n in dir(py) if not n.startswith("_")]
     for n in names:

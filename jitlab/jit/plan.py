@@ -59,6 +59,21 @@ class UnitError(Exception):
 
 
 @dataclass(frozen=True)
+class Bound:
+    """How a module block binds one function: ``m.def(name, target, doc)``.
+
+    Attributes:
+        name: The Python name.
+        doc: The docstring (``""`` when the block gives none).
+        torch_errors: Called inside torch's error handling (``torch::wrap_pybind_function``), else pybind11's.
+    """
+
+    name: str
+    doc: str = ""
+    torch_errors: bool = True
+
+
+@dataclass(frozen=True)
 class Flags:
     """The command-line flags of one build (no inputs or outputs).
 
@@ -297,8 +312,9 @@ class TorchPlan(ModulePlan):
             library, called through ``torch.ops``, and binds no other function.
         entries: Its functions are called through C-ABI entries (:mod:`jitlab.jit.cabi`): the library is
             loaded with ``ctypes`` and jitlab's binder makes the module, no pybind11 unit.
-        docs: Function name → docstring, for functions bound from ``load_inline``'s ``functions=`` block
-            through entries (:func:`jitlab.jit.binding.inline_functions`); a function not named has its name.
+        bound: C++ name → how the snippet's own module block binds it, when its functions are called through
+            entries (:func:`jitlab.jit.binding.module_functions`); a function not in it is bound under its own
+            name, its name as its docstring, with torch's error handling (as ``functions=`` binds).
     """
 
     kind: ClassVar[str] = "torch"
@@ -306,7 +322,7 @@ class TorchPlan(ModulePlan):
     binds_itself: bool = False
     ops: list[Operator] = field(default_factory=list)
     entries: bool = False
-    docs: dict[str, str] = field(default_factory=dict)
+    bound: dict[str, Bound] = field(default_factory=dict)
 
     @property
     def device_sources(self) -> list[str]:

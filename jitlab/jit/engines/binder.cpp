@@ -78,6 +78,7 @@ struct Spec {
   std::vector<int> params;
   int result;
   std::string name, signature;
+  bool torch_errors;  // torch's handling (wrap_pybind_function's), else pybind11's own translators
 };
 
 // pybind11's own words for arguments its casters refuse.
@@ -99,10 +100,13 @@ py::object call(const Spec& s, const py::args& args) {
     values[i] = slots[i].value;
   }
   alignas(std::max_align_t) unsigned char result[64];
+  if (!s.torch_errors) {
+    s.entry(values, result);
+    return s.result == kVoid ? py::none() : take(s.result, result);
+  }
   HANDLE_TH_ERRORS
   s.entry(values, result);
-  if (s.result == kVoid) return py::none();
-  return take(s.result, result);
+  return s.result == kVoid ? py::none() : take(s.result, result);
   END_HANDLE_TH_ERRORS_PYBIND
 }
 
@@ -110,10 +114,10 @@ py::object call(const Spec& s, const py::args& args) {
 
 PYBIND11_MODULE(jitlab_binder, m) {
   m.def("function", [](std::uintptr_t address, std::vector<int> params, int result, std::string name,
-                       std::string signature) {
+                       std::string signature, bool torch_errors) {
     if (params.size() > kMaxArgs) throw py::value_error("jitlab binder: more parameters than JITLAB_MAX_ARGS");
     auto spec = std::make_shared<const Spec>(Spec{reinterpret_cast<Entry>(address), std::move(params), result,
-                                                  std::move(name), std::move(signature)});
+                                                  std::move(name), std::move(signature), torch_errors});
     return py::cpp_function([spec](py::args args) { return call(*spec, args); }, py::name(spec->name.c_str()));
   });
 }

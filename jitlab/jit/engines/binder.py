@@ -25,6 +25,7 @@ from jitlab.jit import cabi, cache, pycode, toolchain
 from jitlab.jit.engines import pch
 from jitlab.jit.flags import default_host_flags
 from jitlab.jit.parse import Function
+from jitlab.jit.plan import Bound
 
 NAME = "jitlab_binder"
 SOURCE = Path(__file__).with_name("binder.cpp")
@@ -85,9 +86,10 @@ def module() -> types.ModuleType:
         return _imported[0]
 
 
-def module_of(name: str, path: Path, fns: list[Function], docs: dict[str, str] | None = None) -> types.ModuleType:
-    """A module named ``name`` of the functions ``fns`` whose entries the library at ``path`` holds, each with
-    its docstring in ``docs`` (default its name), after its signature as pybind11 writes it.
+def module_of(name: str, path: Path, fns: list[Function], bound: dict[str, Bound] | None = None) -> types.ModuleType:
+    """A module named ``name`` of the functions ``fns`` whose entries the library at ``path`` holds, each under the
+    name, with the docstring (after its signature, as pybind11 writes it) and the error handling ``bound`` gives
+    it (default: its own name, its name as docstring, torch's error handling).
 
     A function whose entry is not in the library (its ``#if`` left it out of this build) is not in the module.
 
@@ -104,16 +106,17 @@ def module_of(name: str, path: Path, fns: list[Function], docs: dict[str, str] |
         symbol = getattr(lib, cabi.entry_name(fn), None)
         if symbol is None:
             continue
+        how = (bound or {}).get(fn.name) or Bound(fn.name, fn.name)
         signature = cabi.signature(fn)
         text, values = cabi.python_source(fn)
         entry = make(ctypes.cast(symbol, ctypes.c_void_p).value, [cabi.param_code(p) for p in fn.params],
-                     cabi.result_code(fn), fn.name, signature)
+                     cabi.result_code(fn), how.name, signature, how.torch_errors)
         namespace = {"torch": torch, "_entry": entry, **values}
         exec(pycode.compiled(text, f"<jitlab entry {fn.name}>"), namespace)  # noqa: S102 - jitlab's own text
         function = namespace["_function"]
-        function.__name__ = function.__qualname__ = fn.name
+        function.__name__ = function.__qualname__ = how.name
         function.__module__ = name
-        function.__doc__ = f"{fn.name}{signature}\n\n{(docs or {}).get(fn.name, fn.name)}\n"  # as pybind11 writes it
-        setattr(py, fn.name, function)
+        function.__doc__ = f"{how.name}{signature}\n" + (f"\n{how.doc}\n" if how.doc else "")  # as pybind11 writes it
+        setattr(py, how.name, function)
     sys.modules[name] = py
     return py

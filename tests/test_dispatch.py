@@ -40,7 +40,8 @@ torch::Tensor scale(torch::Tensor x) {
   return y;
 }
 """
-MODULE = '\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scale", &scale); }\n'
+# An attribute besides the m.def: the block is the snippet's own pybind11 code, compiled as written in a module unit.
+MODULE = '\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scale", &scale); m.attr("kind") = "dispatch"; }\n'
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
                                 reason="needs nvcc")

@@ -25,7 +25,6 @@ from jitlab.jit.plan import GENERATED, Bound, Unit
 from jitlab.jit.pyargs import declaration, pyargs
 
 
-
 def bound(units: list[Unit], fns: list[Function]) -> list[Unit]:
     """``units`` with the functions bound: entries at the end of the units that define them when each can be
     called so (:func:`cabi.supported`, in a unit with torch's headers), else a binding unit after them."""
@@ -61,7 +60,7 @@ def declarations(fns: list[Function]) -> str:
     return "".join(f"{declaration(fn)};\n" for fn in fns)
 
 
-# ---- load_inline's functions= block -------------------------------------------------------------------
+# ---- module blocks: the one load_inline writes for functions=, and a snippet's own ---------------------
 
 def functions_block(functions, with_pytorch_error_handling: bool = True) -> str | None:
     """The ``PYBIND11_MODULE`` torch generates for ``functions=`` (names, or name → docstring), or ``None``.
@@ -101,11 +100,11 @@ def module_functions(files: list[SourceFile]) -> dict[str, Bound]:
     the block is compiled as written.
     """
     owners = [f for f in files if f.pybind_module]
-    if len(owners) != 1 or _module_block(owners[0].text) is None:
+    block = _module_block(owners[0].text) if len(owners) == 1 else None
+    if block is None:
         return {}
-    owner = owners[0]
-    found = _module_block(owner.text)[1]
-    defined: dict[str, list[Function]] = {}
+    owner, found = owners[0], block[1]
+    defined: dict[str, list[tuple[Function, SourceFile]]] = {}
     for f in files:
         for fn in f.functions:
             defined.setdefault(fn.name, []).append((fn, f))
@@ -128,7 +127,8 @@ def module_functions(files: list[SourceFile]) -> dict[str, Bound]:
 def _module_block(text: str) -> tuple[ts.Node, dict[str, Bound]] | None:
     """The top-level ``PYBIND11_MODULE`` definition of ``text`` and what it binds, if it is only plain ``m.def``s."""
     blocks = [n for n in syntax_tree(text.encode("utf-8", "surrogateescape")).root_node.named_children
-              if n.type == "function_definition" and (n.child_by_field_name("declarator") or n).text.startswith(b"PYBIND11_MODULE")]
+              if n.type == "function_definition"
+              and (n.child_by_field_name("declarator") or n).text.startswith(b"PYBIND11_MODULE")]
     body = blocks[0].child_by_field_name("body") if len(blocks) == 1 else None
     params = blocks[0].child_by_field_name("declarator").child_by_field_name("parameters") if body is not None else None
     if body is None or params is None or len(params.named_children) != 2:
@@ -139,10 +139,10 @@ def _module_block(text: str) -> tuple[ts.Node, dict[str, Bound]] | None:
         if stmt.type == "comment":
             continue
         call = stmt.named_children[0] if stmt.type == "expression_statement" and stmt.named_children else None
-        bound = _plain_def(call, module) if call is not None and call.type == "call_expression" else None
-        if bound is None or bound[0] in found:
+        read = _plain_def(call, module) if call is not None and call.type == "call_expression" else None
+        if read is None or read[0] in found:
             return None
-        found[bound[0]] = bound[1]
+        found[read[0]] = read[1]
     return (blocks[0], found) if found else None
 
 

@@ -9,7 +9,7 @@ Two plans:
   user's files (a ``.cu`` that uses torch split into a device and a host unit) with torch's headers, each
   host unit ending with C-ABI entries for the functions it exports (:mod:`jitlab.jit.cabi`), or a generated
   binding unit that declares them and binds them with pybind11 (or the snippet's own ``PYBIND11_MODULE``,
-  renamed to the build's module name).
+  renamed to the build's module name, unless it is plain ``m.def`` lines, which entries bind as it says).
 
 Every user file is copied in after a ``#line 1 "<its path>"`` directive, so compiler messages point
 at the user's file and line, never at a generated one.
@@ -220,7 +220,8 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
     A ``.cu`` file that uses torch is split (:func:`jitlab.jit.split.split`) into a device unit
     and a host unit; one that cannot be split correctly is one nvcc unit with torch's headers, as
     ``load_inline`` builds it. A ``.cu`` without torch is one nvcc unit; a ``.cpp`` is a host unit.
-    Without the snippet's own ``PYBIND11_MODULE``, each host unit ends with the C-ABI entries of the functions
+    Without the snippet's own ``PYBIND11_MODULE`` (or with one of plain ``m.def`` lines, blanked from the files
+    given here: :func:`binding.module_functions`), each host unit ends with the C-ABI entries of the functions
     it defines (:mod:`jitlab.jit.cabi`), or, where a signature has a type no entry takes, a generated binding
     unit defines the module; a split file's own is a module unit of its own where it can be
     (:mod:`jitlab.jit.module_unit`).

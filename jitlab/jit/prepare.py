@@ -2,10 +2,9 @@
 
 The first torch-style build waits for the precompiled torch header set its host units start on (about
 30 s on 2 cores, :mod:`jitlab.jit.engines.pch`), ``host``, and for jitlab's binder (~5 s,
-:mod:`jitlab.jit.engines.binder`); a C++ file with a module of its own for ``bind``. ``%load_ext jitlab`` and
-the lessons' first cell call :func:`start`, which makes the ones missing on background threads (CUDA's
-``host`` and the binder side by side; the C++ ones after them, one thread alone), with the flags a plain
-``jitlab.load`` uses, and says so in one line; a learner's first torch-style cell then finds them made or
+:mod:`jitlab.jit.engines.binder`). ``%load_ext jitlab`` and the lessons' first cell call :func:`start`,
+which makes the ones missing on background threads (CUDA's ``host`` and the binder side by side; the C++
+``host`` after them, one thread alone), with the flags a plain ``jitlab.load`` uses, and says so in one line; a learner's first torch-style cell then finds them made or
 waits only for what is left. Nothing starts, and nothing is said, when every set is already made.
 
 The threads make each set through the same cache entry a build does: a build that needs a set meanwhile
@@ -48,14 +47,16 @@ BINDER = (None, False, "binder")
 def wanted() -> list[tuple[object, bool, str]]:
     """``(flags, cuda, headers)`` of each set a first plain torch-style build needs here, in the order to make
     them: CUDA's ``host`` where nvcc is found and jitlab's binder (:data:`BINDER`), then C++ snippets' ``host``
-    (where it is not CUDA's: with a CUDA torch) and ``bind`` (a C++ file with a module of its own); each once."""
+    (where it is not CUDA's: with a CUDA torch); each once. Every torch-style snippet of the lessons builds on
+    these; ``casters``, ``bind`` and ``full`` (a module block with more than plain ``m.def`` lines, code that
+    names pybind11) are made by the build that needs them."""
     if not toolchain.cxx_path():
         return []
     out = []
     if toolchain.nvcc_path():
         out.append((default_host_flags(True), True, "host"))
     cpp = default_host_flags(False)
-    out += [BINDER, (cpp, False, "host"), (cpp, False, "bind")]
+    out += [BINDER, (cpp, False, "host")]
     names = [_name(w) for w in out]
     return [w for i, w in enumerate(out) if names[i] not in names[:i]]
 

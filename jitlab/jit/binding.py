@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 
 import tree_sitter as ts
 
@@ -126,8 +127,7 @@ def module_functions(files: list[SourceFile]) -> dict[str, Bound]:
 
 def _module_block(text: str) -> tuple[ts.Node, dict[str, Bound]] | None:
     """The top-level ``PYBIND11_MODULE`` definition of ``text`` and what it binds, if it is only plain ``m.def``s."""
-    blocks = [n for n in syntax_tree(text.encode("utf-8", "surrogateescape")).root_node.named_children
-              if n.type == "function_definition"
+    blocks = [n for n in _top_level(text) if n.type == "function_definition"
               and (n.child_by_field_name("declarator") or n).text.startswith(b"PYBIND11_MODULE")]
     body = blocks[0].child_by_field_name("body") if len(blocks) == 1 else None
     params = blocks[0].child_by_field_name("declarator").child_by_field_name("parameters") if body is not None else None
@@ -171,6 +171,13 @@ def _plain_def(call: ts.Node, module: str) -> tuple[str, Bound] | None:
     return target.text.decode("utf-8", "surrogateescape"), Bound(name, str(doc[0]) if doc else "", torch_errors)
 
 
+@functools.lru_cache(maxsize=16)
+def _top_level(text: str) -> tuple[ts.Node, ...]:
+    """The top-level nodes of ``text``'s syntax tree, parsed once: a plan reads an owner's text (and the text
+    with its block blanked) three times, and every build of a snippet plans it again."""
+    return tuple(syntax_tree(text.encode("utf-8", "surrogateescape")).root_node.named_children)
+
+
 def _linkage(params) -> tuple:
     """What of a parameter list names the function to the linker (the types; a top-level const does not)."""
     return tuple((p.base.replace("const ", ""), p.pointer, p.reference, p.const and (p.pointer or p.reference))
@@ -180,7 +187,7 @@ def _linkage(params) -> tuple:
 def _prototypes(text: str) -> dict[str, tuple]:
     """Name → :func:`_linkage` of each function a C++ text declares at its top level."""
     found = {}
-    for node in syntax_tree(text.encode("utf-8", "surrogateescape")).root_node.named_children:
+    for node in _top_level(text):
         for d in node.named_children if node.type == "declaration" else ():
             name, params = d.child_by_field_name("declarator"), d.child_by_field_name("parameters")
             if d.type == "function_declarator" and name is not None and params is not None:
@@ -217,7 +224,7 @@ _DECLARATIONS = ("preproc_include", "preproc_call", "preproc_def", "preproc_func
 
 def declares_only(text: str) -> bool:
     """Whether a C++ text only includes headers and declares functions (nothing to compile into an object)."""
-    for node in syntax_tree(text.encode("utf-8", "surrogateescape")).root_node.named_children:
+    for node in _top_level(text):
         if node.type in _DECLARATIONS:
             continue
         if node.type != "declaration" or any(c.type == "init_declarator" for c in node.named_children):

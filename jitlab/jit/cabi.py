@@ -94,7 +94,7 @@ def param_code(p: Param) -> int | None:
 
 def result_code(fn: Function) -> int | None:
     """The code of what ``fn`` returns (:data:`VOID` for ``void``), or ``None`` when no entry can return it."""
-    spelled = canonical(fn.returns.replace("inline", "").replace("extern", ""))
+    spelled = canonical(fn.returns)
     if spelled == "void":
         return VOID
     code = _CODES.get(spelled)

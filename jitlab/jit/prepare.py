@@ -4,8 +4,9 @@ The first torch-style build waits for the precompiled torch header set its host 
 30 s on 2 cores, :mod:`jitlab.jit.engines.pch`), ``host``, and for jitlab's binder (~5 s,
 :mod:`jitlab.jit.engines.binder`). ``%load_ext jitlab`` and the lessons' first cell call :func:`start`,
 which makes the ones missing on background threads (CUDA's ``host`` and the binder side by side; the C++
-``host`` after them, one thread alone), with the flags a plain ``jitlab.load`` uses, and says so in one line; a learner's first torch-style cell then finds them made or
-waits only for what is left. Nothing starts, and nothing is said, when every set is already made.
+``host`` after them, one thread alone), with the flags a plain ``jitlab.load`` uses, and says so in one
+line; a learner's first torch-style cell then finds them made or waits only for what is left. Nothing
+starts, and nothing is said, when every set is already made.
 
 The threads make each set through the same cache entry a build does: a build that needs a set meanwhile
 waits on its lock (and says so), never makes it twice; an error is kept and raised once, by the first

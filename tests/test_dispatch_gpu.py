@@ -106,13 +106,14 @@ def test_kernel_edit_then_host_edit(write, cache):
 
 
 def test_own_module_and_half(write, cache):
-    """AT_DISPATCH_FLOATING_TYPES_AND_HALF with c10::cuda::CUDAGuard and its own PYBIND11_MODULE: the module
-    is a unit of its own (on the casters set), the host functions on host; float/double/half are right, bfloat16 is
-    refused by the dispatch, and a host edit recompiles only the host unit and still runs right."""
+    """AT_DISPATCH_FLOATING_TYPES_AND_HALF with c10::cuda::CUDAGuard and its own PYBIND11_MODULE: the block's
+    plain `m.def` is bound through the host unit's C-ABI entry (no module unit, its docstring kept), on the host
+    set alone; float/double/half are right, bfloat16 is refused by the dispatch, and a host edit recompiles only the host unit and still runs right."""
     path = write("dispatch_own.cu", OWN_MODULE)
     m = jitlab.load(path)
     assert {n: u["headers"] for n, u in _units(m).items()} == {
-        "dispatch_own.device.cu": "", "dispatch_own.host.cpp": "host", "dispatch_own.module.cpp": "casters"}
+        "dispatch_own.device.cu": "", "dispatch_own.host.cpp": "host"}
+    assert m.scale.__doc__.rstrip().endswith("2 x")
     _check(m, 2, DTYPES[:3])
     with pytest.raises(RuntimeError, match="not implemented for 'BFloat16'"):
         m.scale(torch.ones(8, device="cuda", dtype=torch.bfloat16))

@@ -6,6 +6,11 @@ without more, leaving the thread pool would wait for every running compiler to f
 compiler started through :func:`run` is known here, and :func:`end_all` kills them, so the interrupted
 build returns at once: the threads see their compilers fail, and no cache entry is published
 (:func:`jitlab.jit.cache.find_or_make` publishes an entry only once its artifact is complete).
+
+The compilers of one process run at most ``MAX_JOBS`` at once (torch's variable for its ninja builds;
+default: the cores this process may use), however many builds run side by side: builds that wait (for a
+precompiled header set another build makes, for a lock) hold no slot, so many builds may be started at
+once and the cores still run one compiler each.
 """
 
 from __future__ import annotations
@@ -14,12 +19,25 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 
 _running: set[subprocess.Popen] = set()
 
 
+def _jobs() -> int:
+    jobs = os.environ.get("MAX_JOBS", "").strip()
+    return int(jobs) if jobs.isdigit() and int(jobs) > 0 else len(os.sched_getaffinity(0))
+
+
+#: One slot per compiler that may run at once in this process (``MAX_JOBS``, read at import).
+_slots = threading.BoundedSemaphore(_jobs())
+#: Counts :func:`end_all` calls: a compiler whose slot came after an interrupt is not started.
+_ended = 0
+
+
 def run(cmd: list[str], *, text: bool = True, capture_output: bool = True, **popen) -> subprocess.CompletedProcess:
-    """``subprocess.run(cmd, capture_output=True, text=True, **popen)``, its process ended by :func:`end_all`.
+    """``subprocess.run(cmd, capture_output=True, text=True, **popen)``, its process ended by :func:`end_all`,
+    once one of the process's ``MAX_JOBS`` compiler slots is free.
 
     The compiler leads a process group of its own, so ending it ends what it runs (nvcc's cicc, ptxas and host
     compiler) too.
@@ -29,10 +47,14 @@ def run(cmd: list[str], *, text: bool = True, capture_output: bool = True, **pop
     """
     if not capture_output:
         raise ValueError("processes.run captures its compiler's output: it is the build's log")
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text, start_new_session=True,
-                          **popen) as proc, \
-            ended_on_interrupt(proc):
-        out, err = proc.communicate()
+    ended = _ended
+    with _slots:
+        if _ended != ended:  # an interrupt ended the build while this compiler waited for a slot
+            return subprocess.CompletedProcess(cmd, -signal.SIGKILL, "", "jitlab: not started: the build was interrupted\n")
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text, start_new_session=True,
+                              **popen) as proc, \
+                ended_on_interrupt(proc):
+            out, err = proc.communicate()
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
@@ -50,7 +72,10 @@ def ended_on_interrupt(proc: subprocess.Popen):
 
 
 def end_all() -> None:
-    """Kill every compiler :func:`run` started that is still running (after an interrupt)."""
+    """Kill every compiler :func:`run` started that is still running (after an interrupt), and start none
+    of those waiting for a slot."""
+    global _ended
+    _ended += 1
     for proc in list(_running):
         _kill(proc)
 

@@ -30,6 +30,9 @@ from jitlab.worker import isolate, jobs
 from jitlab.worker.jobs import Job, Outcome
 from jitlab.worker.tunejob import device_identity
 
+#: Builds in flight per build thread (:meth:`LocalPool.builds`): most of a cold build's first seconds are waits.
+BUILDS_PER_THREAD = 4
+
 
 @dataclass
 class Slot:
@@ -149,8 +152,14 @@ class LocalPool:
             threading.Thread(target=w.start, daemon=True, name="jitlab-warm").start()
 
     def builds(self, build: Callable, items: Iterable) -> Iterator[tuple[object, object]]:
-        """``(item, build(item))`` for each item, as each finishes, ``build_threads`` at a time."""
-        with ThreadPoolExecutor(self.build_threads) as ex:
+        """``(item, build(item))`` for each item, as each finishes.
+
+        Up to ``BUILDS_PER_THREAD`` builds per build thread run at once: a build waiting for a header set
+        another one makes holds no core, and the compilers they start run one per core (``MAX_JOBS``:
+        :mod:`jitlab.jit.processes`), so the builds that waited all compile as soon as the set is made.
+        """
+        items = list(items)
+        with ThreadPoolExecutor(max(1, min(len(items), BUILDS_PER_THREAD * self.build_threads))) as ex:
             futures = {ex.submit(build, item): item for item in items}
             for f in as_completed(futures):
                 yield futures[f], f.result()

@@ -160,10 +160,24 @@ except jitlab.CompileError as e:
     assert "Cell In[" in out
 
 
-def test_unknown_function_name_says_to_declare_it(cache):
-    """functions= naming nothing the sources declare is an error at the generated binding, saying what to do."""
-    with pytest.raises(jitlab.CompileError, match="must be declared in cpp_sources"):
-        jitlab.load_inline(name="undeclared", cpp_sources=SQUARE, functions=["cube"])
+def test_unknown_function_name_says_to_declare_it(cache, monkeypatch, tmp_path):
+    """functions= naming what cpp_sources never mention is an error at the generated binding's line, saying what
+    to do, before any compiler runs (no header set is made for it, no object written)."""
+    monkeypatch.setenv("JITLAB_PCH_DIR", str(tmp_path / "pch"))
+    with pytest.raises(jitlab.CompileError, match="must be declared in cpp_sources") as e:
+        jitlab.load_inline(name="undeclared", cpp_sources=SQUARE, functions=["square", "cube"])
+    assert "functions= names 'cube', which cpp_sources do not declare" in e.value.summary
+    assert "bindings made for functions=, line 3: error: 'cube' was not declared" in str(e.value)
+    assert 'm.def("cube", torch::wrap_pybind_function(cube), "cube");' in str(e.value)
+    assert not (tmp_path / "pch").exists() and not (cache / "objects").exists()
+
+
+def test_a_function_declared_in_an_included_header_is_bound(cache, tmp_path):
+    """A name cpp_sources only include a header for is left to the compiler, which finds it there."""
+    (tmp_path / "cube.h").write_text("torch::Tensor cube(torch::Tensor x) { return x * x * x; }\n")
+    m = jitlab.load_inline(name="cube_h", cpp_sources='#include "cube.h"\n', functions=["cube"],
+                           extra_include_paths=[str(tmp_path)])
+    assert m.cube(torch.full((2,), 2.0)).tolist() == [8.0, 8.0]
 
 
 def test_ignored_arguments_say_so_once(use_shared_cache, capsys, monkeypatch, tmp_path):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import re
 
 import tree_sitter as ts
 
@@ -69,6 +70,22 @@ def functions_block(functions, with_pytorch_error_handling: bool = True) -> str 
     Raises:
         ArgumentError: ``functions`` is neither a name, a list nor a dict.
     """
+    functions = function_names(functions)
+    if functions is None:
+        return None
+    lines = ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
+    for fn, doc in functions.items():
+        target = f"torch::wrap_pybind_function({fn})" if with_pytorch_error_handling else fn
+        lines.append(f'm.def("{fn}", {target}, {_c_string(str(doc))});')
+    return "\n".join([*lines, "}"])
+
+
+def function_names(functions) -> dict[str, str] | None:
+    """``functions=`` as name → docstring, or ``None``.
+
+    Raises:
+        ArgumentError: ``functions`` is neither a name, a list nor a dict.
+    """
     if functions is None:
         return None
     if isinstance(functions, str):
@@ -78,11 +95,18 @@ def functions_block(functions, with_pytorch_error_handling: bool = True) -> str 
     if not isinstance(functions, dict):
         raise ArgumentError(f"functions= takes a list of names or a dict of name → docstring, "
                             f"not {type(functions).__name__}")
-    lines = ["PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {"]
-    for fn, doc in functions.items():
-        target = f"torch::wrap_pybind_function({fn})" if with_pytorch_error_handling else fn
-        lines.append(f'm.def("{fn}", {target}, {_c_string(str(doc))});')
-    return "\n".join([*lines, "}"])
+    return functions
+
+
+def undeclared(functions, sources: list[str]) -> list[str]:
+    """The names in ``functions=`` that no ``cpp_sources`` text can declare: not one of their words, and
+    no quoted ``#include`` that might. Torch's build fails on each at its ``m.def`` line; jitlab says so
+    before compiling (on a first run that would make a header set: tens of seconds on two cores).
+    """
+    if any(re.search(r'^\s*#\s*include\s*"', s, re.M) for s in sources):
+        return []
+    words = {w for s in sources for w in re.findall(r"[A-Za-z_]\w*", s)}
+    return [name for name in function_names(functions) or {} if name.rpartition("::")[2] not in words]
 
 
 def _c_string(s: str) -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from jitlab import config, progress, snippets
 from jitlab.errors import ArgumentError, CompileError
-from jitlab.jit import binding, locks, origins, shellwords
+from jitlab.jit import binding, diagnostics, locks, origins, shellwords
 from jitlab.jit.flags import Options
 from jitlab.jit.origins import Origin
 
@@ -141,7 +141,22 @@ def materialize(name: str, cpp_sources, cuda_sources=None, functions=None, with_
                                                   for i, s in enumerate(cuda)], caller)
     if not out.files:
         raise ArgumentError(f"load_inline {name!r}: no sources; give cpp_sources= and/or cuda_sources=")
+    missing = binding.undeclared(functions, cpp) if bindings is not None else []
+    if missing:
+        raise origins.relocate(_undeclared(out.files[0], missing), name, out.origins)
     return out
+
+
+def _undeclared(path: Path, names: list[str]) -> CompileError:
+    """The error torch's build would stop with at each ``m.def`` of a name ``cpp_sources`` never declare, told
+    before compiling anything (:func:`binding.undeclared`)."""
+    rows = path.read_text().splitlines()
+    log = "".join(f"{path}:{i}:{row.index(n, row.index(','))+1}: error: '{n}' was not declared in this scope\n"
+                  for n in names for i, row in enumerate(rows, 1) if row.startswith(f'm.def("{n}",'))
+    log += "(jitlab found no declaration of these names in cpp_sources, so it ran no compiler)\n"
+    diags = diagnostics.parse_log(log, {str(path): path.read_text()})
+    return CompileError(f"jitlab: {diagnostics.short_path(str(path))} was not compiled: functions= names "
+                        f"{', '.join(map(repr, names))}, which cpp_sources do not declare", diags, log)
 
 
 def _strings(arg: str, v) -> list[str]:

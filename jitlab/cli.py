@@ -393,7 +393,7 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("clean", help="delete cached builds")
     c.add_argument("--older-than-days", type=float, default=None, help="keep builds used in the last N days")
     c.add_argument("--headers", action="store_true",
-                   help="also delete the precompiled torch headers (about a minute to make again, more on 2 cores)")
+                   help="also delete what is made once per toolchain: torch's precompiled headers, the binder, the emulator's runtime")
     c.set_defaults(func=_clean)
     for name, helptext in (("run", "build, check and time kernels against their torch references (default: kernels/)"),
                            ("demo", "the same as `run` over kernels/: every kernel against its torch reference")):

@@ -49,7 +49,8 @@ def _resolved(path: str, cwd: str) -> Path:
 
 
 def pch_dir() -> Path:
-    """Where precompiled torch headers live: ``$JITLAB_PCH_DIR``, else ``pch/`` in the build cache.
+    """Where precompiled torch headers live, with jitlab's other once-per-toolchain builds (its binder, the CPU
+    emulator's runtime): ``$JITLAB_PCH_DIR``, else ``pch/`` in the build cache.
 
     One header is ~0.8 GB and takes a minute to make on 2 cores, so processes that use separate
     build caches (a test suite with a fresh cache per test) can share one folder of them.

@@ -545,3 +545,17 @@ print(areas() - before)
     assert out.returncode == 0, out.stderr[-3000:]
     grown = int(out.stdout.strip().splitlines()[-1])
     assert grown < 500, f"{grown} memory areas left mapped by 8 launches (each block's stacks were ~2048)"
+
+
+def test_the_runtime_is_made_once_per_toolchain_beside_the_header_sets(monkeypatch, tmp_path):
+    """Two build caches that share JITLAB_PCH_DIR (a test suite's fresh cache per test, a user's caches) share
+    the emulator's runtime object: it lives with the toolchain's other builds, not in either cache."""
+    from jitlab import config
+    from jitlab.jit.engines import emulator
+
+    made = []
+    for name in ("one", "two"):
+        monkeypatch.setenv("JITLAB_CACHE_DIR", str(tmp_path / name))
+        made.append(emulator.runtime_object())
+    assert made[0] == made[1] and made[0].is_file()
+    assert made[0].is_relative_to(config.pch_dir()) and not (tmp_path / "one").exists()

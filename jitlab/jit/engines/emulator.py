@@ -137,7 +137,8 @@ def _digest_of_runtime() -> str:
 
 
 def runtime_object() -> Path:
-    """The scheduler compiled once per toolchain and runtime text (a cache entry like any build)."""
+    """The scheduler compiled once per toolchain and runtime text, kept with the toolchain's other builds (the
+    precompiled torch headers, jitlab's binder: ``config.pch_dir()``), so caches that share those share it."""
     cxx = toolchain.require_tool(toolchain.cxx_path(), "a C++ compiler")
     name = cache.module_name("jitlab_simt_runtime", cache.build_key(
         {"format": config.FORMAT_VERSION, "runtime": _digest_of_runtime(), "cxx": toolchain.fingerprint(False)["cxx"],
@@ -149,7 +150,7 @@ def runtime_object() -> Path:
                  "jitlab's CPU emulator runtime", {})
         return cache.made(obj)
 
-    entry = cache.find_or_make(name, make)
+    entry = cache.find_or_make(name, make, root=config.pch_dir())
     return entry.folder / entry.manifest.artifact
 
 

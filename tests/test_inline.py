@@ -12,7 +12,7 @@ import torch
 from torch.utils import cpp_extension
 
 import jitlab
-from jitlab.jit import torch_compat
+from jitlab.jit import binding, torch_compat
 
 SQUARE = """
 torch::Tensor square(torch::Tensor x) {
@@ -170,6 +170,15 @@ def test_unknown_function_name_says_to_declare_it(cache, monkeypatch, tmp_path):
     assert "bindings made for functions=, line 3: error: 'cube' was not declared" in str(e.value)
     assert 'm.def("cube", torch::wrap_pybind_function(cube), "cube");' in str(e.value)
     assert not (tmp_path / "pch").exists() and not (cache / "objects").exists()
+
+
+def test_what_counts_as_undeclared_before_compiling():
+    """Only a name that no cpp_sources word can be is reported early: a template's instantiation, a namespaced
+    name, a name in a comment are the compiler's to judge, and a quoted #include may declare anything."""
+    src = ["namespace ns { template <typename T> T twice(T x) { return x + x; } }  // see also: cube"]
+    assert binding.undeclared(["ns::twice<float>", "twice", "cube", "square"], src) == ["square"]
+    assert binding.undeclared({"square": "doc"}, ['#include "square.h"\n']) == []
+    assert binding.undeclared(None, src) == []
 
 
 def test_a_function_declared_in_an_included_header_is_bound(cache, tmp_path):

@@ -106,7 +106,13 @@ def undeclared(functions, sources: list[str]) -> list[str]:
     if any(re.search(r'^\s*#\s*include\s*"', s, re.M) for s in sources):
         return []
     words = {w for s in sources for w in re.findall(r"[A-Za-z_]\w*", s)}
-    return [name for name in function_names(functions) or {} if name.rpartition("::")[2] not in words]
+    return [name for name in function_names(functions) or {} if _base_name(name) not in words]
+
+
+def _base_name(name: str) -> str:
+    """The identifier a ``functions=`` entry names: ``f`` of ``ns::f`` and of ``f<float>``."""
+    found = re.match(r"\s*([A-Za-z_]\w*)", re.split(r"::", name.split("<")[0])[-1])
+    return found.group(1) if found else name
 
 
 def _c_string(s: str) -> str:

@@ -338,7 +338,7 @@ def parser() -> argparse.ArgumentParser:
     kb.add_argument("--no-compile", action="store_true", help="time against Model in eager mode only, not torch.compile")
     kb.add_argument("--compile-only", action="store_true", help="build only, no GPU needed (CUDA for --arch, default sm_90)")
     kb.add_argument("--arch", help="the arch of --compile-only builds (default sm_90)")
-    kb.add_argument("-j", "--jobs", type=int, help="parallel builds (default: the CPU cores)")
+    kb.add_argument("-j", "--jobs", type=int, help="compilers at once, as MAX_JOBS (default: the CPU cores)")
     kb.add_argument("--store", help="the results file (default <cache>/results/kernelbench.jsonl); a rerun skips what it holds")
     kb.add_argument("--json", action="store_true", help="print the grades as JSON instead of the table")
     k.set_defaults(func=_check)

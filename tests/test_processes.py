@@ -42,6 +42,16 @@ def test_compilers_run_at_most_max_jobs_at_once(monkeypatch):
     assert _overlaps(_spans(3)) == 2
 
 
+def test_a_command_may_limit_the_compilers_while_it_runs(monkeypatch):
+    """`jitlab check -j 1` runs one compiler at a time while it runs, then the process's limit is back."""
+    monkeypatch.setattr(processes, "_slots", threading.BoundedSemaphore(3))
+    with processes.limited(1):
+        assert _overlaps(_spans(3)) == 0
+    assert _overlaps(_spans(3)) == 2
+    with processes.limited(None):
+        assert _overlaps(_spans(3)) == 2
+
+
 @pytest.mark.parametrize("value, expected", [("3", 3), ("0", None), ("many", None), ("", None)])
 def test_max_jobs_is_read_as_torch_reads_it(monkeypatch, value, expected):
     """MAX_JOBS (torch's variable) sets the slots; a value that is not a positive count means the cores."""

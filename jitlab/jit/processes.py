@@ -35,6 +35,20 @@ _slots = threading.BoundedSemaphore(_jobs())
 _ended = 0
 
 
+@contextlib.contextmanager
+def limited(jobs: int | None):
+    """At most ``jobs`` compilers at once in this process while the block runs (``jitlab check -j N``: torch's
+    ``MAX_JOBS`` for one command); ``None`` changes nothing. A compiler already running keeps its old slot."""
+    global _slots
+    before = _slots
+    if jobs:
+        _slots = threading.BoundedSemaphore(max(1, jobs))
+    try:
+        yield
+    finally:
+        _slots = before
+
+
 def run(cmd: list[str], *, text: bool = True, capture_output: bool = True, **popen) -> subprocess.CompletedProcess:
     """``subprocess.run(cmd, capture_output=True, text=True, **popen)``, its process ended by :func:`end_all`,
     once one of the process's ``MAX_JOBS`` compiler slots is free.

@@ -5,7 +5,7 @@ The batch, in order (the tuner's engine, :mod:`jitlab.worker.tune`, with a Kerne
 1. **Pairs and keys.** The pairs the paths name (:func:`jitlab.judge.kernelbench.pairs`); those the results
    file already holds with the same sources, parameters and device model are taken from it, not graded.
 2. **Build, in parallel on the CPU.** Each solution's ``load_inline`` calls are built without loading
-   (:func:`jitlab.judge.kernelbench.compile_pair`), ``build_threads`` at a time, all started together
+   (:func:`jitlab.judge.kernelbench.compile_pair`), all started together, ``build_threads`` compilers at a time
    (the first to need the precompiled torch headers makes them; device code compiles meanwhile); a
    compile error is that solution's grade, at its line.
 3. **Grade while the rest build, timing one at a time per GPU.** Each solution is graded as soon as it is
@@ -28,7 +28,7 @@ from functools import partial
 
 from jitlab import config
 from jitlab.errors import ToolchainError
-from jitlab.jit import toolchain
+from jitlab.jit import processes, toolchain
 from jitlab.judge import kernelbench
 from jitlab.judge.gradebook import BUILT, Grade, Gradebook, Report
 from jitlab.judge.kernelbench import Compiled, Pair
@@ -56,7 +56,8 @@ def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster:
         device: ``"cuda"``, or ``"cpu"`` for problems whose solutions build C++ only.
         gpus: Devices (a count or numbers such as ``"0,1"``); default every GPU here.
         cluster: ``"local"`` or a Dask scheduler's ``tcp://`` address.
-        build_threads: Parallel builds (default: this machine's cores).
+        build_threads: Compilers at once, as torch's ``MAX_JOBS`` (default: this machine's cores); up to
+            :data:`~jitlab.worker.pool.BUILDS_PER_THREAD` builds each are in flight, most of them waiting.
         timeout: Seconds one solution's grading may take before its worker is stopped.
         trials, seed: KernelBench's correctness trials and the seed they are drawn from.
         time_it: Time the right ones; ``compile_ref``: against ``torch.compile`` of ``Model`` too.
@@ -82,45 +83,46 @@ def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster:
     book = Gradebook(store)
     params = {"device": device, "trials": trials, "seed": seed, "time_it": time_it, "compile_ref": compile_ref}
     grades: dict[int, Grade] = {}
-    try:
-        model = pool.probe(cuda and not compile_only)[0].device
-        keys = [p.key(model=model, **params) for p in found]
-        known = {} if compile_only else book.known()
-        todo = [i for i, k in enumerate(keys) if k not in known]
-        grades.update({i: known[k] for i, k in enumerate(keys) if k in known})
-        if todo and cuda and not compile_only:
-            pool.warm()  # the workers start (torch, a CUDA context) while the solutions build
-        build = partial(_compile, arch=[arch or COMPILE_ONLY_ARCH] if compile_only else None, compile_only=compile_only)
-        built: dict[int, Compiled] = {}
-        index: dict[int, int] = {}  # a job comes back as the same object (its id is the worker's)
-        kept = threading.Lock()
+    with processes.limited(build_threads):  # -j N: N compilers at once, however many builds wait
+        try:
+            model = pool.probe(cuda and not compile_only)[0].device
+            keys = [p.key(model=model, **params) for p in found]
+            known = {} if compile_only else book.known()
+            todo = [i for i, k in enumerate(keys) if k not in known]
+            grades.update({i: known[k] for i, k in enumerate(keys) if k in known})
+            if todo and cuda and not compile_only:
+                pool.warm()  # the workers start (torch, a CUDA context) while the solutions build
+            build = partial(_compile, arch=[arch or COMPILE_ONLY_ARCH] if compile_only else None, compile_only=compile_only)
+            built: dict[int, Compiled] = {}
+            index: dict[int, int] = {}  # a job comes back as the same object (its id is the worker's)
+            kept = threading.Lock()
 
-        def keep(i: int, g: Grade, stored: bool) -> None:  # from the slots' threads too: one at a time
-            with kept:
-                _keep(grades, i, g, book if stored else None, on_grade)
+            def keep(i: int, g: Grade, stored: bool) -> None:  # from the slots' threads too: one at a time
+                with kept:
+                    _keep(grades, i, g, book if stored else None, on_grade)
 
-        def waiting() -> Iterator[Job]:  # the slots' threads ask it for the next job, one at a time
-            for i, c in _as_built(pool, build, [(i, found[i]) for i in todo]):
-                built[i] = c
-                if c.error or compile_only:
-                    keep(i, _grade(found[i], keys[i], model, c, Outcome(jobs.COMPILE if c.error else BUILT, c.error)),
-                         bool(c.error) and not compile_only)
-                    continue
-                job = Job(kernelbench.ACTION, str(found[i].solution), ref=str(found[i].problem), params=params,
-                          cache_dir=str(config.cache_dir()))
-                index[id(job)] = i
-                yield job
+            def waiting() -> Iterator[Job]:  # the slots' threads ask it for the next job, one at a time
+                for i, c in _as_built(pool, build, [(i, found[i]) for i in todo]):
+                    built[i] = c
+                    if c.error or compile_only:
+                        keep(i, _grade(found[i], keys[i], model, c, Outcome(jobs.COMPILE if c.error else BUILT, c.error)),
+                             bool(c.error) and not compile_only)
+                        continue
+                    job = Job(kernelbench.ACTION, str(found[i].solution), ref=str(found[i].problem), params=params,
+                              cache_dir=str(config.cache_dir()))
+                    index[id(job)] = i
+                    yield job
 
-        as_built = waiting()
-        if compile_only or not todo:
-            for _ in as_built:  # builds only: nothing to run
-                pass
-        else:
-            for slot, job, out in pool.run({None: as_built}, timeout):
-                i = index[id(job)]
-                keep(i, _grade(found[i], keys[i], slot.device, built[i], out), True)
-    finally:
-        pool.close()
+            as_built = waiting()
+            if compile_only or not todo:
+                for _ in as_built:  # builds only: nothing to run
+                    pass
+            else:
+                for slot, job, out in pool.run({None: as_built}, timeout):
+                    i = index[id(job)]
+                    keep(i, _grade(found[i], keys[i], slot.device, built[i], out), True)
+        finally:
+            pool.close()
     return Report([grades[i] for i in range(len(found)) if i in grades], len(todo), time.monotonic() - t0,
                   None if compile_only else book.path, compile_only)
 

@@ -111,7 +111,7 @@ def undeclared(functions, sources: list[str]) -> list[str]:
 
 def _base_name(name: str) -> str:
     """The identifier a ``functions=`` entry names: ``f`` of ``ns::f`` and of ``f<float>``."""
-    found = re.match(r"\s*([A-Za-z_]\w*)", re.split(r"::", name.split("<")[0])[-1])
+    found = re.match(r"\s*([A-Za-z_]\w*)", name.split("<")[0].split("::")[-1])
     return found.group(1) if found else name
 
 

@@ -150,11 +150,11 @@ def materialize(name: str, cpp_sources, cuda_sources=None, functions=None, with_
 def _undeclared(path: Path, names: list[str]) -> CompileError:
     """The error torch's build would stop with at each ``m.def`` of a name ``cpp_sources`` never declare, told
     before compiling anything (:func:`binding.undeclared`)."""
-    rows = path.read_text().splitlines()
+    text = path.read_text()
     log = "".join(f"{path}:{i}:{row.index(n, row.index(','))+1}: error: '{n}' was not declared in this scope\n"
-                  for n in names for i, row in enumerate(rows, 1) if row.startswith(f'm.def("{n}",'))
+                  for n in names for i, row in enumerate(text.splitlines(), 1) if row.startswith(f'm.def("{n}",'))
     log += "(jitlab found no declaration of these names in cpp_sources, so it ran no compiler)\n"
-    diags = diagnostics.parse_log(log, {str(path): path.read_text()})
+    diags = diagnostics.parse_log(log, {str(path): text})
     return CompileError(f"jitlab: {diagnostics.short_path(str(path))} was not compiled: functions= names "
                         f"{', '.join(map(repr, names))}, which cpp_sources do not declare", diags, log)
 

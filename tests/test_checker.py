@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -210,3 +212,22 @@ def test_written_by_column_only_when_a_launch_is_known():
                                   mismatches=[Mismatch((1,), 3.0, 2.0, "block (0,) thread (1,)")])])
     assert "<th>written by</th>" in launched._repr_html_() and "block (0,) thread (1,)" in launched._repr_html_()
     assert str(launched).splitlines()[2].endswith("thread")
+
+
+def test_poisoned_allocations_switch_torchs_flags_back_without_importing_inductor():
+    """Inside the checker's block, torch.empty holds NaN under deterministic algorithms (warn only); after it,
+    torch's flags are as they were; and a fresh process that checks never imports torch._inductor (what
+    torch.use_deterministic_algorithms would pull in: seconds per worker process)."""
+    from jitlab.judge.checker import poisoned_allocations
+
+    torch.use_deterministic_algorithms(False)
+    with poisoned_allocations():
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.empty(4).isnan().all()
+    assert not torch.are_deterministic_algorithms_enabled()
+    code = ("import sys, torch\nfrom jitlab.judge.checker import check\n"
+            "v = check(lambda i: i['x'] * 2, lambda i: i['x'] * 2, lambda size, seed, dev: {'x': torch.ones(3)},"
+            " sizes=[3], seeds=[0], device='cpu', name='k')\n"
+            "print(v.passed, 'torch._inductor' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    assert out.stdout.split() == ["True", "False"], out.stderr

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import html
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -148,13 +149,27 @@ def poisoned_allocations():
     was_det = torch.are_deterministic_algorithms_enabled()
     was_warn = torch.is_deterministic_algorithms_warn_only_enabled()
     was_fill = det.fill_uninitialized_memory
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    deterministic(True, warn_only=True)
     det.fill_uninitialized_memory = True
     try:
         yield
     finally:
         det.fill_uninitialized_memory = was_fill
-        torch.use_deterministic_algorithms(was_det, warn_only=was_warn)
+        deterministic(was_det, warn_only=was_warn)
+
+
+def deterministic(mode: bool, warn_only: bool) -> None:
+    """``torch.use_deterministic_algorithms(mode, warn_only=...)`` without importing ``torch._inductor``.
+
+    torch's function imports inductor's config to set its ``deterministic`` option too (0.9 s of imports
+    on 2 cores, ~5 s where torch's files have no bytecode cache, once per process). Inductor's option is
+    set as torch sets it when inductor is loaded already; one loaded later starts from its own default,
+    which only decides how code it compiles is tuned, not what ``torch.empty`` holds.
+    """
+    torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
+    inductor = sys.modules.get("torch._inductor.config")
+    if inductor is not None:
+        inductor.deterministic = mode
 
 
 def copy(value):

@@ -38,9 +38,11 @@ from jitlab.worker.tune import make_pool
 
 #: Seconds one solution's grading may take (torch.compile of a large Model takes tens of seconds).
 TIMEOUT = 300.0
-#: Worker processes per GPU: their checks share it, their timings take it in turn. One per 4 CPU cores, so a
-#: small machine's cores stay with the builds (each worker imports torch and holds a CUDA context).
-MAX_LANES = 4
+#: Worker processes per GPU: their checks share it, their timings take it in turn. A check is mostly CPU work
+#: (KernelBench draws a problem's inputs on the CPU: 0.06 s for 16M floats), so one per 2 CPU cores, at most
+#: 8; a 2-core machine has one (each worker imports torch and holds a CUDA context).
+MAX_LANES = 8
+CORES_PER_LANE = 2
 COMPILE_ONLY_ARCH = "sm_90"
 
 
@@ -76,7 +78,7 @@ def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster:
         raise ToolchainError("no CUDA GPU found: grading a KernelBench solution runs it; build them only with "
                              "--compile-only (jitlab check ... --compile-only), grade C++-only solutions of a CPU "
                              "problem with --device cpu, or pass --cluster tcp://... (workers with GPUs)")
-    lanes = max(1, min(MAX_LANES, len(os.sched_getaffinity(0)) // 4)) if cuda and not compile_only else 1
+    lanes = max(1, min(MAX_LANES, len(os.sched_getaffinity(0)) // CORES_PER_LANE)) if cuda and not compile_only else 1
     pool = make_pool(cuda and not compile_only, gpus, None if compile_only else cluster, lanes=lanes)
     if build_threads and hasattr(pool, "build_threads"):
         pool.build_threads = build_threads

@@ -371,10 +371,6 @@ def _warm_up() -> None:
 
     if torch.cuda.is_available():
         torch.zeros(1, device="cuda")
-    # The checker's first use_deterministic_algorithms imports torch._inductor (1.6 s on 2 cores): pay it
-    # before "ready", not inside the first job's timeout (a tuner's point may have only seconds).
-    torch.use_deterministic_algorithms(torch.are_deterministic_algorithms_enabled(),
-                                       warn_only=torch.is_deterministic_algorithms_warn_only_enabled())
 
 
 def main(argv: list[str] | None = None) -> int:

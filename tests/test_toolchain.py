@@ -199,3 +199,30 @@ def test_split_build_check_needs_no_ninja(path_with, no_ninja_wheel):
     toolchain.require_tools(cuda=False, ninja=False)
     with pytest.raises(jitlab.ToolchainError, match="pip install ninja"):
         toolchain.require_tools(cuda=False, ninja=True)
+
+
+def test_a_gpu_is_looked_for_once_per_visible_devices_without_initialising_cuda(monkeypatch):
+    """Whether there is a GPU is asked of torch.cuda.device_count (NVML), never of is_available (which
+    initialises the CUDA driver: up to 0.18 s a call on a GPU machine), once per CUDA_VISIBLE_DEVICES."""
+    counts = {"0": 1, "": 0}
+    asked = []
+
+    def device_count():
+        asked.append(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return counts[os.environ["CUDA_VISIBLE_DEVICES"]]
+
+    def is_available():
+        raise AssertionError("torch.cuda.is_available() initialises CUDA")
+
+    monkeypatch.setattr(torch.cuda, "device_count", device_count)
+    monkeypatch.setattr(torch.cuda, "is_available", is_available)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    toolchain._gpus_seen.cache_clear()
+    try:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+        assert toolchain.gpu_available() and toolchain.gpu_available()
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+        assert not toolchain.gpu_available() and not toolchain.gpu_available()
+        assert asked == ["0", ""]
+    finally:
+        toolchain._gpus_seen.cache_clear()

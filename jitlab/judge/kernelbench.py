@@ -337,7 +337,8 @@ class Graded:
 
 def grade(problem, solution, *, loader: str = "jitlab", device: str = "cuda", trials: int = TRIALS, seed: int = SEED,
           time_it: bool = True, compile_ref: bool = True, rep_s: float = 0.1, imported=None) -> Graded:
-    """Grade one solution as KernelBench does: correctness over ``trials`` seeded inputs, then timing.
+    """Grade one solution as KernelBench does: correctness over ``trials`` seeded inputs, then timing. Where
+    worker processes share the GPU, checks share it and timing has it alone (:func:`timing.gpu_access`).
 
     Args:
         problem, solution: The two files.
@@ -346,9 +347,6 @@ def grade(problem, solution, *, loader: str = "jitlab", device: str = "cuda", tr
         time_it: Time a right solution, and ``Model`` in eager mode (and under ``torch.compile`` if
             ``compile_ref``, on a GPU), each with :func:`jitlab.judge.timing.time_fn` (``rep_s`` each).
         imported: ``(module, builds)`` from :func:`import_solution` when the caller imported it already.
-
-    Where several worker processes share the GPU, the check shares it with theirs and the timing has it
-    alone (:func:`jitlab.judge.timing.gpu_access`).
 
     Raises:
         CompileError, Exception: What importing the solution or making ``ModelNew`` raises.

@@ -280,13 +280,15 @@ def test_cuda_error_names_the_line_in_cuda_sources(cache):
 @pytest.mark.slow
 def test_operators_and_functions_in_one_source(cache):
     """A source registering a TORCH_LIBRARY operator and binding functions= gives both: the module's function
-    and torch.ops' operator (the unit needs pybind11 and torch/library.h at once)."""
+    and torch.ops' operator. The unit needs pybind11 and torch/library.h at once: it is built on `bind` (torch's
+    types and casters) with torch/library.h after it, not on all of torch/extension.h."""
     src = """
 torch::Tensor twice(torch::Tensor x) { return x * 2; }
 TORCH_LIBRARY(jitlab_inline_both, m) { m.def("twice(Tensor x) -> Tensor"); }
 TORCH_LIBRARY_IMPL(jitlab_inline_both, CPU, m) { m.impl("twice", &twice); }
 """
     m = jitlab.load_inline(name="both_kinds", cpp_sources=src, functions=["twice"])
+    assert {u["name"]: u["headers"] for u in m.build.manifest.units}["both_kinds.cpp"] == "bind"
     assert m.twice(torch.ones(2)).tolist() == [2.0, 2.0]
     assert torch.ops.jitlab_inline_both.twice(torch.ones(2)).tolist() == [2.0, 2.0]
 

@@ -235,8 +235,8 @@ def torch_units(files: list[SourceFile], exported: list[Function], binds_itself:
         headers = split_mod.header_texts(f, dirs)
         umbrella = any(header_sets.includes_umbrella(h) for h in headers.values())  # the smallest set: header_sets.HEADERS
         if f.language == "cpp":
-            registers = bool(ops.blocks(f))  # torch/library.h; with a module of its own, pybind11 too: full
-            kind = ("full" if umbrella or registers and owns_module else "host" if registers
+            registers = bool(ops.blocks(f))  # torch/library.h (the prelude); with a module of its own, pybind11: bind
+            kind = ("full" if umbrella else "bind" if registers and owns_module else "host" if registers
                     else header_sets.binding_set(text, bodies=not cuda) if owns_module
                     else header_sets.host_set([text, *headers.values()]))
             units.append(Unit(f"{stem}.cpp", "cxx", checks + with_line_directive(f, text), torch=True, module=owns_module,

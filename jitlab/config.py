@@ -107,6 +107,11 @@ def _seconds(variable: str, default: float, error: type, example: str) -> float:
         raise error(f"{variable}={raw!r} is not a number of seconds; set it to one, e.g. {variable}={example}") from None
 
 
+def cores() -> int:
+    """The CPU cores this process may use (its affinity: ``taskset``, a container's cpuset), not the machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def prepare_headers() -> bool:
     """Whether a notebook that loads jitlab starts precompiling torch's headers in the background
     (:mod:`jitlab.jit.prepare`): yes unless ``JITLAB_PREPARE_HEADERS=0`` (or ``off``, ``no``, ``false``)."""

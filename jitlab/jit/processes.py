@@ -21,12 +21,14 @@ import signal
 import subprocess
 import threading
 
+from jitlab import config
+
 _running: set[subprocess.Popen] = set()
 
 
 def _jobs() -> int:
     jobs = os.environ.get("MAX_JOBS", "").strip()
-    return int(jobs) if jobs.isdigit() and int(jobs) > 0 else len(os.sched_getaffinity(0))
+    return int(jobs) if jobs.isdigit() and int(jobs) > 0 else config.cores()
 
 
 #: One slot per compiler that may run at once in this process (``MAX_JOBS``, read at import).

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from jitlab import config
+
 #: The lock file of one GPU that several worker processes share (set in their environment by the pool).
 GPU_LOCK_ENV = "JITLAB_GPU_LOCK"
 
@@ -206,7 +208,7 @@ def time_cpu(fn, *, warmup_s: float = 0.02, rep_s: float = 0.2, min_reps: int = 
 
 def machine_load() -> tuple[float | None, int | None]:
     """``(1-minute load average, CPU cores this process may use)``; the load is None where the OS has none."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = config.cores()
     try:
         return os.getloadavg()[0], cores
     except (AttributeError, OSError):

@@ -14,7 +14,6 @@ your ``kernels/`` files), with this Python as the kernel. Cells that need a GPU 
 from __future__ import annotations
 
 import argparse
-import os
 import json
 import re
 import shutil
@@ -77,7 +76,7 @@ def first_build_note() -> str:
     made = any(config.pch_dir().glob("*/jitlab.json")) if config.pch_dir().is_dir() else False
     if made:
         return f"torch's headers are precompiled ({config.pch_dir()}): torch-style builds take seconds"
-    cores = len(os.sched_getaffinity(0))
+    cores = config.cores()
     wait = "about a minute" if cores <= 2 else "about half a minute"
     return (f"the first torch-style build takes {wait} on {cores} cores: it precompiles torch's headers once "
             f"(about 1 GB, kept in {config.pch_dir()}); later ones take seconds, and kernel-only snippets "

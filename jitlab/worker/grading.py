@@ -19,7 +19,6 @@ The batch, in order (the tuner's engine, :mod:`jitlab.worker.tune`, with a Kerne
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
@@ -78,7 +77,7 @@ def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster:
         raise ToolchainError("no CUDA GPU found: grading a KernelBench solution runs it; build them only with "
                              "--compile-only (jitlab check ... --compile-only), grade C++-only solutions of a CPU "
                              "problem with --device cpu, or pass --cluster tcp://... (workers with GPUs)")
-    lanes = max(1, min(MAX_LANES, len(os.sched_getaffinity(0)) // CORES_PER_LANE)) if cuda and not compile_only else 1
+    lanes = max(1, min(MAX_LANES, config.cores() // CORES_PER_LANE)) if cuda and not compile_only else 1
     pool = make_pool(cuda and not compile_only, gpus, None if compile_only else cluster, lanes=lanes)
     if build_threads and hasattr(pool, "build_threads"):
         pool.build_threads = build_threads

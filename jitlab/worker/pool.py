@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from jitlab import config
 from jitlab.judge.timing import GPU_LOCK_ENV
 from jitlab.worker import isolate, jobs
 from jitlab.worker.jobs import Job, Outcome
@@ -137,7 +138,7 @@ class LocalPool:
 
     def __init__(self, slots: list[Slot], build_threads: int | None = None):
         self.slots = slots
-        self.build_threads = build_threads or len(os.sched_getaffinity(0))
+        self.build_threads = build_threads or config.cores()
         self._workers = {s.key: isolate.Worker(dict(s.env)) for s in slots}
 
     def probe(self, cuda: bool) -> list[Slot]:

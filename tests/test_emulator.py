@@ -265,6 +265,31 @@ def test_an_access_past_a_tensors_end_names_the_tensor_index_and_line(bad, folde
         bad.no_bounds_check(y, x, 1000, grid=4, block=256)
 
 
+FIVE_TENSORS = """__global__ void five(float* y, const float* a, const float* b, const float* c, const float* d,
+                     int n, int first, int last) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a[i + first] + b[i] + c[i] + d[i + last];
+}
+"""
+
+
+@pytest.mark.parametrize("first, last, says", [(0, 0, None), (1, 0, "`a\\[1000\\]`"), (0, -1, "`d\\[-1\\]`")],
+                         ids=["inside", "past-a", "before-d"])
+def test_a_plain_run_checks_every_tensor_of_a_launch_with_more_than_its_inline_four(tmp_path, use_shared_cache,
+                                                                                      first, last, says):
+    """A plain run tests its first four tensors' bounds inline in the access hooks and the rest in the runtime:
+    right numbers inside; a read past the first tensor and one before the fifth are each stopped, named."""
+    (tmp_path / "five.cu").write_text(FIVE_TENSORS)
+    k = jitlab.load(tmp_path / "five.cu", device="cpu")
+    y, a, b, c, d = torch.zeros(1000), torch.ones(1000), torch.ones(1000), torch.ones(1000), torch.ones(1000)
+    if says is None:
+        k.five(y, a, b, c, d, 1000, first, last, grid=4, block=256)
+        assert y.eq(4).all()
+        return
+    with pytest.raises(LaunchError, match=rf"out-of-bounds read at {re.escape(str(tmp_path / 'five.cu'))}:4 .*{says}"):
+        k.five(y, a, b, c, d, 1000, first, last, grid=4, block=256)
+
+
 def test_a_report_names_the_file_relative_to_where_the_learner_is(bad, folder, monkeypatch):
     """From the snippet's own folder (a notebook's working directory), the report says `faults.cu:59`, not a
     path from the filesystem's root."""

@@ -117,11 +117,16 @@ enum class State : uint8_t { Ready, Yielded, AtBarrier, AtWarp, Done, Faulted };
 struct Worker;
 
 /// One GPU thread, in its fiber's slot where self() finds it (ThreadVars first).
+/// Tensors of a launch whose bounds a plain run's access hooks test inline (the rest: access()'s list).
+constexpr int kFastRegions = 4;
+
 struct Thread {
     ThreadVars vars;
     // What an access hook lets through without a call (memory_checks.inc's fast_access), copied from its
-    // worker: the shared arrays and dynamic shared memory (plain runs; empty spans in checked ones), the stacks.
+    // worker: the shared arrays and dynamic shared memory (plain runs; empty spans in checked ones), the stacks,
+    // and the launch's first tensors (plain runs: an access inside one is never reported).
     uintptr_t fast_lo, fast_span, dyn_lo, dyn_span, stack_lo, stack_span;
+    uintptr_t region_lo[kFastRegions], region_span[kFastRegions];
     void* sp;
     Worker* worker;
     State state;

@@ -278,7 +278,7 @@ FIVE_TENSORS = """__global__ void five(float* y, const float* a, const float* b,
 def test_a_plain_run_checks_every_tensor_of_a_launch_with_more_than_its_inline_four(tmp_path, use_shared_cache,
                                                                                       first, last, says):
     """A plain run tests its first four tensors' bounds inline in the access hooks and the rest in the runtime:
-    right numbers inside; a read past the first tensor and one before the fifth are each stopped, named."""
+    right numbers inside; a read past `a` (one of the four) and one before `d` (the fifth) each stopped, named."""
     (tmp_path / "five.cu").write_text(FIVE_TENSORS)
     k = jitlab.load(tmp_path / "five.cu", device="cpu")
     y, a, b, c, d = torch.zeros(1000), torch.ones(1000), torch.ones(1000), torch.ones(1000), torch.ones(1000)

@@ -116,10 +116,10 @@ namespace {
 enum class State : uint8_t { Ready, Yielded, AtBarrier, AtWarp, Done, Faulted };
 struct Worker;
 
-/// One GPU thread, in its fiber's slot where self() finds it (ThreadVars first).
 /// Tensors of a launch whose bounds a plain run's access hooks test inline (the rest: access()'s list).
 constexpr int kFastRegions = 4;
 
+/// One GPU thread, in its fiber's slot where self() finds it (ThreadVars first).
 struct Thread {
     ThreadVars vars;
     // What an access hook lets through without a call (memory_checks.inc's fast_access), copied from its

@@ -227,6 +227,30 @@ def test_nvrtc_computed_include_edit_rebuilds(tmp_path, cache):
 
 
 @needs_nvcc
+def test_headers_beside_an_nvcc_wrapper_script_are_still_the_users(tmp_path, cache, monkeypatch):
+    """nvcc found on PATH as a wrapper script (``~/bin/nvcc`` that execs the toolkit's): the folder above it is
+    not taken for the CUDA toolkit, so an edit of a header under it (the user's project) rebuilds."""
+    real = Path(toolchain.nvcc_path()).resolve()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "nvcc"
+    script.write_text(f"#!/bin/sh\nexec {real} \"$@\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    for name in ("CUDA_HOME", "CUDA_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert toolchain.nvcc_path() == str(script)
+    header = edit(tmp_path / "project" / "kcfg.h", "x[i] *= 2.0f;\n")
+    src = edit(header.parent / "k.cu", '__global__ void scale(float* x, int n) {\n    int i = threadIdx.x;\n'
+                                        '    if (i < n) {\n#include "kcfg.h"\n    }\n}\n')
+    first = jitlab.build(src, compile_only=True, arch="sm_90", engine="nvrtc")
+    assert any(str(header) in str(row) for row in first.manifest.deps)  # recorded: the user's, not the toolkit's
+    edit(header, "x[i] += 3.0f;\n")
+    second = jitlab.build(src, compile_only=True, arch="sm_90", engine="nvrtc")
+    assert not second.cached and second.artifact.read_bytes() != first.artifact.read_bytes()
+
+
+@needs_nvcc
 def test_cuda_include_flag_header_edit_rebuilds(cuda_snippet):
     """nvcc with ``-include`` in cuda_cflags: the forced header's edit changes the kernel."""
     forced = edit(cuda_snippet.parent / "forced.cuh", "#define EXTRA 0\n")

@@ -129,8 +129,9 @@ def _roots(cuda_home: Path, nvcc: str | None, pch: Path) -> tuple[str, ...]:
     roots = [cuda_home, Path(torch.__file__).parent, Path(sysconfig.get_path("include")),
              Path(sys.base_prefix) / "include", Path("/usr/include"), Path("/usr/lib"), Path("/usr/local/cuda"),
              Path(__file__).parent, pch]
-    if nvcc:
-        roots.append(Path(nvcc).resolve().parent.parent)
+    toolkit = Path(nvcc).resolve().parent.parent if nvcc else None
+    if toolkit and (toolkit / "include" / "cuda_runtime.h").is_file():  # not a wrapper script's folder (~/bin/nvcc)
+        roots.append(toolkit)
     return tuple(dict.fromkeys(str(r.resolve()) + os.sep for r in roots))
 
 

@@ -42,6 +42,9 @@ TIMEOUT = 300.0
 #: 8; a 2-core machine has one (each worker imports torch and holds a CUDA context).
 MAX_LANES = 8
 CORES_PER_LANE = 2
+#: GiB of GPU memory per lane: lanes check side by side, each holding a problem's tensors and a Model (a
+#: level-3 network's activations take gigabytes), so a small GPU gets fewer (80 GB: 8; 40 GB: 4; a T4: 1).
+GIB_PER_LANE = 9
 COMPILE_ONLY_ARCH = "sm_90"
 
 
@@ -77,7 +80,7 @@ def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster:
         raise ToolchainError("no CUDA GPU found: grading a KernelBench solution runs it; build them only with "
                              "--compile-only (jitlab check ... --compile-only), grade C++-only solutions of a CPU "
                              "problem with --device cpu, or pass --cluster tcp://... (workers with GPUs)")
-    lanes = max(1, min(MAX_LANES, config.cores() // CORES_PER_LANE)) if cuda and not compile_only else 1
+    lanes = lanes_for(config.cores(), smallest_gpu_gib()) if cuda and not compile_only else 1
     pool = make_pool(cuda and not compile_only, gpus, None if compile_only else cluster, lanes=lanes)
     if build_threads and hasattr(pool, "build_threads"):
         pool.build_threads = build_threads
@@ -126,6 +129,42 @@ def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster:
             pool.close()
     return Report([grades[i] for i in range(len(found)) if i in grades], len(todo), time.monotonic() - t0,
                   None if compile_only else book.path, compile_only)
+
+
+def lanes_for(cores: int, gib: float | None) -> int:
+    """Worker processes per GPU: one per :data:`CORES_PER_LANE` cores, at most :data:`MAX_LANES`, and at most
+    one per :data:`GIB_PER_LANE` of the smallest GPU's memory (``gib``; ``None``: unknown, not bounded)."""
+    n = min(MAX_LANES, cores // CORES_PER_LANE)
+    return max(1, n if gib is None else min(n, int(gib // GIB_PER_LANE)))
+
+
+def smallest_gpu_gib() -> float | None:
+    """The memory of this machine's smallest GPU in GiB, as NVML reports it (no CUDA context is made), or
+    ``None`` where NVML cannot say (no driver, no GPU)."""
+    import ctypes
+
+    class Memory(ctypes.Structure):  # nvmlMemory_t
+        _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        count, handle, memory = ctypes.c_uint(), ctypes.c_void_p(), Memory()
+        if nvml.nvmlInit_v2() != 0:
+            return None
+        try:
+            if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0 or not count.value:
+                return None
+            sizes = []
+            for i in range(count.value):
+                if (nvml.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(i), ctypes.byref(handle)) != 0
+                        or nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) != 0):
+                    return None
+                sizes.append(memory.total / 2**30)
+            return min(sizes)
+        finally:
+            nvml.nvmlShutdown()
+    except (OSError, AttributeError):  # no libnvidia-ml, or one without these functions
+        return None
 
 
 def _as_built(pool, build, items: list) -> Iterator[tuple[int, Compiled]]:

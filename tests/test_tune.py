@@ -459,6 +459,45 @@ def test_gpu_access_lets_checks_share_and_timing_wait(tmp_path, monkeypatch):
     assert timed.is_set()
 
 
+def test_a_waiting_timing_keeps_new_checks_out_until_it_has_run(tmp_path, monkeypatch):
+    """A timing that waits for a check under way goes before a check that starts meanwhile: lanes whose checks
+    take turns holding the GPU shared cannot keep a timing out."""
+    import threading
+
+    from jitlab.judge.timing import gpu_access
+
+    monkeypatch.setenv(GPU_LOCK_ENV, str(tmp_path / "gpu.lock"))
+    order, first_in, release = [], threading.Event(), threading.Event()
+
+    def first_check():
+        with gpu_access(exclusive=False):
+            first_in.set()
+            release.wait(timeout=10)
+
+    def time_it():
+        with gpu_access(exclusive=True):
+            order.append("timing")
+
+    def later_check():
+        with gpu_access(exclusive=False):
+            order.append("later check")
+
+    threads = [threading.Thread(target=first_check)]
+    threads[0].start()
+    first_in.wait(timeout=10)
+    threads.append(threading.Thread(target=time_it))
+    threads[-1].start()
+    time.sleep(0.3)  # the timing is waiting for the first check
+    threads.append(threading.Thread(target=later_check))
+    threads[-1].start()
+    time.sleep(0.3)
+    assert order == [], "a check started while a timing waited"
+    release.set()
+    for t in threads:
+        t.join(timeout=10)
+    assert order == ["timing", "later check"]
+
+
 def test_a_resumed_sweep_runs_only_the_points_its_store_lacks(blocked, tmp_path):
     """A store left by a killed sweep (a torn last line) and a space grown by one value: only the
     missing points run, the old results stay."""

@@ -30,14 +30,23 @@ def gpu_access(exclusive: bool):
     Their environment names one lock file per GPU (``JITLAB_GPU_LOCK``; none: nothing to share, nothing
     held). Checks hold it shared and run side by side; timing holds it alone (``exclusive``), so no other
     process's kernels run under a timed one. The GPU's queued work is finished before the lock is let go.
+
+    A timing waits only for the checks under way, not for every check that starts meanwhile: each process
+    passes a second lock, the turnstile (the file's name with ``.turn``), on its way in, and a timing holds
+    it while it waits, so new checks queue behind it (a plain shared lock would let eight lanes' checks,
+    taking turns, keep a timing out for seconds).
     """
     path = os.environ.get(GPU_LOCK_ENV)
     if not path:
         yield
         return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd, turn = (os.open(p, os.O_RDWR | os.O_CREAT, 0o600) for p in (path, path + ".turn"))
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        fcntl.flock(turn, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turn, fcntl.LOCK_UN)
         try:
             yield
         finally:
@@ -45,6 +54,7 @@ def gpu_access(exclusive: bool):
                 torch.cuda.synchronize()
     finally:
         os.close(fd)  # and with it the lock
+        os.close(turn)
 
 
 @dataclass

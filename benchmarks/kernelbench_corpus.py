@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jitlab.judge import kernelbench  # noqa: E402
+from jitlab.judge import kernelbench, kernelbench_grade  # noqa: E402
 from jitlab.judge.gradebook import first_line  # noqa: E402
 
 
@@ -79,9 +79,9 @@ def child(loader: str, problem: str, solution: str, device: str, compile_only: b
     if compile_only:
         return out
     try:
-        g = kernelbench.grade(problem, solution, loader=loader, device=device, compile_ref=False, imported=imported)
+        g = kernelbench_grade.grade(problem, solution, loader=loader, device=device, compile_ref=False, imported=imported)
         out.update(right=g.verdict.passed, ms=g.data.get("ms"), eager_ms=g.data.get("eager_ms"),
-                   error="" if g.verdict.passed else first_line("\n".join([kernelbench.mismatch_message(g.verdict),
+                   error="" if g.verdict.passed else first_line("\n".join([kernelbench_grade.mismatch_message(g.verdict),
                                                                           *str(g.verdict).splitlines()[1:2]])))
     except BaseException as e:  # noqa: BLE001
         out.update(right=False, error=why(e))

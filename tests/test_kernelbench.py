@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from jitlab.errors import ArgumentError
-from jitlab.judge import gradebook, kernelbench
+from jitlab.judge import gradebook, kernelbench, kernelbench_grade
 from jitlab.judge.gradebook import Grade, Gradebook, Report
 from jitlab.worker import grading
 
@@ -168,6 +170,57 @@ def test_a_rerun_grades_only_what_changed(cpu_graded, tmp_path, use_shared_cache
     mixed = grading.grade_many([CPU / "problem.py", CPU / "solution.py", CPU / "problem.py", edited],
                                device="cpu", store=store)
     assert mixed.graded == 1 and [g.category for g in mixed.grades] == ["pass", "mismatch"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kept", ["inputs and outputs", "times only"])
+def test_a_problems_reference_grades_its_solutions_as_a_full_grade_does(cpu_graded, tmp_path, use_shared_cache,
+                                                                        monkeypatch, kept):
+    """The problem's half of grading, made once and saved (Model's eager time; each trial's inputs and Model's
+    outputs where they fit), gives each solution the verdict a full grade gives, with Model's saved time."""
+    if kept == "times only":  # a problem too large to keep: each grade draws its inputs and runs Model itself
+        monkeypatch.setattr(kernelbench_grade, "KEPT_BYTES", 0)
+    saved = tmp_path / "reference.pt"
+    times = kernelbench_grade.reference(CPU / "problem.py", saved, device="cpu", compile_ref=False)
+    held = torch.load(saved, weights_only=True)
+    assert held["eager_ms"] == times["eager_ms"] > 0 and len(held["seeds"]) == kernelbench.TRIALS
+    assert ("outputs" in held) == (kept == "inputs and outputs")
+    if "outputs" in held:
+        assert len(held["inputs"]) == len(held["outputs"]) == kernelbench.TRIALS
+        torch.manual_seed(held["seeds"][2])  # the third trial's inputs are get_inputs() under its seed
+        assert all(torch.equal(a, b) for a, b in zip(held["inputs"][2], [torch.randn(37, 129), torch.randn(37, 129)]))
+    for solution in ("solution.py", "solution_wrong.py"):
+        full = kernelbench_grade.grade(CPU / "problem.py", CPU / solution, device="cpu", compile_ref=False)
+        half = kernelbench_grade.grade(CPU / "problem.py", CPU / solution, device="cpu", compile_ref=False,
+                                       reference=str(saved))
+        assert half.verdict.passed == full.verdict.passed == (solution == "solution.py")
+        assert [c.seed for c in half.verdict.cases] == [c.seed for c in full.verdict.cases] == held["seeds"]
+        assert str(half.verdict) == str(full.verdict)
+        if half.verdict.passed:
+            assert half.data["eager_ms"] == held["eager_ms"] and half.data["ms"] > 0
+
+
+@pytest.mark.slow
+def test_a_lane_waiting_for_builds_makes_the_problems_reference(tmp_path, use_shared_cache, monkeypatch):
+    """While the solutions still build, the idle lane makes the problem's reference; the grades are what they are
+    without it, and the batch's folder of references is gone at the end."""
+    outcomes, compile_pair, finished = [], grading._compile, grading.Ahead.finished
+
+    def slow_build(item, **kw):  # builds that take a while, as a cold batch's do
+        time.sleep(2)
+        return compile_pair(item, **kw)
+
+    monkeypatch.setattr(grading, "_compile", slow_build)
+    monkeypatch.setattr(grading.Ahead, "finished", lambda self, job, out: (outcomes.append(out.category),
+                                                                         finished(self, job, out)))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    report = grading.grade_many([CPU], device="cpu", store=tmp_path / "grades.jsonl", build_threads=2)
+    assert outcomes == ["pass"]  # one problem, one reference, made while its three solutions built
+    assert {g.pair: g.category for g in report.grades} == {
+        "cpu_scaled_relu": "pass", "cpu_scaled_relu/solution_broken": "compile error",
+        "cpu_scaled_relu/solution_wrong": "mismatch"}
+    assert report.grades[0].eager_ms > 0
+    assert not list(tmp_path.glob("jitlab-kernelbench-*"))
 
 
 @pytest.mark.slow

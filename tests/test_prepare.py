@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from jitlab.errors import ToolchainError
-from jitlab.jit import builder, prepare
+from jitlab.jit import builder, prepare, toolchain
 from jitlab.jit.engines import pch
-from jitlab.jit.flags import Options, object_flags
+from jitlab.jit.flags import Options, default_host_flags, object_flags
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,6 +78,21 @@ def test_start_makes_each_set_once_and_says_one_line(compiler, capsys):
     prepare.wait(30)
     assert capsys.readouterr().out == prepare.LINE + "\n"
     assert sorted(runs) == sorted(h for _, _, h in prepare.wanted())
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_a_batch_starts_the_host_set_and_binder_its_builds_wait_for(compiler, capsys, cuda, monkeypatch):
+    """``jitlab check`` starts, silently and before its own first work, the set a plain build of its kind starts
+    on and the binder; called again with them made, it makes nothing."""
+    runs, _ = compiler
+    monkeypatch.setattr(toolchain, "nvcc_path", lambda: "/usr/local/cuda/bin/nvcc")  # a CUDA batch needs nvcc
+    prepare.ahead(cuda)
+    prepare.wait(30)
+    assert sorted(runs) == ["binder", "host"] and capsys.readouterr().out == ""
+    assert pch.is_made(default_host_flags(cuda), cuda, "host")
+    prepare.ahead(cuda)
+    prepare.wait(30)
+    assert sorted(runs) == ["binder", "host"]
 
 
 def test_load_ext_starts_the_background_once(compiler, capsys):

@@ -133,6 +133,22 @@ def make(w: tuple) -> None:
     binder.prepare() if w is BINDER else pch.prepare(*w)
 
 
+def ahead(cuda: bool) -> None:
+    """Start making, on background threads, the ``host`` set of a plain ``cuda`` (or C++) build and jitlab's
+    binder, where missing: for a batch (``jitlab check``) that is about to build many solutions, each of which
+    waits for them, while it does its own first work (probing the GPU, starting workers, reading solutions).
+    Silent; ``JITLAB_PREPARE_HEADERS=0`` turns it off; an error is the first build's, as with :func:`start`."""
+    if not config.prepare_headers() or not toolchain.cxx_path() or (cuda and not toolchain.nvcc_path()):
+        return
+    todo = [w for w in [(default_host_flags(cuda), cuda, "host"), BINDER]
+            if not (binder.is_made() if w is BINDER else pch.is_made(*w))]
+    if todo:
+        atexit.register(pch.stop_background)
+    with _lock:
+        for w in todo:
+            _thread(f"jitlab-ahead-{w[2]}", [w], [])
+
+
 def threads() -> list[threading.Thread]:
     """The threads making sets (empty before :func:`start`, or when it started none)."""
     with _lock:

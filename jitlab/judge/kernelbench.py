@@ -5,13 +5,7 @@ a **solution** has ``class ModelNew`` and builds its kernels with ``torch.utils.
 when it is imported. A **pair** is one of each; on disk, a folder with ``problem.py`` and ``solution.py``
 (``scripts/kernelbench-corpus`` lays the public leaderboard out so), or a problem file and solution files.
 
-Grading follows KernelBench's ``eval_kernel_against_ref``: both models are made from
-``get_init_inputs()`` under the same seed (so their weights agree), the solution must agree with
-``Model`` on :data:`TRIALS` inputs from ``get_inputs()``, each under a seed drawn from
-``torch.manual_seed(seed)`` as KernelBench draws them, within ``atol = rtol = 1e-2``; a right one is then
-timed against ``Model`` in eager mode and under ``torch.compile``. Mismatches come from
-:func:`jitlab.judge.checker.check`, with its reasons (how many wrong, the first indices, got/expected,
-outputs never written).
+Grading one solution as KernelBench does is :mod:`jitlab.judge.kernelbench_grade`.
 
 The solution runs with its ``load_inline`` swapped for another function for as long as it is imported
 (:func:`swapped`): jitlab's (:func:`jitlab.jit.torch_compat.load_inline`), torch's own, or a compile-only
@@ -37,15 +31,15 @@ import torch
 
 from jitlab.errors import ArgumentError, CompileError
 from jitlab.jit import torch_compat
-from jitlab.judge import checker, timing
 
 #: KernelBench's fp32 tolerance (v0 and v0.1): ``torch.allclose(out, ref, atol=1e-2, rtol=1e-2)``.
 TOLERANCE = 1e-2
 #: Correctness trials and the seed they are drawn from (KernelBench's eval scripts' defaults).
 TRIALS = 5
 SEED = 42
-#: The job action a worker runs for one solution (:mod:`jitlab.worker.jobs`).
+#: The job actions a worker runs (:mod:`jitlab.worker.jobs`): grade one solution; make a problem's reference.
 ACTION = "kernelbench"
+REFERENCE = "kernelbench-reference"
 #: How the solution's ``load_inline`` is provided.
 LOADERS = ("jitlab", "torch")
 
@@ -295,106 +289,3 @@ def compile_pair(pair: Pair, *, arch=None, compile_only: bool = False) -> Compil
         except Exception:  # noqa: BLE001 -- not a build's failure: the grading reports it with its category
             pass
     return out
-
-
-# --- grading --------------------------------------------------------------------------------------------
-
-def set_seed(seed: int) -> None:
-    """KernelBench's ``set_seed``: the CPU generator and the current GPU's."""
-    torch.manual_seed(seed)
-    if torch.cuda.is_available():
-        torch.cuda.manual_seed(seed)
-
-
-def trial_seeds(seed: int = SEED, trials: int = TRIALS) -> list[int]:
-    """The seed of each correctness trial, drawn as KernelBench draws them."""
-    torch.manual_seed(seed)
-    return [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(trials)]
-
-
-def _on(values, device: str) -> list:
-    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
-
-
-@dataclass
-class Graded:
-    """A solution graded in this process.
-
-    Attributes:
-        verdict: The checker's verdict over the trials (one case per trial seed).
-        builds: The ``load_inline`` calls its import made.
-        data: Median times (``ms``, ``eager_ms``, ``compile_ms``) when timed.
-    """
-
-    verdict: checker.Verdict
-    builds: Builds
-    data: dict = field(default_factory=dict)
-
-    @property
-    def build(self) -> str:
-        return "cache hit" if self.builds.cached else f"built in {self.builds.seconds:.2f} s"
-
-
-def grade(problem, solution, *, loader: str = "jitlab", device: str = "cuda", trials: int = TRIALS, seed: int = SEED,
-          time_it: bool = True, compile_ref: bool = True, rep_s: float = 0.1, imported=None) -> Graded:
-    """Grade one solution as KernelBench does: correctness over ``trials`` seeded inputs, then timing. Where
-    worker processes share the GPU, checks share it and timing has it alone (:func:`timing.gpu_access`).
-
-    Args:
-        problem, solution: The two files.
-        loader: Whose ``load_inline`` the solution gets (:func:`import_solution`).
-        device: ``"cuda"``, or ``"cpu"`` for a problem whose solution builds C++ only.
-        time_it: Time a right solution, and ``Model`` in eager mode (and under ``torch.compile`` if
-            ``compile_ref``, on a GPU), each with :func:`jitlab.judge.timing.time_fn` (``rep_s`` each).
-        imported: ``(module, builds)`` from :func:`import_solution` when the caller imported it already.
-
-    Raises:
-        CompileError, Exception: What importing the solution or making ``ModelNew`` raises.
-    """
-    prob = import_file(Path(problem), "kernelbench_problem")
-    sol, builds = imported or import_solution(Path(solution), loader)
-    if not hasattr(sol, "ModelNew"):
-        raise ArgumentError(f"{solution}: defines no class ModelNew (KernelBench imports ModelNew from the solution)")
-    set_seed(seed)
-    with timing.gpu_access(exclusive=False), torch.no_grad():
-        init = _on(prob.get_init_inputs(), device)
-        set_seed(seed)
-        model = prob.Model(*init).to(device)
-        set_seed(seed)
-        new = sol.ModelNew(*init).to(device)
-
-        def inputs(size, trial_seed, dev):
-            set_seed(trial_seed)
-            # One list, not one entry per input: KernelBench lets a solution write its inputs (Model ran
-            # first, on its own copy), and the checker's read-only rule looks at top-level tensors only.
-            return {"inputs": _on(prob.get_inputs(), dev)}
-
-        def call(m):
-            return lambda inp: m(*inp["inputs"])
-
-        verdict = checker.check(call(new), call(model), inputs, sizes=["get_inputs()"],
-                                seeds=trial_seeds(seed, trials), device=device, name="ModelNew",
-                                tolerance_override={"rtol": TOLERANCE, "atol": TOLERANCE})
-    graded = Graded(verdict, builds)
-    if verdict.passed and time_it:
-        with timing.gpu_access(exclusive=False), torch.no_grad():  # drawing them is CPU work: other lanes go on
-            args = inputs(None, seed, device)["inputs"]
-        with timing.gpu_access(exclusive=True), torch.no_grad():
-            graded.data = _times(model, new, args, device, compile_ref, rep_s)
-    return graded
-
-
-def _times(model, new, args: list, device: str, compile_ref: bool, rep_s: float) -> dict:
-    """Median ms of the solution, of ``Model`` eager and (GPU) compiled, on one input."""
-    data = {"ms": timing.time_fn(lambda: new(*args), device, rep_s=rep_s).median,
-            "eager_ms": timing.time_fn(lambda: model(*args), device, rep_s=rep_s).median}
-    if compile_ref and device == "cuda":
-        compiled = torch.compile(model)
-        data["compile_ms"] = timing.time_fn(lambda: compiled(*args), device, rep_s=rep_s).median
-    return data
-
-
-def mismatch_message(verdict: checker.Verdict) -> str:
-    """``3 of 5 trials disagree with Model (atol = rtol = 0.01)``: the first line of a wrong solution's outcome."""
-    wrong = sum(not c.ok for c in verdict.cases)
-    return f"{wrong} of {len(verdict.cases)} trials disagree with Model (atol = rtol = {TOLERANCE:g})"

@@ -19,15 +19,20 @@ The batch, in order (the tuner's engine, :mod:`jitlab.worker.tune`, with a Kerne
 
 from __future__ import annotations
 
+import contextlib
 import queue
+import shutil
+import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 
 from jitlab import config
 from jitlab.errors import ToolchainError
-from jitlab.jit import processes, toolchain
+from jitlab.jit import prepare, processes, toolchain
 from jitlab.judge import kernelbench
 from jitlab.judge.gradebook import BUILT, Grade, Gradebook, Report
 from jitlab.judge.kernelbench import Compiled, Pair
@@ -46,6 +51,8 @@ CORES_PER_LANE = 2
 #: level-3 network's activations take gigabytes), so a small GPU gets fewer (80 GB: 8; 40 GB: 4; a T4: 1).
 GIB_PER_LANE = 9
 COMPILE_ONLY_ARCH = "sm_90"
+#: Problems' references made ahead of their solutions' grading at most at once (:class:`Ahead`).
+MOST_AHEAD = 32
 
 
 def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster: str | None = None,
@@ -80,6 +87,8 @@ def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster:
         raise ToolchainError("no CUDA GPU found: grading a KernelBench solution runs it; build them only with "
                              "--compile-only (jitlab check ... --compile-only), grade C++-only solutions of a CPU "
                              "problem with --device cpu, or pass --cluster tcp://... (workers with GPUs)")
+    if not cluster:  # every build waits for these: start them before probing the GPU and starting workers
+        prepare.ahead(cuda)
     lanes = lanes_for(config.cores(), smallest_gpu_gib()) if cuda and not compile_only else 1
     pool = make_pool(cuda and not compile_only, gpus, None if compile_only else cluster, lanes=lanes)
     if build_threads and hasattr(pool, "build_threads"):
@@ -87,7 +96,7 @@ def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster:
     book = Gradebook(store)
     params = {"device": device, "trials": trials, "seed": seed, "time_it": time_it, "compile_ref": compile_ref}
     grades: dict[int, Grade] = {}
-    with processes.limited(build_threads):  # -j N: N compilers at once, however many builds wait
+    with processes.limited(build_threads), contextlib.ExitStack() as stack:  # -j N: N compilers at once
         try:
             model = pool.probe(cuda and not compile_only)[0].device
             keys = [p.key(model=model, **params) for p in found]
@@ -100,20 +109,28 @@ def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster:
             built: dict[int, Compiled] = {}
             index: dict[int, int] = {}  # a job comes back as the same object (its id is the worker's)
             kept = threading.Lock()
+            ahead = None if compile_only or cluster else stack.enter_context(Ahead([found[i].problem for i in todo], params))
 
             def keep(i: int, g: Grade, stored: bool) -> None:  # from the slots' threads too: one at a time
                 with kept:
                     _keep(grades, i, g, book if stored else None, on_grade)
 
             def waiting() -> Iterator[Job]:  # the slots' threads ask it for the next job, one at a time
-                for i, c in _as_built(pool, build, [(i, found[i]) for i in todo]):
+                for item in _as_built(pool, build, [(i, found[i]) for i in todo], ahead):
+                    if isinstance(item, Job):  # no solution is built yet: a free lane makes a reference
+                        yield item
+                        continue
+                    i, c = item
                     built[i] = c
                     if c.error or compile_only:
                         keep(i, _grade(found[i], keys[i], model, c, Outcome(jobs.COMPILE if c.error else BUILT, c.error)),
                              bool(c.error) and not compile_only)
+                        if ahead:
+                            ahead.graded(found[i].problem)
                         continue
-                    job = Job(kernelbench.ACTION, str(found[i].solution), ref=str(found[i].problem), params=params,
-                              cache_dir=str(config.cache_dir()))
+                    made = ahead.made.get(str(found[i].problem)) if ahead else None
+                    job = Job(kernelbench.ACTION, str(found[i].solution), ref=str(found[i].problem),
+                              params={**params, "reference": made} if made else params, cache_dir=str(config.cache_dir()))
                     index[id(job)] = i
                     yield job
 
@@ -123,8 +140,13 @@ def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster:
                     pass
             else:
                 for slot, job, out in pool.run({None: as_built}, timeout):
+                    if job.action == kernelbench.REFERENCE:
+                        ahead.finished(job, out)
+                        continue
                     i = index[id(job)]
                     keep(i, _grade(found[i], keys[i], slot.device, built[i], out), True)
+                    if ahead:
+                        ahead.graded(found[i].problem)
         finally:
             pool.close()
     return Report([grades[i] for i in range(len(found)) if i in grades], len(todo), time.monotonic() - t0,
@@ -167,9 +189,10 @@ def smallest_gpu_gib() -> float | None:
         return None
 
 
-def _as_built(pool, build, items: list) -> Iterator[tuple[int, Compiled]]:
-    """The builds of ``items``, all started at once on the pool's build threads, each as it ends: a GPU
-    grades what is built while the rest still builds.
+def _as_built(pool, build, items: list, ahead: Ahead | None = None) -> Iterator:
+    """The builds of ``items``, all started at once on the pool's build threads, each as it ends (``(i,
+    Compiled)``): a GPU grades what is built while the rest still builds. While none is waiting, the next
+    reference job of ``ahead``, if any: a lane that would wait for a build makes a problem's reference.
 
     All start together, not the first alone: the first to need the precompiled headers makes them while
     the others wait for them in the cache, and device code compiles meanwhile.
@@ -186,10 +209,78 @@ def _as_built(pool, build, items: list) -> Iterator[tuple[int, Compiled]]:
             done.put(None)
 
     threading.Thread(target=build_all, daemon=True, name="jitlab-kernelbench-builds").start()
-    while (item := done.get()) is not None:
+    while True:
+        try:
+            item = done.get_nowait()
+        except queue.Empty:
+            job = ahead.next_job() if ahead else None
+            if job is not None:
+                yield job
+                continue
+            item = done.get()
+        if item is None:
+            return
         if isinstance(item, BaseException):
             raise item
         yield item
+
+
+class Ahead:
+    """The problems' references (:func:`jitlab.judge.kernelbench_grade.reference`), made by lanes that would
+    otherwise wait for a build: a solution built after its problem's reference is made grades its own half
+    only (its inputs are not drawn again, ``Model`` is neither run nor timed again). Saved in a folder of
+    this batch (a context manager: the folder goes at its end), each deleted once its problem's solutions are
+    graded, at most :data:`MOST_AHEAD` at once (each holds at most ``kernelbench_grade.KEPT_BYTES``).
+
+    Args:
+        problems: The problem of each solution to grade, in build order (repeats for shared problems).
+        params: The grading parameters (the references are made with the same).
+    """
+
+    def __init__(self, problems: list[Path], params: dict):
+        self.params, self.most = params, MOST_AHEAD
+        self.left = Counter(str(p) for p in problems)  # solutions not graded yet, by problem
+        self.todo = list(self.left)  # problems whose reference no job makes yet
+        self.made: dict[str, str] = {}  # problem -> its saved reference
+        self._folder = Path(tempfile.mkdtemp(prefix="jitlab-kernelbench-"))
+        self._jobs: dict[int, str] = {}  # id(job) -> problem
+        self._lock = threading.Lock()
+
+    def next_job(self) -> Job | None:
+        """A job making the next problem's reference, or None (none left, or enough made and not used yet)."""
+        with self._lock:
+            if not self.todo or len(self._jobs) + len(self.made) >= self.most:
+                return None
+            problem = self.todo.pop(0)
+            job = Job(kernelbench.REFERENCE, str(self._folder / f"{len(self.left) - len(self.todo)}.pt"),
+                      ref=problem, params=self.params)
+            self._jobs[id(job)] = problem
+            return job
+
+    def finished(self, job: Job, out: Outcome) -> None:
+        """A reference job's outcome: its file is used if it passed (else each solution makes its own half)."""
+        with self._lock:
+            problem = self._jobs.pop(id(job))
+            if out.category == jobs.PASS and self.left[problem] > 0:
+                self.made[problem] = job.path
+            else:
+                Path(job.path).unlink(missing_ok=True)
+
+    def graded(self, problem: Path) -> None:
+        """One more solution of ``problem`` graded: its reference is deleted after the last."""
+        with self._lock:
+            key = str(problem)
+            self.left[key] -= 1
+            if key in self.todo and self.left[key] <= 0:
+                self.todo.remove(key)
+            if self.left[key] <= 0 and key in self.made:
+                Path(self.made.pop(key)).unlink(missing_ok=True)
+
+    def __enter__(self) -> Ahead:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self._folder, ignore_errors=True)
 
 
 def _compile(item: tuple[int, Pair], *, arch, compile_only: bool) -> Compiled:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from jitlab.errors import SnippetError
 from jitlab.jit import api, emulator_run, emulator_support
-from jitlab.judge import checker, kernelbench, refs
+from jitlab.judge import checker, kernelbench, kernelbench_grade, refs
 from jitlab.worker import proc, tunejob
 
 #: Failure categories, in the order a run can meet them.
@@ -186,9 +186,11 @@ def _run(job: Job) -> Outcome:
         passed, reason, data = tunejob.run(job)
         return Outcome(PASS if passed else MISMATCH, reason, data=data)
     if job.action == kernelbench.ACTION:  # a KernelBench solution: job.path, its problem: job.ref
-        graded = kernelbench.grade(job.ref, job.path, **job.params)
+        graded = kernelbench_grade.grade(job.ref, job.path, **job.params)
         out = replace(_judged(job, [graded.verdict], graded.build), data=graded.data)
-        return replace(out, message=kernelbench.mismatch_message(graded.verdict)) if out.category == MISMATCH else out
+        return replace(out, message=kernelbench_grade.mismatch_message(graded.verdict)) if out.category == MISMATCH else out
+    if job.action == kernelbench.REFERENCE:  # a KernelBench problem's half of grading, saved to job.path
+        return Outcome(PASS, "reference made", data=kernelbench_grade.reference(job.ref, job.path, **job.params))
     ref_path = refs.path_for(job.path, job.ref)
     t0 = time.perf_counter()
     mod = api.load(job.path, **job.options)

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -231,6 +232,36 @@ def test_the_compile_phase_leaves_the_import_a_cache_hit(cache):
     assert not built.error and built.calls == 1
     _, builds = kernelbench.import_solution(pair.solution, "jitlab")
     assert builds.cached
+
+
+def test_a_solutions_load_inline_calls_build_side_by_side_and_its_first_error_is_its_own(tmp_path, monkeypatch):
+    """The compile phase starts each load_inline call of a solution without waiting for the one before (two
+    calls meet inside their builds), and of two failing calls reports the first one's error, from its thread."""
+    from jitlab.errors import CompileError
+    from jitlab.jit import torch_compat
+
+    solution = tmp_path / "solution.py"
+    solution.write_text("from torch.utils.cpp_extension import load_inline\n"
+                        "a = load_inline('first', '')\nb = load_inline('second', '')\nclass ModelNew: pass\n")
+    pair = kernelbench.Pair(CPU / "problem.py", solution, "two_calls")
+    met = threading.Barrier(2, timeout=10)
+    callers = []
+
+    def both_at_once(name, *args, caller=None, **kw):  # a build that ends only once the other has begun
+        callers.append(caller)
+        met.wait()
+        return type("Built", (), {"cached": False})()
+
+    monkeypatch.setattr(torch_compat, "build_inline", both_at_once)
+    built = kernelbench.compile_pair(pair)
+    assert (built.calls, built.error) == (2, "") and callers == [str(solution)] * 2
+
+    def failing(name, *args, caller=None, **kw):
+        time.sleep(0.3 if name == "first" else 0)  # the second fails first
+        raise CompileError(f"{name} failed")
+
+    monkeypatch.setattr(torch_compat, "build_inline", failing)
+    assert kernelbench.compile_pair(pair).error.startswith("first failed")
 
 
 @pytest.mark.slow

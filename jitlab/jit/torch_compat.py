@@ -366,11 +366,13 @@ def load_inline(name, cpp_sources, cuda_sources=None, sycl_sources=None, functio
 
 
 def build_inline(name, cpp_sources, cuda_sources=None, functions=None, *, compile_only: bool = False, arch=None,
-                 **torch_kwargs):
+                 caller: str | None = None, **torch_kwargs):
     """Build a ``load_inline`` call without loading it: ``compile_only=True, arch=["sm_75"]`` needs no GPU.
 
     Takes ``load_inline``'s flag keywords (``extra_cflags``, ``extra_cuda_cflags``, ``extra_ldflags``,
     ``extra_include_paths``, ``with_cuda``, ``with_pytorch_error_handling``, ``no_implicit_headers``).
+    ``caller``: the file that makes the call, where its strings are found for errors at their lines (default:
+    the first frame outside jitlab; a call started on another thread names it).
 
     Returns:
         The :class:`jitlab.jit.plan.Build`.
@@ -382,7 +384,7 @@ def build_inline(name, cpp_sources, cuda_sources=None, functions=None, *, compil
                                                     "extra_include_paths", "with_cuda")}
     base = Options(mode="torch", compile_only=compile_only, arch=[arch] if isinstance(arch, str) else arch)
     opts = torch_options(**flags, base=base)
-    where = origins.caller_file()
+    where = caller or origins.caller_file()
     with claimed(name, cpp_sources, cuda_sources, functions) as folder:
         snip = materialize(name, cpp_sources, cuda_sources, functions, caller=where, folder=folder, **torch_kwargs)
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import contextvars
 import hashlib
 import inspect
 import json
@@ -24,13 +25,14 @@ import sys
 import threading
 import time
 import types
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
 from jitlab.errors import ArgumentError, CompileError
-from jitlab.jit import torch_compat
+from jitlab.jit import origins, torch_compat
 
 #: KernelBench's fp32 tolerance (v0 and v0.1): ``torch.allclose(out, ref, atol=1e-2, rtol=1e-2)``.
 TOLERANCE = 1e-2
@@ -253,9 +255,11 @@ class Compiled:
 def compile_pair(pair: Pair, *, arch=None, compile_only: bool = False) -> Compiled:
     """Build every ``load_inline`` of a solution without loading it (the import's later build is a cache hit).
 
-    Runs the solution's file with ``load_inline`` swapped for :func:`jitlab.jit.torch_compat.build_inline`.
-    An error other than a compile error (a name the file lacks, a torch API it calls at import) is left
-    for the grading to report.
+    Runs the solution's file with ``load_inline`` swapped for one that starts
+    :func:`jitlab.jit.torch_compat.build_inline` on a thread and returns a stub at once, so a solution's
+    several calls build side by side; the first compile error, in the calls' order, is the solution's. An
+    error other than a compile error (a name the file lacks, a torch API it calls at import) is left for the
+    grading to report.
 
     Args:
         arch: Archs for a compile-only build (default ``sm_90``); ``None`` builds for this machine's GPU.
@@ -263,29 +267,39 @@ def compile_pair(pair: Pair, *, arch=None, compile_only: bool = False) -> Compil
     """
     out = Compiled()
     signature = inspect.signature(torch_compat.load_inline)
+    started: list[Future] = []
+    t0 = time.perf_counter()
+
+    def build(a: dict, caller: str | None):
+        cuda = bool(a.get("cuda_sources"))
+        return torch_compat.build_inline(
+            a["name"], a["cpp_sources"], a.get("cuda_sources"), a.get("functions"), caller=caller,
+            compile_only=compile_only and cuda, arch=(arch or ["sm_90"]) if compile_only and cuda else None,
+            **{k: a[k] for k in ("extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_include_paths",
+                                 "with_pytorch_error_handling", "no_implicit_headers") if k in a},
+            **({"python_module": a["is_python_module"]} if "is_python_module" in a else {}))
 
     def build_call(*args, **kwargs):
         a = signature.bind(*args, **kwargs).arguments
-        cuda = bool(a.get("cuda_sources"))
-        t0 = time.perf_counter()
-        try:
-            b = torch_compat.build_inline(
-                a["name"], a["cpp_sources"], a.get("cuda_sources"), a.get("functions"),
-                compile_only=compile_only and cuda, arch=(arch or ["sm_90"]) if compile_only and cuda else None,
-                **{k: a[k] for k in ("extra_cflags", "extra_cuda_cflags", "extra_ldflags", "extra_include_paths",
-                                     "with_pytorch_error_handling", "no_implicit_headers") if k in a},
-                **({"python_module": a["is_python_module"]} if "is_python_module" in a else {}))
-        finally:
-            out.seconds += time.perf_counter() - t0
-        out.calls += 1
-        out.cached = b.cached if out.calls == 1 else out.cached and b.cached
+        # The solution's names (a context variable) and the file of the call (this thread's) go along.
+        started.append(pool.submit(contextvars.copy_context().run, build, a, origins.caller_file()))
         return _Stub()
 
-    with swapped(build_call), torch_compat.names_of(owner(pair.solution)):
+    with ThreadPoolExecutor(4, thread_name_prefix="jitlab-kernelbench-calls") as pool, swapped(build_call), \
+            torch_compat.names_of(owner(pair.solution)):
         try:
             import_file(pair.solution, "kernelbench_solution")
-        except CompileError as e:
-            out.error = str(e)
         except Exception:  # noqa: BLE001 -- not a build's failure: the grading reports it with its category
             pass
+    for f in started:
+        try:
+            b = f.result()
+        except CompileError as e:
+            out.error = out.error or str(e)
+            continue
+        except Exception:  # noqa: BLE001 -- as above: the grading reports it
+            continue
+        out.calls += 1
+        out.cached = b.cached if out.calls == 1 else out.cached and b.cached
+    out.seconds = time.perf_counter() - t0
     return out

@@ -435,6 +435,29 @@ def test_watcher_polling_catches_a_change(tmp_path):
     assert not w.alive
 
 
+def test_watcher_takes_the_text_before_an_own_save_for_no_change(tmp_path):
+    """Mid-save (the caller already knows its new text, the file still holds the one it had), the watcher's
+    periodic comparison reports nothing; the save's text is no change either; another writer's text is one."""
+    f = tmp_path / "k.cpp"
+    f.write_text("void k() {}\n")
+    known = ["void k() {}\n"]
+    seen = []
+    w = Watcher(f, seen.append, known=lambda: known[0], force_polling=True, timeout_ms=200).start()
+    try:
+        known[0] = "void k() { return; }\n"  # the caller's own save begins: known first, then the write
+        assert w.ready.wait(30)
+        time.sleep(1.0)  # several periodic comparisons against the old text on disk
+        assert seen == []
+        f.write_text(known[0])
+        time.sleep(1.0)
+        assert seen == []
+        f.write_text("void k() { k(); }\n")
+        assert until(lambda: seen, 30)
+        assert seen == ["void k() { k(); }\n"]
+    finally:
+        w.stop()
+
+
 def test_build_log_sits_behind_a_toggle_folded_after_success():
     """A successful step's log is folded under "log"; a failed one's is open."""
     from jitlab.notebook.panel import log_html

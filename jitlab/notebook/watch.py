@@ -37,7 +37,7 @@ class Watcher:
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._seen: str | None = None  # the last text reported, so an unchanged file is reported once
+        self._seen: str | None = None  # the last text compared, so an unchanged file is reported once
 
     @property
     def alive(self) -> bool:
@@ -45,6 +45,10 @@ class Watcher:
 
     def start(self) -> Watcher:
         if not self.alive:
+            # What the caller had when the watch began: while its own save is under way (what it knows is the
+            # new text, the file still holds this one) the file has not changed. A change made before the
+            # watch began differs from it, and is reported.
+            self._seen = self.known()
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, name=f"jitlab-watch-{self.path.name}", daemon=True)
             self._thread.start()

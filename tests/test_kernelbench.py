@@ -202,6 +202,16 @@ def test_a_problems_reference_grades_its_solutions_as_a_full_grade_does(cpu_grad
 
 
 @pytest.mark.slow
+def test_a_reference_that_cannot_be_read_back_leaves_the_grade_whole(cpu_graded, tmp_path, use_shared_cache):
+    """A reference torch cannot load (here: not a torch file at all) costs only time: the grade does both halves."""
+    unreadable = tmp_path / "reference.pt"
+    unreadable.write_bytes(b"not a torch file")
+    g = kernelbench_grade.grade(CPU / "problem.py", CPU / "solution.py", device="cpu", compile_ref=False,
+                                reference=str(unreadable))
+    assert g.verdict.passed and g.data["eager_ms"] > 0 and g.data["ms"] > 0
+
+
+@pytest.mark.slow
 def test_a_lane_waiting_for_builds_makes_the_problems_reference(tmp_path, use_shared_cache, monkeypatch):
     """While the solutions still build, the idle lane makes the problem's reference; the grades are what they are
     without it, and the batch's folder of references is gone at the end."""

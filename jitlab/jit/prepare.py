@@ -38,6 +38,7 @@ LINE = ("jitlab: preparing torch's headers in the background (~30 s on 2 cores; 
 _lock = threading.Lock()
 _threads: list[threading.Thread] = []
 _started = False
+_exit_hooked = False
 
 
 #: jitlab's binder (:mod:`jitlab.jit.engines.binder`) among the sets: every torch-style build that binds its
@@ -66,9 +67,10 @@ def _name(w: tuple) -> str:
     return "binder" if w is BINDER else pch.entry_name(*w)
 
 
-def missing() -> list[tuple[object, bool, str]]:
-    """The sets of :func:`wanted` not made yet."""
-    return [w for w in wanted() if not (binder.is_made() if w is BINDER else pch.is_made(*w))]
+def missing(items=None) -> list[tuple[object, bool, str]]:
+    """The sets of ``items`` (default: :func:`wanted`) not made yet."""
+    return [w for w in (wanted() if items is None else items)
+            if not (binder.is_made() if w is BINDER else pch.is_made(*w))]
 
 
 def start(say=print) -> None:
@@ -104,13 +106,22 @@ def _begin(say) -> None:
         return
     if not todo:
         return
-    atexit.register(pch.stop_background)
+    _stop_at_exit()
     with _lock:
         first = [_thread(f"jitlab-prepare-{w[2]}", [w], []) for w in todo if w[1] or w is BINDER]
         rest = [w for w in todo if not (w[1] or w is BINDER)]
         if rest:
             _thread("jitlab-prepare-later", rest, first)
     say(LINE)
+
+
+def _stop_at_exit() -> None:
+    """End the background compilers when the process exits (registered once)."""
+    global _exit_hooked
+    with _lock:
+        if not _exit_hooked:
+            atexit.register(pch.stop_background)
+            _exit_hooked = True
 
 
 def _thread(name: str, sets: list, after: list[threading.Thread]) -> threading.Thread:
@@ -140,10 +151,9 @@ def ahead(cuda: bool) -> None:
     Silent; ``JITLAB_PREPARE_HEADERS=0`` turns it off; an error is the first build's, as with :func:`start`."""
     if not config.prepare_headers() or not toolchain.cxx_path() or (cuda and not toolchain.nvcc_path()):
         return
-    todo = [w for w in [(default_host_flags(cuda), cuda, "host"), BINDER]
-            if not (binder.is_made() if w is BINDER else pch.is_made(*w))]
+    todo = missing([(default_host_flags(cuda), cuda, "host"), BINDER])
     if todo:
-        atexit.register(pch.stop_background)
+        _stop_at_exit()
     with _lock:
         for w in todo:
             _thread(f"jitlab-ahead-{w[2]}", [w], [])

@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jitlab.judge import kernelbench, kernelbench_grade  # noqa: E402
+from jitlab.judge import kernelbench, kernelbench_grade, kernelbench_pairs  # noqa: E402
 from jitlab.judge.gradebook import first_line  # noqa: E402
 
 
@@ -64,7 +64,7 @@ def why(e: BaseException) -> str:
 def child(loader: str, problem: str, solution: str, device: str, compile_only: bool, arch: str) -> dict:
     """Import the solution with ``loader``'s ``load_inline`` and grade it (or, compile-only, just build it)."""
     out = {"built": False, "right": None, "build_s": None, "error": ""}
-    pair = kernelbench.Pair(Path(problem), Path(solution), Path(solution).parent.name)
+    pair = kernelbench_pairs.Pair(Path(problem), Path(solution), Path(solution).parent.name)
     t0 = time.perf_counter()
     try:
         if compile_only and loader == "jitlab":
@@ -88,7 +88,7 @@ def child(loader: str, problem: str, solution: str, device: str, compile_only: b
     return out
 
 
-def run_child(loader: str, pair: kernelbench.Pair, args, env: dict) -> dict:
+def run_child(loader: str, pair: kernelbench_pairs.Pair, args, env: dict) -> dict:
     """One pair on one side in a fresh process; its result (with the process's wall seconds)."""
     with tempfile.TemporaryDirectory(prefix="kb-child-") as tmp:
         result = Path(tmp) / "result.json"
@@ -210,7 +210,7 @@ def main() -> int:
         return 0
     if not args.pairs:
         ap.error("name a folder of pairs (scripts/kernelbench-corpus lays the leaderboard out in corpora/kernelbench)")
-    pairs = spread(kernelbench.pairs([args.pairs]), args.limit)
+    pairs = spread(kernelbench_pairs.pairs([args.pairs]), args.limit)
     sample = [] if args.jitlab_only else spread(pairs, args.torch_sample)
     env = {k: v for k, v in os.environ.items() if k not in ("JITLAB_CACHE_DIR", "JITLAB_PCH_DIR")}  # cold: headers too
     out = {"pairs": len(pairs), "sample": [p.name for p in sample], "jobs": args.jobs, "device": args.device,

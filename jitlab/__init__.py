@@ -27,7 +27,6 @@ from jitlab.errors import (
     SnippetError,
     ToolchainError,
 )
-from jitlab.jit.api import build, clean, load, load_inline
 from jitlab.jit.plan import Build
 from jitlab.jit.flags import Options
 
@@ -39,63 +38,32 @@ __all__ = [
 ]
 
 
-#: ``jitlab.exercises`` and ``from jitlab import inspect`` in the lessons: the modules behind them.
-_PUBLIC_MODULES = {"exercises": "jitlab.notebook.exercises", "inspect": "jitlab.tools.inspect"}
+#: The public names imported on first use, ``name: (module, attribute)``: ``import jitlab`` imports no torch
+#: (3-4 s), so ``jitlab check`` starts torch's precompiled headers first (:mod:`jitlab.jit.torch_install`).
+_LAZY = {
+    "load": ("jitlab.jit.api", "load"), "load_inline": ("jitlab.jit.api", "load_inline"),
+    "build": ("jitlab.jit.api", "build"), "clean": ("jitlab.jit.api", "clean"),
+    "Module": ("jitlab.jit.loader", "Module"), "run_program": ("jitlab.worker.execute", "run_program"),
+    "check": ("jitlab.worker.isolate", "check"), "bench": ("jitlab.judge.benchmark", "bench"),
+    "sanitize": ("jitlab.worker.sanitizer", "sanitize"), "profile": ("jitlab.worker.profiler", "profile"),
+    "roofline": ("jitlab.judge.roofline", "Chart"), "tune": ("jitlab.worker.tune", "tune"),
+    # the exported table's defines for a size: jitlab.load(p, defines=jitlab.tuned(p, n))
+    "tuned": ("jitlab.judge.tunereport", "best_defines"), "check_many": ("jitlab.worker.batch", "check_many"),
+    "ab": ("jitlab.judge.timing", "ab"), "playground": ("jitlab.notebook.panel", "playground"),
+    # modules the lessons use by their short public names (jitlab.exercises, from jitlab import inspect)
+    "exercises": ("jitlab.notebook.exercises", None), "inspect": ("jitlab.tools.inspect", None),
+}
 
 
 def __getattr__(name):
-    if name == "Module":
-        from jitlab.jit.loader import Module
-
-        return Module
-    if name == "run_program":
-        from jitlab.worker.execute import run_program
-
-        return run_program
-    if name == "check":
-        from jitlab.worker.isolate import check
-
-        return check
-    if name == "bench":
-        from jitlab.judge.benchmark import bench
-
-        return bench
-    if name == "sanitize":
-        from jitlab.worker.sanitizer import sanitize
-
-        return sanitize
-    if name == "profile":
-        from jitlab.worker.profiler import profile
-
-        return profile
-    if name == "roofline":
-        from jitlab.judge.roofline import Chart
-
-        return Chart
-    if name == "tune":
-        from jitlab.worker.tune import tune
-
-        return tune
-    if name == "tuned":  # the exported table's defines for a size: jitlab.load(p, defines=jitlab.tuned(p, n))
-        from jitlab.judge.tunereport import best_defines
-
-        return best_defines
-    if name == "check_many":
-        from jitlab.worker.batch import check_many
-
-        return check_many
-    if name == "ab":
-        from jitlab.judge.timing import ab
-
-        return ab
-    if name in _PUBLIC_MODULES:  # modules the lessons use by their short public names
+    if name in _LAZY:
         import importlib
 
-        return importlib.import_module(_PUBLIC_MODULES[name])
-    if name == "playground":
-        from jitlab.notebook.panel import playground
-
-        return playground
+        module, attr = _LAZY[name]
+        value = importlib.import_module(module)
+        value = getattr(value, attr) if attr else value
+        globals()[name] = value  # found directly from now on
+        return value
     raise AttributeError(f"module 'jitlab' has no attribute {name!r}")
 
 

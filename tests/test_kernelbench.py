@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from jitlab.errors import ArgumentError
-from jitlab.judge import gradebook, kernelbench, kernelbench_grade
+from jitlab.judge import gradebook, kernelbench, kernelbench_grade, kernelbench_pairs
 from jitlab.judge.gradebook import Grade, Gradebook, Report
 from jitlab.worker import grading
 
@@ -30,7 +30,7 @@ CUDA = PAIRS / "cuda_scaled_relu"
 
 def test_a_pair_folder_gives_its_problem_with_each_solution_file():
     """A folder with problem.py pairs it with solution.py and each solution_*.py, named by the folder."""
-    found = kernelbench.pairs([CPU])
+    found = kernelbench_pairs.pairs([CPU])
     assert [p.name for p in found] == ["cpu_scaled_relu", "cpu_scaled_relu/solution_broken",
                                        "cpu_scaled_relu/solution_wrong"]
     assert {p.problem for p in found} == {CPU / "problem.py"}
@@ -38,13 +38,13 @@ def test_a_pair_folder_gives_its_problem_with_each_solution_file():
 
 def test_a_folder_of_pair_folders_gives_every_pair():
     """A folder whose sub-folders are pairs (the corpus layout) gives each sub-folder's pairs, in order."""
-    found = kernelbench.pairs([PAIRS])
+    found = kernelbench_pairs.pairs([PAIRS])
     assert [p.problem.parent.name for p in found] == ["cpu_scaled_relu"] * 3 + ["cuda_scaled_relu"] * 3
 
 
 def test_a_problem_file_pairs_with_the_solution_files_after_it():
     """``problem.py sol_a.py sol_b.py`` grades both solutions against that problem."""
-    found = kernelbench.pairs([CPU / "problem.py", CPU / "solution.py", CUDA / "problem.py", CUDA / "solution_wrong.py"])
+    found = kernelbench_pairs.pairs([CPU / "problem.py", CPU / "solution.py", CUDA / "problem.py", CUDA / "solution_wrong.py"])
     assert [(p.problem.parent.name, p.solution.name) for p in found] == [
         ("cpu_scaled_relu", "solution.py"), ("cuda_scaled_relu", "solution_wrong.py")]
 
@@ -52,13 +52,13 @@ def test_a_problem_file_pairs_with_the_solution_files_after_it():
 def test_a_solution_with_no_problem_is_refused_with_the_fix():
     """A solution file named before any problem says to name the problem first."""
     with pytest.raises(ArgumentError, match="name the problem file first"):
-        kernelbench.pairs([CPU / "solution.py"])
+        kernelbench_pairs.pairs([CPU / "solution.py"])
 
 
 def test_check_takes_pairs_but_leaves_snippets_to_the_snippet_checker():
     """``.py`` files and folders of pairs are KernelBench's; kernel files and kernel folders are not."""
-    assert kernelbench.recognizes([CPU / "problem.py"]) and kernelbench.recognizes([PAIRS])
-    assert not kernelbench.recognizes(["kernels/saxpy.cu", "kernels"])
+    assert kernelbench_pairs.recognizes([CPU / "problem.py"]) and kernelbench_pairs.recognizes([PAIRS])
+    assert not kernelbench_pairs.recognizes(["kernels/saxpy.cu", "kernels"])
 
 
 @pytest.mark.parametrize("style", [
@@ -237,7 +237,7 @@ def test_a_lane_waiting_for_builds_makes_the_problems_reference(tmp_path, use_sh
 @pytest.mark.slow
 def test_the_compile_phase_leaves_the_import_a_cache_hit(cache):
     """A solution built by the compile phase imports without building again (the same build key)."""
-    pair = kernelbench.pairs([CPU])[0]
+    pair = kernelbench_pairs.pairs([CPU])[0]
     built = kernelbench.compile_pair(pair)
     assert not built.error and built.calls == 1
     _, builds = kernelbench.import_solution(pair.solution, "jitlab")
@@ -253,7 +253,7 @@ def test_a_solutions_load_inline_calls_build_side_by_side_and_its_first_error_is
     solution = tmp_path / "solution.py"
     solution.write_text("from torch.utils.cpp_extension import load_inline\n"
                         "a = load_inline('first', '')\nb = load_inline('second', '')\nclass ModelNew: pass\n")
-    pair = kernelbench.Pair(CPU / "problem.py", solution, "two_calls")
+    pair = kernelbench_pairs.Pair(CPU / "problem.py", solution, "two_calls")
     met = threading.Barrier(2, timeout=10)
     callers = []
 

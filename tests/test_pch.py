@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import jitlab
-from jitlab.jit import header_sets
+from jitlab.jit import header_sets, torch_install
 from jitlab.jit.engines import pch
 
 GCC_LINE = ("cc1plus: warning: /p/torch-bind-1/jitlab_torch.h.gch: not used because `SCALE' is defined "
@@ -213,13 +213,13 @@ def test_a_set_without_cuda_headers_is_keyed_without_nvcc(monkeypatch):
     plain = SimpleNamespace(cxx=("-fPIC",), cuda_include=("-isystem/cuda",), cxx_user=(), toolchain=tools)
     with_nvcc = SimpleNamespace(**{**vars(plain), "toolchain": tools + (("nvcc", "13.0"), ("torch_cuda", "13.0"))})
     for cuda_torch in (None, "13.0"):
-        monkeypatch.setattr(torch.version, "cuda", cuda_torch)
+        monkeypatch.setattr(torch_install, "cuda_version", lambda: cuda_torch)
         for headers in ("host", "full", "bind", "casters"):
             assert pch._describe("torch", plain, False, headers)[2] == pch._describe("torch", with_nvcc, False, headers)[2]
-    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch_install, "cuda_version", lambda: "13.0")
     assert pch._describe("torch", with_nvcc, True, "host")[2] != pch._describe("torch", plain, True, "host")[2]
     assert pch.after_set(True, "host") == ()
-    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch_install, "cuda_version", lambda: None)
     for headers in ("host", "full"):
         assert pch._describe("torch", with_nvcc, True, headers)[2] == pch._describe("torch", plain, False, headers)[2]
         assert pch.after_set(True, headers) == ("cuda_runtime.h",) and pch.after_set(False, headers) == ()

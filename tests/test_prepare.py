@@ -7,6 +7,8 @@ torch's real sets in the background and builds a torch-style snippet meanwhile.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -28,6 +30,7 @@ def fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("JITLAB_PREPARE_HEADERS", "1")
     monkeypatch.setattr(prepare, "_started", False)
     monkeypatch.setattr(prepare, "_threads", [])
+    monkeypatch.setattr(prepare, "_ahead", set())
     monkeypatch.setattr(pch, "_kept", {})
     yield
     prepare.wait(30)
@@ -91,6 +94,18 @@ def test_a_batch_starts_the_host_set_and_binder_its_builds_wait_for(compiler, ca
     assert sorted(runs) == ["binder", "host"] and capsys.readouterr().out == ""
     assert pch.is_made(default_host_flags(cuda), cuda, "host")
     prepare.ahead(cuda)
+    prepare.wait(30)
+    assert sorted(runs) == ["binder", "host"]
+
+
+def test_a_batch_started_twice_while_its_sets_are_made_makes_each_once(compiler, monkeypatch):
+    """``jitlab check`` starts the sets before importing torch and its grading asks again while they are being
+    made (the stand-in compiler takes 0.3 s): each set is made once, not waited for by a second thread."""
+    runs, _ = compiler
+    monkeypatch.setattr(toolchain, "nvcc_path", lambda: "/usr/local/cuda/bin/nvcc")
+    prepare.ahead(True)
+    prepare.ahead(True)
+    assert len(prepare.threads()) == 2
     prepare.wait(30)
     assert sorted(runs) == ["binder", "host"]
 
@@ -191,3 +206,54 @@ def test_a_torch_style_build_waits_for_the_real_sets_made_in_the_background(fres
     assert {u["headers"] for u in b.manifest.units if u["compiler"] == "cxx"} == {"host"}
     assert sorted(n.split("-")[1] for n in runs) == ["binder", "host"]
 
+
+
+def test_jitlab_check_starts_the_header_sets_before_importing_torch(tmp_path):
+    """``jitlab check`` on KernelBench pairs asks for torch's header sets before anything imports torch (3-4 s
+    of a cold batch's critical path): in a fresh interpreter, ``import jitlab`` loads no torch, and the first
+    ``prepare.ahead`` call comes with torch not loaded yet."""
+    problem = tmp_path / "problem.py"
+    problem.write_text("import torch\nclass Model(torch.nn.Module):\n    pass\ndef get_inputs():\n    return []\n")
+    (tmp_path / "solution.py").write_text("class ModelNew:\n    pass\n")
+    code = f"""
+import sys
+import jitlab
+from jitlab.jit import prepare
+assert "torch" not in sys.modules, "import jitlab imported torch"
+def ahead(cuda):
+    print("ahead", cuda, "torch" in sys.modules)
+    raise SystemExit(0)
+prepare.ahead = ahead
+from jitlab import cli
+cli.main(["check", {str(problem)!r}, {str(tmp_path / "solution.py")!r}])
+print("not called")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.split() == ["ahead", "True", "False"], r.stdout + r.stderr
+
+
+def test_background_compilers_end_with_what_they_started(fresh, tmp_path):
+    """At exit the background compilers end with their whole process group: a ``g++`` killed alone leaves its
+    ``cc1plus`` compiling (a stand-in: a shell that starts a child and waits for it)."""
+    child = tmp_path / "child.pid"
+    script = f"sleep 300 & echo $! > {child}; wait"
+    t = threading.Thread(target=pch.in_background, args=(pch.run_tool, ["sh", "-c", script], tmp_path, "a set"))
+    t.start()
+    deadline = time.monotonic() + 10
+    while not (child.exists() and child.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pid = int(child.read_text())
+    pch.stop_background()
+    t.join(10)
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not t.is_alive() and not _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, killed and not yet reaped, counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,7 +17,8 @@ import torch
 from torch.utils import cpp_extension
 
 import jitlab
-from jitlab.jit import toolchain
+from jitlab.jit import toolchain, torch_install
+from jitlab.jit.flags import default_host_flags
 
 # The cached functions themselves (a test may replace the module attribute with a lambda).
 CACHED = [toolchain._nvcc_path, toolchain._nvcc_version, toolchain._cxx_path, toolchain._cxx_version,
@@ -110,7 +112,7 @@ def test_cpu_torch_cannot_build_cuda_to_run(path_with):
 def test_cuda_major_mismatch_names_both_versions(path_with, monkeypatch):
     """nvcc 13 with a torch built for CUDA 12 is refused, naming both versions."""
     path_with("c++", "g++", "ninja", "nvcc")
-    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch_install, "cuda_version", lambda: "12.4")
     monkeypatch.setattr(toolchain, "nvcc_version", lambda: "13.0.88")
     with pytest.raises(jitlab.ToolchainError, match=r"(?s)13\.0\.88.*12\.4"):
         toolchain.require_tools(cuda=True, compile_only=False)
@@ -119,7 +121,7 @@ def test_cuda_major_mismatch_names_both_versions(path_with, monkeypatch):
 def test_matching_cuda_major_passes(path_with, monkeypatch):
     """The same major version (different minors) passes the check."""
     path_with("c++", "g++", "ninja", "nvcc")
-    monkeypatch.setattr(torch.version, "cuda", "13.1")
+    monkeypatch.setattr(torch_install, "cuda_version", lambda: "13.1")
     monkeypatch.setattr(toolchain, "nvcc_version", lambda: "13.0.88")
     toolchain.require_tools(cuda=True, compile_only=False)
 
@@ -226,3 +228,20 @@ def test_a_gpu_is_looked_for_once_per_visible_devices_without_initialising_cuda(
         assert asked == ["0", ""]
     finally:
         toolchain._gpus_seen.cache_clear()
+
+
+def test_torchs_install_read_from_its_files_is_what_torch_says():
+    """Version, CUDA version, C++ ABI, include and library folders, read from torch's files (no import: a
+    fresh interpreter reading them has no torch loaded after), are torch's own answers: a build's flags and
+    key are the same before and after ``import torch``."""
+    assert torch_install.version() == torch.__version__
+    assert torch_install.cuda_version() == torch.version.cuda
+    assert torch_install.cxx11_abi() == bool(torch._C._GLIBCXX_USE_CXX11_ABI)
+    assert torch_install.include_paths() == cpp_extension.include_paths("cpu")
+    assert torch_install.init_file() == torch.__file__
+    assert torch_install.lib_dir() == Path(cpp_extension.TORCH_LIB_PATH)
+    code = ("import sys; from jitlab.jit import flags, toolchain, torch_install as t; "
+            "print(t.version(), t.cuda_version(), t.cxx11_abi(), len(flags.default_host_flags(False).cxx), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [torch.__version__, str(torch.version.cuda), str(bool(torch._C._GLIBCXX_USE_CXX11_ABI)),
+                   str(len(default_host_flags(False).cxx)), "False"]

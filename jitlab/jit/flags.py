@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from jitlab.errors import SnippetError
-from jitlab.jit import shellwords, toolchain
+from jitlab.jit import shellwords, toolchain, torch_install
 from jitlab.jit.plan import Flags, KernelPlan, Plan, TorchPlan
 
 
@@ -172,9 +172,7 @@ def torch_include_flags(cuda: bool) -> list[str]:
 
 
 def _torch_includes(prefix: str) -> list[str]:
-    from torch.utils import cpp_extension
-
-    return [f"{prefix}{d}" for d in cpp_extension.include_paths("cpu") + [_python_include()]]
+    return [f"{prefix}{d}" for d in torch_install.include_paths() + [_python_include()]]
 
 
 def _nvcc_flags(plan: Plan, archs: list[str], opts: Options) -> list[str]:
@@ -188,8 +186,6 @@ def _nvcc_flags(plan: Plan, archs: list[str], opts: Options) -> list[str]:
 
 def object_flags(plan: TorchPlan, archs: list[str], opts: Options) -> Flags:
     """The flags of a torch-style build's units: the ones ``load_inline`` would use, split by compiler."""
-    import torch
-
     cflags, _ = compile_flags(plan, archs, opts)
     user = [f"-I{d}" for d in plan.include_dirs]
     cuda = plan.cuda or opts.with_cuda  # CUDA's headers and libraries
@@ -199,7 +195,7 @@ def object_flags(plan: TorchPlan, archs: list[str], opts: Options) -> Flags:
     # functions) would make the dynamic loader keep it for ever.
     unique = ["-fno-gnu-unique"] if plan.ops else []
     user_cflags = [f for f in cflags if f not in debug] + unique
-    lib = Path(torch.__file__).parent / "lib"
+    lib = torch_install.lib_dir()
     ld = [f"-L{lib}", "-lc10", *(["-lc10_cuda"] if cuda else []), "-ltorch_cpu",
           *(["-ltorch_cuda"] if cuda else []), "-ltorch", "-ltorch_python"]
     if cuda:

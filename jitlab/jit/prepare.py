@@ -39,6 +39,7 @@ _lock = threading.Lock()
 _threads: list[threading.Thread] = []
 _started = False
 _exit_hooked = False
+_ahead: set[tuple] = set()  # (folder, name) of the sets ahead() started: a second call starts them no more
 
 
 #: jitlab's binder (:mod:`jitlab.jit.engines.binder`) among the sets: every torch-style build that binds its
@@ -146,12 +147,17 @@ def make(w: tuple) -> None:
 
 def ahead(cuda: bool) -> None:
     """Start making, on background threads, the ``host`` set of a plain ``cuda`` (or C++) build and jitlab's
-    binder, where missing: for a batch (``jitlab check``) that is about to build many solutions, each of which
-    waits for them, while it does its own first work (probing the GPU, starting workers, reading solutions).
-    Silent; ``JITLAB_PREPARE_HEADERS=0`` turns it off; an error is the first build's, as with :func:`start`."""
+    binder, where missing and not started by an earlier call: for a batch (``jitlab check``) that is about to
+    build many solutions, each of which waits for them. ``jitlab check`` calls it before importing torch (3-4 s,
+    :mod:`jitlab.jit.torch_install`), the batch's grading again (a no-op then). Silent;
+    ``JITLAB_PREPARE_HEADERS=0`` turns it off; an error is the first build's, as with :func:`start`."""
     if not config.prepare_headers() or not toolchain.cxx_path() or (cuda and not toolchain.nvcc_path()):
         return
     todo = missing([(default_host_flags(cuda), cuda, "host"), BINDER])
+    where = config.pch_dir()
+    with _lock:
+        todo = [w for w in todo if (where, _name(w)) not in _ahead]
+        _ahead.update((where, _name(w)) for w in todo)
     if todo:
         _stop_at_exit()
     with _lock:

@@ -81,7 +81,7 @@ def ended_on_interrupt(proc: subprocess.Popen):
     try:
         yield proc
     except BaseException:
-        _kill(proc)
+        kill(proc)
         raise
     finally:
         _running.discard(proc)
@@ -93,10 +93,10 @@ def end_all() -> None:
     global _ended
     _ended += 1
     for proc in list(_running):
-        _kill(proc)
+        kill(proc)
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def kill(proc: subprocess.Popen) -> None:
     """Kill ``proc``, and its process group when it leads one (what it started goes with it)."""
     with contextlib.suppress(OSError):
         if os.getpgid(proc.pid) == proc.pid:

@@ -11,13 +11,10 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
-from jitlab.jit import answers, ninja_tool
+from jitlab.jit import answers, ninja_tool, torch_install
 from jitlab.jit.answers import identity, run
 
 from jitlab.errors import ToolchainError
@@ -43,10 +40,8 @@ def _finding() -> tuple[str, ...]:
 
 
 def nvcc_path() -> str | None:
-    """nvcc as torch finds it: ``$CUDA_HOME``/``$CUDA_PATH``, then ``PATH``, then ``/usr/local/cuda``.
-
-    (Importing ``torch.utils.cpp_extension`` to ask it would cost a cache hit ~0.15 s.)
-    """
+    """nvcc as torch finds it: ``$CUDA_HOME``/``$CUDA_PATH``, then ``PATH``, then ``/usr/local/cuda`` (read here:
+    importing ``torch.utils.cpp_extension`` to ask it would cost a cache hit ~0.15 s)."""
     return _nvcc_path(_finding())
 
 
@@ -178,16 +173,16 @@ def fingerprint(cuda: bool) -> dict[str, str]:
     """Everything about the toolchain that changes a binary, for the build key: versions, each
     compiler's :func:`identity`, torch's install, and the :data:`COMPILER_ENV` variables set."""
     fp = {
-        "torch": f"{torch.__version__} {identity(torch.__file__)}",
+        "torch": f"{torch_install.version()} {identity(torch_install.init_file())}",
         "python": f"{sys.implementation.cache_tag}-{platform.machine()}",
         "cxx": f"{cxx_version()} @ {identity(cxx_path())}",
         "env": " ".join(f"{v}={os.environ[v]}" for v in COMPILER_ENV if os.environ.get(v)),
         **({"cxx_runtime": " ".join(runtime_ldflags())} if runtime_ldflags() else {}),
-        "abi": str(int(torch._C._GLIBCXX_USE_CXX11_ABI)),
+        "abi": str(int(torch_install.cxx11_abi())),
     }
     if cuda:
         fp["nvcc"] = f"{nvcc_version() or 'none'} @ {identity(nvcc_path())} in {cuda_home()}"
-        fp["torch_cuda"] = str(torch.version.cuda)
+        fp["torch_cuda"] = str(torch_install.cuda_version())
     return fp
 
 
@@ -219,16 +214,17 @@ def require_tools(cuda: bool, compile_only: bool = False, ninja: bool = True) ->
         )
     if compile_only:
         return
-    if torch.version.cuda is None:
+    torch_cuda = torch_install.cuda_version()
+    if torch_cuda is None:
         raise ToolchainError(
-            f"this torch ({torch.__version__}) is a CPU build: it cannot run CUDA kernels. "
+            f"this torch ({torch_install.version()}) is a CPU build: it cannot run CUDA kernels. "
             "Install a CUDA build of torch, or compile only: `jitlab build --compile-only --arch sm_90 PATH`"
         )
     nv = nvcc_version() or ""
-    if nv.split(".")[0] != torch.version.cuda.split(".")[0]:
+    if nv.split(".")[0] != torch_cuda.split(".")[0]:
         raise ToolchainError(
-            f"nvcc is CUDA {nv} but torch was built with CUDA {torch.version.cuda}: the major versions must match. "
-            f"Point CUDA_HOME at a CUDA {torch.version.cuda.split('.')[0]}.x toolkit, or install the torch build for CUDA {nv.split('.')[0]}"
+            f"nvcc is CUDA {nv} but torch was built with CUDA {torch_cuda}: the major versions must match. "
+            f"Point CUDA_HOME at a CUDA {torch_cuda.split('.')[0]}.x toolkit, or install the torch build for CUDA {nv.split('.')[0]}"
         )
 
 
@@ -239,6 +235,8 @@ def gpu_available() -> bool:
     an H100/H200 box: most of a new process's cache hit); ``device_count`` asks NVML (0.02 s) and the driver
     only where NVML cannot answer, and torch keeps its answer once CUDA is initialised.
     """
+    import torch
+
     if torch.cuda.is_initialized():
         return torch.cuda.device_count() > 0
     return _gpus_seen(os.environ.get("CUDA_VISIBLE_DEVICES")) > 0
@@ -246,6 +244,8 @@ def gpu_available() -> bool:
 
 @functools.cache
 def _gpus_seen(visible: str | None) -> int:
+    import torch
+
     return torch.cuda.device_count()
 
 
@@ -274,6 +274,8 @@ def current_arch() -> str:
             "e.g. `jitlab.build(path, compile_only=True, arch=['sm_75', 'sm_90'])` or "
             "`jitlab build --compile-only --arch sm_75,sm_90 PATH`"
         )
+    import torch
+
     if torch.cuda.is_initialized():
         major, minor = torch.cuda.get_device_capability()
     else:

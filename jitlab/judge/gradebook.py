@@ -2,7 +2,7 @@
 
 One JSON line per graded solution, appended as each one ends (as the tuner's store: a killed batch leaves
 at worst a torn last line, which reading skips). A grade is keyed by both files' content, the grading
-parameters and the device model (:meth:`jitlab.judge.kernelbench.Pair.key`): a rerun skips every solution
+parameters and the device model (:meth:`jitlab.judge.kernelbench_pairs.Pair.key`): a rerun skips every solution
 already graded with the same sources, and grades an edited one again.
 """
 

@@ -2,7 +2,7 @@
 
 The batch, in order (the tuner's engine, :mod:`jitlab.worker.tune`, with a KernelBench job):
 
-1. **Pairs and keys.** The pairs the paths name (:func:`jitlab.judge.kernelbench.pairs`); those the results
+1. **Pairs and keys.** The pairs the paths name (:func:`jitlab.judge.kernelbench_pairs.pairs`); those the results
    file already holds with the same sources, parameters and device model are taken from it, not graded.
 2. **Build, in parallel on the CPU.** Each solution's ``load_inline`` calls are built without loading
    (:func:`jitlab.judge.kernelbench.compile_pair`), all started together, ``build_threads`` compilers at a time
@@ -35,7 +35,9 @@ from jitlab.errors import ToolchainError
 from jitlab.jit import prepare, processes, toolchain
 from jitlab.judge import kernelbench
 from jitlab.judge.gradebook import BUILT, Grade, Gradebook, Report
-from jitlab.judge.kernelbench import Compiled, Pair
+from jitlab.judge import kernelbench_pairs
+from jitlab.judge.kernelbench import Compiled
+from jitlab.judge.kernelbench_pairs import Pair
 from jitlab.worker import jobs
 from jitlab.worker.jobs import Job, Outcome
 from jitlab.worker.tune import make_pool
@@ -81,7 +83,7 @@ def grade_many(paths, *, problem=None, device: str = "cuda", gpus=None, cluster:
         ArgumentError: Paths that name no pairs.
     """
     t0 = time.monotonic()
-    found = kernelbench.pairs(paths, problem)
+    found = kernelbench_pairs.pairs(paths, problem)
     cuda = device != "cpu"
     if cuda and not compile_only and not cluster and not toolchain.gpu_available():
         raise ToolchainError("no CUDA GPU found: grading a KernelBench solution runs it; build them only with "

@@ -21,7 +21,7 @@ import types
 from pathlib import Path
 
 from jitlab import config, progress
-from jitlab.jit import cabi, cache, pycode, toolchain
+from jitlab.jit import cabi, cache, pycode, toolchain, torch_install
 from jitlab.jit.engines import pch
 from jitlab.jit.flags import default_host_flags
 from jitlab.jit.parse import Function
@@ -60,12 +60,10 @@ def prepare() -> None:
 
 def _describe() -> tuple[str, str, list[str]]:
     """The binder's cache entry name, source text and compiler flags (libraries included)."""
-    import torch  # lazy: the libraries' folder and the key need torch's install
-
     flags = default_host_flags(False)
     text = (cabi.types_macro() + f"#define JITLAB_VOID {cabi.VOID}\n#define JITLAB_MAX_ARGS {cabi.MAX_PARAMS}\n"
             + SOURCE.read_text())
-    cmd = [*flags.cxx, "-O1", f"-L{Path(torch.__file__).parent / 'lib'}", "-lc10", "-ltorch_cpu", "-ltorch",
+    cmd = [*flags.cxx, "-O1", f"-L{torch_install.lib_dir()}", "-lc10", "-ltorch_cpu", "-ltorch",
            "-ltorch_python", *toolchain.runtime_ldflags()]
     key = cache.build_key({"format": config.FORMAT_VERSION, "binder": text, "flags": cmd, "toolchain": flags.toolchain})
     return f"jitlab-binder-{key}", text, cmd

@@ -31,7 +31,7 @@ from typing import Callable, NamedTuple, Protocol
 
 from jitlab import config, progress
 from jitlab.errors import ToolchainError
-from jitlab.jit import cache, header_sets, processes, toolchain
+from jitlab.jit import cache, header_sets, processes, toolchain, torch_install
 from jitlab.jit.header_sets import HEADERS, NO_CUDA, larger, pch_text
 from jitlab.jit.plan import Manifest
 
@@ -136,9 +136,7 @@ def _precompiled(flags: Flags, cuda: bool, headers: str, user: tuple[str, ...]) 
 
 def after_set(cuda: bool, headers: str) -> tuple[str, ...]:
     """The headers a host unit on this set includes right after it (:func:`jitlab.jit.header_sets.after_set`)."""
-    import torch
-
-    return header_sets.after_set(headers, cuda, torch.version.cuda is not None)
+    return header_sets.after_set(headers, cuda, torch_install.cuda_version() is not None)
 
 
 def entry_name(flags: Flags, cuda: bool, headers: str) -> str:
@@ -267,9 +265,7 @@ def larger_set(log: str, flags: Flags, cuda: bool, small: str) -> str | None:
 
 def _describe(kind: str, flags: Flags, cuda: bool, headers: str, user: tuple[str, ...] = ()) -> tuple[str, list[str], str]:
     """A set's text, host flags (``user``'s last, as a unit has them) and cache entry name (``<kind>-<headers>-<key>``)."""
-    import torch
-
-    cuda_torch = torch.version.cuda is not None
+    cuda_torch = torch_install.cuda_version() is not None
     text = pch_text(headers, cuda, cuda_torch)
     # A set without CUDA's headers (every C++ snippet's, casters/bind for all, and every set with a CPU torch)
     # is one set for C++ and CUDA snippets (GCC does not check include folders), and does not depend on nvcc or
@@ -351,6 +347,7 @@ _compilers: set[subprocess.Popen] = set()
 
 def stop_background() -> None:
     """End the compilers making sets in the background (at exit: a kernel that shuts down leaves no
-    compiler running; their entries, with no manifest, are made again by the next build)."""
+    compiler running; their entries, with no manifest, are made again by the next build): each compiler's
+    process group, so that ``cc1plus`` goes with the ``g++`` that started it."""
     for proc in list(_compilers):
-        proc.kill()
+        processes.kill(proc)

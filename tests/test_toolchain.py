@@ -180,6 +180,23 @@ def test_compiler_without_shared_libstdcxx_links_the_loaded_one(tmp_path, cache,
     assert out.stdout.split()[-1] == "7"
 
 
+def test_the_loaded_runtime_is_the_same_before_and_after_torch_is_imported(tmp_path, monkeypatch):
+    """With such a g++, a process that keys a build before importing torch (``jitlab check`` does) loads the C++
+    runtime as torch's import would: the link input and the whole fingerprint are the same after ``import torch``
+    (a worker keys its builds after it, and found none of the batch's builds when they differed)."""
+    gxx = tmp_path / "bin" / "g++"
+    gxx.parent.mkdir()
+    gxx.write_text(STATIC_ONLY_GXX.format(real=shutil.which("g++")))
+    gxx.chmod(0o755)
+    monkeypatch.setenv("CXX", str(gxx))
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(tmp_path / "cache"))
+    code = ("import sys, warnings; warnings.simplefilter('error'); from jitlab.jit import toolchain as t; "
+            "before = (t.runtime_ldflags(), t.fingerprint(False)); assert 'torch' not in sys.modules; import torch; "
+            "t._runtime_ldflags.cache_clear(); print(before[0] == t.runtime_ldflags() != [], before[1] == t.fingerprint(False))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.split() == ["True", "True"], out.stderr[-2000:]
+
+
 def test_usual_compiler_needs_no_extra_link_input():
     """The usual g++ (with its shared libstdc++) needs no extra link input: runtime_ldflags() is empty."""
     assert toolchain.runtime_ldflags() == []

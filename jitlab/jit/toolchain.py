@@ -6,6 +6,8 @@ one-line error naming the fix rather than a page of compiler output.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
 import os
 import platform
@@ -146,6 +148,10 @@ def _runtime_ldflags(cxx: str | None) -> tuple[str, ...]:
     if os.path.isabs(found) and os.path.exists(found):
         return ()  # the compiler links its shared libstdc++, as usual
     loaded = _loaded_library("libstdc++.so")
+    if loaded is None:  # torch not imported yet: load the runtime as its import would, so keys are the same after it
+        with contextlib.suppress(OSError):
+            ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+        loaded = _loaded_library("libstdc++.so")
     if loaded is None:
         import warnings
 
@@ -187,17 +193,9 @@ def fingerprint(cuda: bool) -> dict[str, str]:
 
 
 def require_tools(cuda: bool, compile_only: bool = False, ninja: bool = True) -> None:
-    """Check the tools a build needs, before it starts.
-
-    Args:
-        cuda: Whether the build has CUDA sources.
-        compile_only: A compile-only build needs nvcc but neither ninja nor a CUDA torch.
-        ninja: Whether the build runs torch's ``load_inline`` (ninja); torch-style split builds
-            drive the compilers themselves and NVRTC needs no tool at all.
-
-    Raises:
-        ToolchainError: Naming the missing tool and how to install it.
-    """
+    """Check the tools a build needs, before it starts (raises ToolchainError naming the missing tool and how to
+    install it). ``cuda``: the build has CUDA sources; ``compile_only``: it needs nvcc, but neither ninja nor a
+    CUDA torch; ``ninja``: it runs torch's ``load_inline`` (split builds and NVRTC drive their compilers)."""
     if not cxx_path():
         raise ToolchainError(
             "no C++ compiler found (looked for $CXX, then `c++`): install one, e.g. "
@@ -290,8 +288,6 @@ def _driver_capability() -> tuple[int, int] | None:
     A cache hit needs the arch for its key; asking torch would initialize CUDA (a few hundred ms)
     before the user launches anything.
     """
-    import ctypes
-
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
         dev, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()

@@ -83,11 +83,9 @@ def _cxx11_abi(lib: Path) -> bool:
 
 
 def include_paths() -> list[str]:
-    """torch's include folders, as ``torch.utils.cpp_extension.include_paths("cpu")`` gives them (older
-    torch also had ``TH``/``THC``, included where they exist)."""
+    """torch's include folders, as ``torch.utils.cpp_extension.include_paths("cpu")`` gives them."""
     inc = root() / "include"
-    return [str(p) for p in (inc, inc / "torch" / "csrc" / "api" / "include", inc / "TH", inc / "THC")
-            if p.name not in ("TH", "THC") or p.is_dir()]
+    return [str(inc), str(inc / "torch" / "csrc" / "api" / "include")]
 
 
 def lib_dir() -> Path:

@@ -283,6 +283,7 @@ HIT_IN_A_NEW_PROCESS = """
 import subprocess, sys
 sys.path.insert(0, {root!r})
 import jitlab
+jitlab.build  # the library imported (torch, cuda-bindings, whose import asks ldconfig), as a script's first call does
 
 def refused(*args, **kwargs):
     raise AssertionError(f"a hit started {{args[0] if args else kwargs.get('args')}}")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
 import time
 
 from jitlab import config
@@ -304,10 +307,39 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(args, "args"):
         args.args = [*args.args, *tail]
     try:
-        return COMMANDS[args.command](args)
+        with _ended_by_sigterm():
+            return COMMANDS[args.command](args)
     except JitlabError as e:  # every error jitlab raises on purpose says what to do: no traceback
         print(f"jitlab {args.command}: {_about(getattr(args, 'path', ''), e)}", file=sys.stderr)
         return 1
+
+
+@contextlib.contextmanager
+def _ended_by_sigterm():
+    """SIGTERM (``timeout``, a job scheduler) ends the command with its exit hooks run: the compilers making
+    torch's headers in the background and the warm workers end with it (Python's default ends the process at
+    once, leaving them running). Only where SIGTERM's handling is Python's default."""
+    ours = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    if ours:
+        signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:
+        if ours:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _terminated(signum, frame):
+    """End now, as a process that was killed, after the exit hooks and the running compilers; no wait for the
+    build threads (they wait for those compilers)."""
+    import atexit
+
+    from jitlab.jit import processes
+
+    processes.end_all()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    os._exit(128 + signum)
 
 
 if __name__ == "__main__":

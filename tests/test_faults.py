@@ -219,6 +219,27 @@ def test_ctrl_c_during_a_torch_style_build_ends_its_compilers_at_once(cache, wri
     assert not [m for m in cache.rglob(jcache.MANIFEST) if "stalled_build" in str(m)]
 
 
+def test_sigterm_of_a_batch_ends_the_compilers_making_torchs_headers(tmp_path):
+    """``timeout`` (SIGTERM) of a ``jitlab check`` batch while torch's header sets are being made in the
+    background: the command exits with 143 and leaves no compiler running (Python's default ending skipped the
+    exit hook that ends them, and each kept compiling for tens of seconds)."""
+    pch = tmp_path / "pch"
+    env = {**os.environ, "JITLAB_CACHE_DIR": str(tmp_path / "cache"), "JITLAB_PCH_DIR": str(pch)}
+    pair = ROOT / "tests" / "fixtures" / "kernelbench" / "cpu_scaled_relu"
+    p = subprocess.Popen([sys.executable, "-m", "jitlab", "check", str(pair), "--device", "cpu", "--compile-only"],
+                         env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not any("cc1plus" in line for line in _processes_naming(str(pch))) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_naming(str(pch)), "no compiler started"
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(30) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 5
+    while _processes_naming(str(pch)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _processes_naming(str(pch))
+
+
 # ---- 2. Threads loading at once --------------------------------------------------------------------
 def test_threads_building_and_printing_at_once_leave_fds_1_and_2_intact(cache, write, capfd):
     """Three threads build and call printing snippets together: all work, and stdout/stderr survive."""

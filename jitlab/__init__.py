@@ -67,6 +67,11 @@ def __getattr__(name):
     raise AttributeError(f"module 'jitlab' has no attribute {name!r}")
 
 
+def __dir__():
+    """The public names imported on first use too (a notebook's tab completion lists ``jitlab.load``)."""
+    return sorted({*globals(), *_LAZY})
+
+
 
 
 def load_ipython_extension(ipython):

@@ -172,3 +172,18 @@ def test_modules_stay_small(module):
     """One job per module: at most ~400 lines, or its own ceiling (CEILINGS, with the reason)."""
     lines = MODULES[module].read_text().count("\n")
     assert lines <= CEILINGS.get(module, MAX_LINES), f"{module}: {lines} lines"
+
+
+def test_the_front_door_lists_and_imports_every_public_name():
+    """Every name of ``jitlab.__all__`` is there (the lazy ones imported on first use, each the object its
+    module owns) and listed by ``dir(jitlab)``, which a notebook's tab completion reads."""
+    import importlib
+
+    import jitlab
+
+    assert set(jitlab.__all__) <= set(dir(jitlab))
+    for name in jitlab.__all__:
+        assert getattr(jitlab, name) is not None, name
+    for name, (module, attr) in jitlab._LAZY.items():
+        owner = importlib.import_module(module)
+        assert getattr(jitlab, name) is (getattr(owner, attr) if attr else owner), name

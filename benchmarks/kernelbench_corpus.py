@@ -218,6 +218,8 @@ def main() -> int:
     torch_res: dict = {}
     if sample:
         torch_res, out["torch_wall_s"] = side("torch", sample, args, env)
+        key = "built" if args.compile_only else "right"
+        out["torch_" + key] = sorted(n for n, r in torch_res.items() if r.get(key))
         checks(sample, args, env, out)
     if args.no_pairs and sample:
         print(json.dumps(out, indent=1) if args.json else walls(out))
@@ -267,7 +269,8 @@ def walls(out: dict) -> str:
     """The sample's wall times, torch's way against jitlab check's (and with headers made, if timed)."""
     text = (f"wall time, the sample ({len(out['sample'])} pairs) KernelBench's way: torch {out['torch_wall_s']:.1f} s, "
             f"jitlab check {out['jitlab_check_wall_s']:.1f} s (cold cache, headers included): {out['ratio']:.2f}x "
-            f"(jitlab check: {out['jitlab_check']['counts']})")
+            f"(torch: {len(out.get('torch_right', out.get('torch_built', [])))} of {len(out['sample'])} "
+            f"{'built' if out['compile_only'] else 'right'}; jitlab check: {out['jitlab_check']['counts']})")
     if "ratio_headers_made" in out:
         text += (f"\n  jitlab check, fresh build cache with the headers made: "
                  f"{out['jitlab_check_headers_made_wall_s']:.1f} s: {out['ratio_headers_made']:.2f}x")

@@ -27,7 +27,7 @@ STAND_IN = Path(__file__).parent / "fixtures" / "slots"
 FEATURES = Path(__file__).parent / "fixtures" / "split" / "features.cu"
 TORCH_STYLE = ["kernels/square_matrix.cu", "kernels/custom_operation.cu", "kernels/exercises/vadd_checks.cu",
                "kernels/exercises/solutions/vadd_checks.cu", "kernels/vector_add", "tests/fixtures/split/features.cu",
-               "tests/fixtures/split/extern_c.cu"]
+               "tests/fixtures/split/extern_c.cu", "tests/fixtures/split/torch_gives.cu"]
 ARCH = "sm_90"
 
 
@@ -216,6 +216,14 @@ def test_every_torch_style_snippet_compiles_with_nvrtc(snippet, use_shared_cache
     symbols = _cubin_symbols(b.artifact)
     for name, expression, _ in b.manifest.slots:
         assert b.manifest.kernels[expression] in symbols, name
+
+
+@pytest.mark.slow
+def test_what_torch_includes_for_kernels_reaches_the_nvcc_device_unit(use_shared_cache):
+    """A kernel using FLT_MAX, INT_MAX and std::numeric_limits with only <torch/extension.h> included builds with
+    the nvcc split too (its device unit has no torch: the standard headers torch's bring stand in)."""
+    b = jitlab.build(STAND_IN.parent / "split" / "torch_gives.cu", compile_only=True, arch=ARCH, engine="nvcc")
+    assert b.engine == "nvcc" and [fn.name for fn in b.plan.exported] == ["clamp"]
 
 
 @pytest.mark.slow

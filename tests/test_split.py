@@ -48,6 +48,14 @@ def test_device_unit_has_no_torch(features):
     assert "struct Affine" in text and "#define SCALE_BLOCK 128" in text
 
 
+def test_a_device_unit_keeps_the_standard_headers_torch_gave_it(features):
+    """Blanking a torch include adds the standard headers it gave the kernels (FLT_MAX, INT_MAX, numeric_limits)
+    before the #line directive; a file that includes no torch header gets none."""
+    assert features.device.split("#line")[0] == split.DEVICE_PRELUDE + split.TORCH_DEVICE_PRELUDE
+    plain = split.split(parse_file(FEATURES, "__global__ void k(float* x) { x[0] = 1; }\n"))
+    assert plain.device.split("#line")[0] == split.DEVICE_PRELUDE
+
+
 def test_every_line_keeps_its_number(features):
     """Both units are the user's file line for line: kept lines are unchanged at the same number."""
     source = FEATURES.read_text().splitlines()

@@ -145,6 +145,10 @@ JITLAB_MINMAX(double, float, double)
 
 #: What the device unit needs before the user's code.
 DEVICE_PRELUDE = "#include <cuda_runtime.h>\n#include <cassert>\n"
+#: What a file's torch includes give its kernels and no other include of the device unit does: blanking
+#: ``<torch/extension.h>`` must not take ``FLT_MAX``, ``INT_MAX`` or ``std::numeric_limits`` from code
+#: that torch's ``load_inline`` builds (4 of KernelBench's 383 leaderboard solutions use ``FLT_MAX`` so).
+TORCH_DEVICE_PRELUDE = "#include <cfloat>\n#include <climits>\n#include <limits>\n"
 
 _CUDA_VARIABLE = frozenset({"__constant__", "__device__", "__managed__", "__shared__"})
 _FUNCTION_MACROS = frozenset({"PYBIND11_MODULE", "TORCH_LIBRARY", "TORCH_LIBRARY_IMPL", "TORCH_LIBRARY_FRAGMENT"})
@@ -200,7 +204,8 @@ def split(f: SourceFile, header_texts: dict[str, str] | None = None) -> Split:
     host = _apply(src, walker.host_edits)
     line = line_directive(f.path)
     # Trailing blank lines go, so a function added at the end leaves the other unit unchanged.
-    return Split(device=DEVICE_PRELUDE + line + device.rstrip() + "\n", host=HOST_PRELUDE + line + host.rstrip() + "\n",
+    prelude = DEVICE_PRELUDE + (TORCH_DEVICE_PRELUDE if walker.torch_included else "")
+    return Split(device=prelude + line + device.rstrip() + "\n", host=HOST_PRELUDE + line + host.rstrip() + "\n",
                  kernels=walker.kernels, templates=walker.templates, launches=walker.launches)
 
 
@@ -242,6 +247,7 @@ class _Walker:
         self.kernels: list[str] = []
         self.templates: set[str] = set()
         self.launches = 0
+        self.torch_included = False  # a torch header blanked in the device unit
 
     # ---- where each item goes -------------------------------------------------------------------
 
@@ -285,12 +291,14 @@ class _Walker:
         target = path.text.decode("utf-8", "surrogateescape").strip('"<>') if path is not None else ""
         if target.startswith(TORCH_INCLUDE_PREFIXES):
             self._host_only(node)
+            self.torch_included = True
         elif path is not None and path.type == "string_literal" and target in self.headers:
             text = self.headers[target]
             if re.search(r"__global__|__device__|__constant__", _without_comments(text)):
                 raise Unsplittable(f"its header {target} holds device code, which a host unit cannot include")
             if _mentions_torch_text(text):
                 self._host_only(node)
+                self.torch_included = True
 
     def _namespace(self, node: ts.Node, ns: str) -> None:
         name = node.child_by_field_name("name")

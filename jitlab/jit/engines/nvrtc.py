@@ -9,8 +9,8 @@ What it compiles is the user's file after ``#line 1 "<file>"``, so NVRTC's messa
 front end as nvcc's) name the user's file and line, with the caret. NVRTC has no C++ standard
 library; ``nvrtc_include/`` stands in for the headers kernels include (``<cstdio>`` and ``<cmath>``
 are empty, since NVRTC declares ``printf``, ``assert`` and the math functions itself; ``<cstdint>``
-and friends come from libcu++). CUBIN, never PTX: a driver older than the toolkit cannot load newer
-PTX (Colab), while CUBIN for the GPU's own arch always loads.
+and friends, and ``<limits>``'s ``std::numeric_limits``, come from libcu++). CUBIN, never PTX: a driver
+older than the toolkit cannot load newer PTX (Colab), while CUBIN for the GPU's own arch always loads.
 """
 
 from __future__ import annotations

@@ -56,6 +56,19 @@ def test_a_device_unit_keeps_the_standard_headers_torch_gave_it(features):
     assert plain.device.split("#line")[0] == split.DEVICE_PRELUDE
 
 
+def test_using_a_torch_namespace_is_host_only(tmp_path):
+    """``using namespace at;`` (or ``torch::indexing``) names what only the host unit has: the device unit
+    drops it, lines kept; ``using namespace nvcuda;`` stays in both."""
+    text = ("#include <torch/extension.h>\nusing namespace at;\nusing namespace torch::indexing;\n"
+            "using namespace nvcuda;\n__global__ void k(float* x) { x[0] = 1; }\n"
+            "Tensor f(Tensor x) { k<<<1, 1>>>(x.data_ptr<float>()); return x; }\n")
+    (tmp_path / "u.cu").write_text(text)
+    s = _split(tmp_path / "u.cu")
+    device, host = _user_part(s.device, tmp_path / "u.cu"), _user_part(s.host, tmp_path / "u.cu")
+    assert s.reason is None and [ln.strip() for ln in device[1:4]] == ["", "", "using namespace nvcuda;"]
+    assert host[1:4] == text.splitlines()[1:4]
+
+
 def test_every_line_keeps_its_number(features):
     """Both units are the user's file line for line: kept lines are unchanged at the same number."""
     source = FEATURES.read_text().splitlines()

@@ -393,7 +393,12 @@ def _has_cuda(node: ts.Node) -> bool:
 
 
 def _torch_name(node: ts.Node) -> str:
-    """The first torch namespace or macro the node names (``torch::``, ``at::``, ``TORCH_CHECK``), or ``""``."""
+    """The first torch namespace or macro the node names (``torch::``, ``at::``, ``using namespace at``,
+    ``TORCH_CHECK``), or ``""``."""
+    for n in _descendants(node, "using_declaration"):  # ``using namespace at;``: its one name is an identifier
+        if n.named_children and n.named_children[0].type == "identifier":
+            if (name := n.named_children[0].text.decode("utf-8", "surrogateescape")) in TORCH_NAMESPACES:
+                return f"using namespace {name}"
     for n in _descendants(node, "namespace_identifier"):
         if n.text.decode("utf-8", "surrogateescape") in TORCH_NAMESPACES:
             return n.text.decode("utf-8", "surrogateescape") + "::"

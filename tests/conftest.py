@@ -157,3 +157,34 @@ def kernel_copy(tmp_path):
         return dst
 
     return _copy
+
+
+class FakeNvml:
+    """libnvidia-ml's calls jitlab makes (``jit/nvml.py``), answering for two GPUs: 80 and 24 GB, compute
+    capability 9.0 each (``caps`` to change); ``shut`` once NVML is shut down again."""
+
+    def __init__(self, sizes=(80 * 10**9, 24 * 10**9), caps=((9, 0), (9, 0))):
+        self.sizes, self.caps, self.shut = list(sizes), list(caps), False
+
+    def nvmlInit_v2(self):
+        return 0
+
+    def nvmlDeviceGetCount_v2(self, count):
+        count._obj.value = len(self.sizes)
+        return 0
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index, handle):
+        handle._obj.value = index.value + 1
+        return 0
+
+    def nvmlDeviceGetMemoryInfo(self, handle, memory):
+        memory._obj.total = self.sizes[handle.value - 1]
+        return 0
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle, major, minor):
+        major._obj.value, minor._obj.value = self.caps[handle.value - 1]
+        return 0
+
+    def nvmlShutdown(self):
+        self.shut = True
+        return 0

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import FakeNvml
 from jitlab.errors import ArgumentError
 from jitlab.judge import gradebook, kernelbench, kernelbench_grade, kernelbench_pairs
 from jitlab.judge.gradebook import Grade, Gradebook, Report
@@ -318,32 +319,6 @@ def test_three_cuda_pairs_are_graded_right_wrong_and_not_compiling(use_shared_ca
     assert "3 solutions graded" in report.table() and "1 right, 1 compile error, 1 mismatch" in report.table()
 
 
-class _FakeNvml:
-    """libnvidia-ml's calls the lane count makes, answering for two GPUs of 80 and 24 GB."""
-
-    sizes = [80 * 10**9, 24 * 10**9]
-    shut = False
-
-    def nvmlInit_v2(self):
-        return 0
-
-    def nvmlDeviceGetCount_v2(self, count):
-        count._obj.value = len(self.sizes)
-        return 0
-
-    def nvmlDeviceGetHandleByIndex_v2(self, index, handle):
-        handle._obj.value = index.value + 1
-        return 0
-
-    def nvmlDeviceGetMemoryInfo(self, handle, memory):
-        memory._obj.total = self.sizes[handle.value - 1]
-        return 0
-
-    def nvmlShutdown(self):
-        self.shut = True
-        return 0
-
-
 def test_grading_lanes_follow_the_cores_and_the_smallest_gpus_memory(monkeypatch):
     """One lane per 2 cores, at most 8, and at most one per 9 GiB of the smallest GPU (as NVML says, no CUDA
     context made); where NVML cannot say (no driver), the cores alone decide."""
@@ -353,7 +328,7 @@ def test_grading_lanes_follow_the_cores_and_the_smallest_gpus_memory(monkeypatch
 
     assert [grading.lanes_for(c, gib) for c, gib in [(2, None), (16, None), (64, None), (16, 79.6), (16, 139.8),
                                                       (16, 39.4), (16, 14.6), (8, 23.5), (1, 4.0)]] == [1, 8, 8, 8, 8, 4, 1, 2, 1]
-    fake = _FakeNvml()
+    fake = FakeNvml()
     monkeypatch.setattr(ctypes, "CDLL", lambda name: fake if name == "libnvidia-ml.so.1" else None)
     assert grading.smallest_gpu_gib() == pytest.approx(24 * 10**9 / 2**30) and fake.shut
 

@@ -247,6 +247,43 @@ def test_a_gpu_is_looked_for_once_per_visible_devices_without_initialising_cuda(
         toolchain._gpus_seen.cache_clear()
 
 
+def test_the_arch_comes_from_nvml_when_every_gpu_agrees(monkeypatch):
+    """A cache hit's arch is asked of NVML (milliseconds), not of the CUDA driver (``cuInit``: 0.1-0.2 s on an
+    H200, most of a new process's hit); where the machine's GPUs differ, or NVML cannot say, of the driver,
+    which knows which GPU is device 0."""
+    import ctypes
+
+    from conftest import FakeNvml
+    from jitlab.jit import nvml
+
+    fakes = {"same": FakeNvml(caps=[(8, 9), (8, 9)]), "mixed": FakeNvml(caps=[(7, 5), (9, 0)])}
+    which = {"now": "same"}
+    real_cdll = ctypes.CDLL
+    monkeypatch.setattr(ctypes, "CDLL", lambda name, *a, **k: fakes[which["now"]] if name == nvml.LIBRARY
+                        else real_cdll(name, *a, **k))
+    monkeypatch.setattr(toolchain, "gpu_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(toolchain, "_driver_capability", lambda: (9, 0))
+    try:
+        nvml.shared_capability.cache_clear()
+        assert toolchain.current_arch() == "sm_89" and fakes["same"].shut
+        nvml.shared_capability.cache_clear()
+        which["now"] = "mixed"
+        assert nvml.shared_capability() is None and toolchain.current_arch() == "sm_90"  # the driver's device 0
+    finally:
+        nvml.shared_capability.cache_clear()
+
+
+@pytest.mark.gpu
+def test_nvmls_compute_capability_is_the_gpus():
+    """On a GPU machine NVML's answer is the one torch gets from CUDA for device 0."""
+    from jitlab.jit import nvml
+
+    caps = nvml.each_gpu(nvml.capability)
+    assert caps and torch.cuda.get_device_capability() in caps
+    assert nvml.shared_capability() == (caps[0] if len(set(caps)) == 1 else None)
+
+
 def test_torchs_install_read_from_its_files_is_what_torch_says():
     """Version, CUDA version, C++ ABI, include and library folders, read from torch's files (no import: a
     fresh interpreter reading them has no torch loaded after), are torch's own answers: a build's flags and

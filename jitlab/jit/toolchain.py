@@ -16,7 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from jitlab.jit import answers, ninja_tool, torch_install
+from jitlab.jit import answers, ninja_tool, nvml, torch_install
 from jitlab.jit.answers import identity, run
 
 from jitlab.errors import ToolchainError
@@ -276,8 +276,8 @@ def current_arch() -> str:
 
     if torch.cuda.is_initialized():
         major, minor = torch.cuda.get_device_capability()
-    else:
-        major, minor = _driver_capability() or torch.cuda.get_device_capability()
+    else:  # NVML first: the driver's cuInit is most of a new process's cache hit (jit/nvml.py)
+        major, minor = nvml.shared_capability() or _driver_capability() or torch.cuda.get_device_capability()
     return f"sm_{major}{minor}"
 
 

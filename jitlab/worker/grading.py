@@ -32,7 +32,7 @@ from pathlib import Path
 
 from jitlab import config
 from jitlab.errors import ToolchainError
-from jitlab.jit import prepare, processes, toolchain
+from jitlab.jit import nvml, prepare, processes, toolchain
 from jitlab.judge import kernelbench
 from jitlab.judge.gradebook import BUILT, Grade, Gradebook, Report
 from jitlab.judge import kernelbench_pairs
@@ -165,30 +165,8 @@ def lanes_for(cores: int, gib: float | None) -> int:
 def smallest_gpu_gib() -> float | None:
     """The memory of this machine's smallest GPU in GiB, as NVML reports it (no CUDA context is made), or
     ``None`` where NVML cannot say (no driver, no GPU)."""
-    import ctypes
-
-    class Memory(ctypes.Structure):  # nvmlMemory_t
-        _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
-
-    try:
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
-        count, handle, memory = ctypes.c_uint(), ctypes.c_void_p(), Memory()
-        if nvml.nvmlInit_v2() != 0:
-            return None
-        try:
-            if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0 or not count.value:
-                return None
-            sizes = []
-            for i in range(count.value):
-                if (nvml.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(i), ctypes.byref(handle)) != 0
-                        or nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) != 0):
-                    return None
-                sizes.append(memory.total / 2**30)
-            return min(sizes)
-        finally:
-            nvml.nvmlShutdown()
-    except (OSError, AttributeError):  # no libnvidia-ml, or one without these functions
-        return None
+    sizes = nvml.each_gpu(nvml.memory_gib)
+    return min(sizes) if sizes else None
 
 
 def _as_built(pool, build, items: list, ahead: Ahead | None = None) -> Iterator:

@@ -27,8 +27,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
 from jitlab.errors import ArgumentError, CompileError
 from jitlab.jit import origins, torch_compat
 from jitlab.judge.kernelbench_pairs import Pair

@@ -19,8 +19,9 @@ host function                 blanked (unless constexpr)  kept; ``k<<<g, b, s, s
 ``__constant__``/``__device__``  kept (``static`` dropped)   ``extern`` declaration, no initializer
 variable
 types, macros, other includes kept                        kept
-torch includes, torch-using   blanked                     kept
-declarations, PYBIND11_MODULE
+torch includes, torch-using   blanked (the standard       kept
+declarations, PYBIND11_MODULE headers torch's gave kernels
+                              come first instead)
 ============================  ==========================  ===========================================
 
 A launch becomes ``::jitlab_rt::launch(k, g, b, s, st)(args)``: the host unit's launcher converts the
@@ -44,7 +45,7 @@ import tree_sitter as ts
 from jitlab.jit.parse import TORCH_INCLUDE_PREFIXES, TORCH_NAMESPACES, SourceFile, line_directive, syntax_tree
 
 #: What the host unit needs before the user's code (after the precompiled torch header).
-HOST_PRELUDE = (Path(__file__).parent / "split_host_prelude.h").read_text()
+HOST_PRELUDE = (Path(__file__).parent / "split_host_prelude.h").read_text(encoding="utf-8")
 
 #: What the device unit needs before the user's code.
 DEVICE_PRELUDE = "#include <cuda_runtime.h>\n#include <cassert>\n"

@@ -337,3 +337,20 @@ def test_grading_lanes_follow_the_cores_and_the_smallest_gpus_memory(monkeypatch
 
     monkeypatch.setattr(ctypes, "CDLL", missing)
     assert grading.smallest_gpu_gib() is None
+
+
+def test_the_device_code_scan_records_a_solutions_calls_and_compiles_its_kernels(tmp_path):
+    """benchmarks/kernelbench_device_code.py: a solution's load_inline calls are recorded without building, and
+    a right solution's device unit (split as jitlab splits it) is NVRTC's at once; a module function the solution
+    names at import is there, unbuilt."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kb_device_code", PAIRS.parents[2] / "benchmarks" / "kernelbench_device_code.py")
+    scan = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scan)
+    calls, error = scan.calls_of(CUDA / "solution.py")
+    assert error == "" and [c["name"] for c in calls] == ["kb_cuda_scaled_relu"]
+    assert calls[0]["functions"] == ["scaled_relu_add"] and calls[0]["extra_cuda_cflags"] == ["-O3"]
+    assert scan.scan(calls[0], "sm_90", tmp_path) == ("nvrtc", "")
+    with pytest.raises(RuntimeError, match="not built"):
+        scan._Unbuilt().scaled_relu_add()

@@ -101,10 +101,11 @@ def scan(call: dict, arch: str, work: Path) -> tuple[str, str]:
         nvrtc_error = f"flags NVRTC does not take: {' '.join(refused)}"
     device = cu.with_name("device_unit.cu")
     device.write_text(units.device)
-    if _nvcc(device, arch, cuda_flags) is None:
+    device_error = _nvcc(device, arch, cuda_flags)
+    if device_error is None:
         return "nvcc fallback", nvrtc_error
-    whole = _nvcc(cu, arch, cuda_flags, torch_headers=True)
-    return ("own error", _first_error(whole)) if whole is not None else ("jitlab only", _nvcc(device, arch, cuda_flags))
+    whole_error = _nvcc(cu, arch, cuda_flags, torch_headers=True)
+    return ("own error", whole_error) if whole_error is not None else ("jitlab only", device_error)
 
 
 def _cuda_includes() -> list[str]:

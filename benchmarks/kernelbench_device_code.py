@@ -26,7 +26,6 @@ import argparse
 import json
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -34,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jitlab.jit import cudacore, shellwords, toolchain, torch_compat, torch_install  # noqa: E402
+from jitlab.jit import cudacore, flags, shellwords, toolchain, torch_compat  # noqa: E402
 from jitlab.jit.engines import nvrtc, nvrtc_torch  # noqa: E402
 from jitlab.jit.parse import parse_file  # noqa: E402
 from jitlab.jit.split import split  # noqa: E402
@@ -113,13 +112,14 @@ def _cuda_includes() -> list[str]:
     return [str(cuda), *([str(cuda / "cccl")] if (cuda / "cccl").is_dir() else [])]
 
 
-def _nvcc(path: Path, arch: str, flags: list[str], torch_headers: bool = False) -> str | None:
-    """``nvcc -c`` of ``path``: ``None`` if it compiles, else its first error line."""
-    extra = ([f"-I{p}" for p in torch_install.include_paths()] + [f"-I{sysconfig.get_paths()['include']}",
-             "-DTORCH_EXTENSION_NAME=scanned", "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
-             "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__"] if torch_headers else [])
-    p = subprocess.run([str(toolchain.nvcc_path()), "-c", f"-arch={arch}", "-std=c++17", "--expt-relaxed-constexpr",
-                        *extra, *flags, str(path), "-o", str(path.with_suffix(".o"))], capture_output=True, text=True)
+def _nvcc(path: Path, arch: str, cuda_flags: list[str], torch_headers: bool = False) -> str | None:
+    """``nvcc -c`` of ``path`` (with torch's headers and nvcc flags, as its ``load_inline``: ``torch_headers``):
+    ``None`` if it compiles, else its first error line."""
+    from torch.utils import cpp_extension
+
+    torch = [*flags.torch_include_flags(cuda=True), "-DTORCH_EXTENSION_NAME=scanned"] if torch_headers else []
+    p = subprocess.run([str(toolchain.nvcc_path()), "-c", f"-arch={arch}", "-std=c++17", *cpp_extension.COMMON_NVCC_FLAGS,
+                        *torch, *cuda_flags, str(path), "-o", str(path.with_suffix(".o"))], capture_output=True, text=True)
     return None if p.returncode == 0 else _first_error(p.stderr + p.stdout)
 
 

@@ -72,8 +72,6 @@ def __dir__():
     return sorted({*globals(), *_LAZY})
 
 
-
-
 def load_ipython_extension(ipython):
     """``%load_ext jitlab``: the ``%%cuda`` and ``%%cpp`` cell magics."""
     from jitlab.notebook.magic import load_ipython_extension as _load

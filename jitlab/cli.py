@@ -12,7 +12,7 @@ import time
 from jitlab import config
 from jitlab.cli_args import parser
 from jitlab.errors import CompileError, JitlabError
-from jitlab.jit import prepare, resources
+from jitlab.jit import prepare, processes, resources
 from jitlab.jit.flags import defines_from
 
 # Each command imports what it runs where it runs it: torch (3-4 s) only when used, so that `jitlab check` of
@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
 
 @contextlib.contextmanager
 def _ended_by_sigterm():
-    """SIGTERM (``timeout``, a job scheduler) ends the command with its exit hooks run: the compilers making
+    """SIGTERM (``timeout``, a job scheduler) ends the command and the processes it started: the compilers making
     torch's headers in the background and the warm workers end with it (Python's default ends the process at
     once, leaving them running). Only where SIGTERM's handling is Python's default."""
     ours = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
@@ -330,15 +330,13 @@ def _ended_by_sigterm():
 
 
 def _terminated(signum, frame):
-    """End now, as a process that was killed, after the exit hooks and the running compilers; no wait for the
-    build threads (they wait for those compilers)."""
-    import atexit
-
-    from jitlab.jit import processes
-
-    processes.end_all()
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
+    """End now, as a process that was killed, after the processes jitlab started (compilers, warm workers); no
+    wait for the build threads (they wait for those compilers), and no other exit hook: this may run in the
+    middle of any code, torch's import included, and a library's hook may wait on what that code holds."""
+    processes.end_everything()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a write this interrupted holds the stream's lock
+            stream.flush()
     os._exit(128 + signum)
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -81,6 +83,30 @@ def test_an_interrupt_starts_none_of_the_compilers_waiting_for_a_slot(monkeypatc
     assert results["first"].returncode == -9
     assert results["waiting"].returncode == -9 and "interrupted" in results["waiting"].stderr
     assert not marker.exists()
+
+
+def test_end_everything_ends_the_compilers_and_what_at_end_names(monkeypatch):
+    """What a SIGTERM runs: the running compilers are killed and each registered stopper runs, even after one
+    before it raised; registering also hooks the stopper to the process's exit."""
+    monkeypatch.setattr(processes, "_endings", [])
+    kept = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    result = {}
+    compiling = threading.Thread(target=lambda: result.update(run=processes.run([sys.executable, "-c",
+                                                                                 "import time; time.sleep(60)"])))
+    compiling.start()
+    while not processes._running:
+        time.sleep(0.01)
+
+    def broken():
+        raise RuntimeError("a stopper that fails")
+
+    for stop in (broken, lambda: processes.kill(kept)):
+        assert processes.at_end(stop) is stop
+        atexit.unregister(stop)
+    processes.end_everything()
+    compiling.join(10)
+    assert result["run"].returncode == -9
+    assert kept.wait(10) == -9
 
 
 def test_builds_that_wait_for_one_another_all_run_at_once():

@@ -21,7 +21,6 @@ when a unit fails on a smaller set, so they are not made ahead.
 
 from __future__ import annotations
 
-import atexit
 import contextvars
 import sys
 import threading
@@ -38,7 +37,6 @@ LINE = ("jitlab: preparing torch's headers in the background (~30 s on 2 cores; 
 _lock = threading.Lock()
 _threads: list[threading.Thread] = []
 _started = False
-_exit_hooked = False
 _ahead: set[tuple] = set()  # (folder, name) of the sets ahead() started: a second call starts them no more
 
 
@@ -107,22 +105,12 @@ def _begin(say) -> None:
         return
     if not todo:
         return
-    _stop_at_exit()
     with _lock:
         first = [_thread(f"jitlab-prepare-{w[2]}", [w], []) for w in todo if w[1] or w is BINDER]
         rest = [w for w in todo if not (w[1] or w is BINDER)]
         if rest:
             _thread("jitlab-prepare-later", rest, first)
     say(LINE)
-
-
-def _stop_at_exit() -> None:
-    """End the background compilers when the process exits (registered once)."""
-    global _exit_hooked
-    with _lock:
-        if not _exit_hooked:
-            atexit.register(pch.stop_background)
-            _exit_hooked = True
 
 
 def _thread(name: str, sets: list, after: list[threading.Thread]) -> threading.Thread:
@@ -158,8 +146,6 @@ def ahead(cuda: bool) -> None:
     with _lock:
         todo = [w for w in todo if (where, _name(w)) not in _ahead]
         _ahead.update((where, _name(w)) for w in todo)
-    if todo:
-        _stop_at_exit()
     with _lock:
         for w in todo:
             _thread(f"jitlab-ahead-{w[2]}", [w], [])

@@ -15,6 +15,7 @@ once and the cores still run one compiler each.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -24,6 +25,8 @@ import threading
 from jitlab import config
 
 _running: set[subprocess.Popen] = set()
+#: What ends the other processes jitlab started and keeps (background compilers, warm workers): :func:`at_end`.
+_endings: list = []
 
 
 def _jobs() -> int:
@@ -103,3 +106,21 @@ def kill(proc: subprocess.Popen) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         else:
             proc.kill()
+
+
+def at_end(stop):
+    """Register ``stop`` (no arguments), which ends processes its module started and keeps: it runs at exit and
+    from :func:`end_everything`. Returns ``stop`` (a decorator)."""
+    atexit.register(stop)
+    _endings.append(stop)
+    return stop
+
+
+def end_everything() -> None:
+    """End every process jitlab started: the builds' compilers and what :func:`at_end` names. Safe in a signal
+    handler that interrupted any code: it imports nothing, takes no lock and runs no other library's exit hook
+    (one waiting for a thread the interrupted code holds would never return)."""
+    end_all()
+    for stop in list(_endings):
+        with contextlib.suppress(Exception):
+            stop()

@@ -9,7 +9,6 @@ of a few seconds of start-up) and is replaced after a fault or a timeout. Worker
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import os
 import pickle
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from jitlab import config
 from jitlab.errors import ArgumentError, ToolchainError
-from jitlab.jit import api, builder, toolchain
+from jitlab.jit import api, builder, processes, toolchain
 from jitlab.jit.sources import has_cuda, locate
 from jitlab.judge import checker, refs
 from jitlab.worker import jobs, proc
@@ -210,7 +209,7 @@ def worker(**env) -> Worker:
     return _workers[key]
 
 
-@atexit.register
+@processes.at_end
 def stop_all() -> None:
     """Stop every warm worker of this process (at exit, and when a Dask pool closes)."""
     for w in _workers.values():

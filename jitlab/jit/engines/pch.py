@@ -32,7 +32,7 @@ from typing import Callable, NamedTuple, Protocol
 from jitlab import config, progress
 from jitlab.errors import ToolchainError
 from jitlab.jit import cache, header_sets, processes, toolchain, torch_install
-from jitlab.jit.header_sets import HEADERS, NO_CUDA, larger, pch_text
+from jitlab.jit.header_sets import NO_CUDA, larger, pch_text
 from jitlab.jit.plan import Manifest
 
 
@@ -345,6 +345,7 @@ def run_tool(cmd: list[str], folder: Path, what: str) -> str:
 _compilers: set[subprocess.Popen] = set()
 
 
+@processes.at_end
 def stop_background() -> None:
     """End the compilers making sets in the background (at exit: a kernel that shuts down leaves no
     compiler running; their entries, with no manifest, are made again by the next build): each compiler's

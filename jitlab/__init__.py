@@ -41,7 +41,7 @@ __all__ = [
 #: The public names imported on first use, ``name: (module, attribute)``: ``import jitlab`` imports no torch
 #: (3-4 s), so ``jitlab check`` starts torch's precompiled headers first (:mod:`jitlab.jit.torch_install`).
 _LAZY = {
-    "load": ("jitlab.jit.api", "load"), "load_inline": ("jitlab.jit.api", "load_inline"),
+    "load": ("jitlab.jit.api", "load"), "load_inline": ("jitlab.jit.torch_compat", "load_inline"),
     "build": ("jitlab.jit.api", "build"), "clean": ("jitlab.jit.api", "clean"),
     "Module": ("jitlab.jit.loader", "Module"), "run_program": ("jitlab.worker.execute", "run_program"),
     "check": ("jitlab.worker.isolate", "check"), "bench": ("jitlab.judge.benchmark", "bench"),

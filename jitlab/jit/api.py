@@ -1,7 +1,8 @@
 """The jit layer's front door: ``load``, ``build`` and ``clean`` with their keyword options.
 
 ``jitlab.load``/``jitlab.build``/``jitlab.clean`` are these functions; modules of the layers above
-import them from here, never from the package root.
+import them from here, never from the package root. ``jitlab.load_inline`` is :mod:`.torch_compat`'s (torch's
+arguments), imported only when called: a kernel-only cache hit in a new process imports none of torch's forms.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from jitlab.errors import SnippetError
 from jitlab.jit import builder
 from jitlab.jit.plan import Build
 from jitlab.jit.flags import Options, normalize_defines
-from jitlab.jit.torch_compat import load_inline  # noqa: F401  (jitlab.load_inline: torch's, on this pipeline)
 
 
 DEVICES = ("auto", "cuda", "cpu")

@@ -87,16 +87,18 @@ def test_new_process_hit_reads_nvrtc_version_from_the_cache(scale):
 
     jitlab.jit.engines.nvrtc.version.cache_clear()  # asked once a process: this test's cache gets the memo
     first = _nvrtc(scale, arch="sm_90")
-    memo = config.cache_dir() / ".nvrtc.json"
-    seen = json.loads(memo.read_text())
-    assert seen["version"] == jitlab.jit.engines.nvrtc.version() and Path(seen["library"]).is_file()
+    memo = config.cache_dir() / ".versions"
+    key = "nvrtc (remembered)"
+    seen = json.loads(json.loads(memo.read_text())[key])
+    assert seen["answer"][0] == jitlab.jit.engines.nvrtc.version() and Path(seen["answer"][1]).is_file()
     code = (f"import sys, jitlab; b = jitlab.build({str(scale)!r}, compile_only=True, arch='sm_90', engine='nvrtc'); "
             f"print(b.cached, b.name, 'cuda.bindings.nvrtc' in sys.modules)")
     run = lambda: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert run() == ["True", first.name, "False"]
-    memo.write_text(json.dumps({**seen, "version": "0.1", "check": [*seen["check"][:-1], "moved"]}))
+    moved = {"answer": ["0.1", seen["answer"][1]], "check": [*seen["check"][:-1], "moved"]}
+    memo.write_text(json.dumps({**json.loads(memo.read_text()), key: json.dumps(moved)}))
     assert run() == ["True", first.name, "True"]  # asked NVRTC again: same version, same key
-    assert json.loads(memo.read_text())["version"] == seen["version"]
+    assert json.loads(json.loads(memo.read_text())[key])["answer"] == seen["answer"]
 
 
 def test_engine_is_part_of_the_key(scale):

@@ -6,6 +6,7 @@ leaves out are really missing; the toolchain's cached look-ups are cleared aroun
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ import torch
 from torch.utils import cpp_extension
 
 import jitlab
-from jitlab.jit import toolchain, torch_install
+from jitlab.jit import gpus, nvml, toolchain, torch_install
 from jitlab.jit.flags import default_host_flags
 
 # The cached functions themselves (a test may replace the module attribute with a lambda).
@@ -220,7 +221,7 @@ def test_split_build_check_needs_no_ninja(path_with, no_ninja_wheel):
         toolchain.require_tools(cuda=False, ninja=True)
 
 
-def test_a_gpu_is_looked_for_once_per_visible_devices_without_initialising_cuda(monkeypatch):
+def test_a_gpu_is_looked_for_once_per_visible_devices_without_initialising_cuda(cache, monkeypatch):
     """Whether there is a GPU is asked of torch.cuda.device_count (NVML), never of is_available (which
     initialises the CUDA driver: up to 0.18 s a call on a GPU machine), once per CUDA_VISIBLE_DEVICES."""
     counts = {"0": 1, "": 0}
@@ -247,14 +248,13 @@ def test_a_gpu_is_looked_for_once_per_visible_devices_without_initialising_cuda(
         toolchain._gpus_seen.cache_clear()
 
 
-def test_the_arch_comes_from_nvml_when_every_gpu_agrees(monkeypatch):
+def test_the_arch_comes_from_nvml_when_every_gpu_agrees(cache, monkeypatch):
     """A cache hit's arch is asked of NVML (milliseconds), not of the CUDA driver (``cuInit``: 0.1-0.2 s on an
     H200, most of a new process's hit); where the machine's GPUs differ, or NVML cannot say, of the driver,
     which knows which GPU is device 0."""
     import ctypes
 
     from conftest import FakeNvml
-    from jitlab.jit import nvml
 
     fakes = {"same": FakeNvml(caps=[(8, 9), (8, 9)]), "mixed": FakeNvml(caps=[(7, 5), (9, 0)])}
     which = {"now": "same"}
@@ -264,21 +264,54 @@ def test_the_arch_comes_from_nvml_when_every_gpu_agrees(monkeypatch):
     monkeypatch.setattr(toolchain, "gpu_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(toolchain, "_driver_capability", lambda: (9, 0))
+    monkeypatch.setattr(gpus, "DRIVER", cache / "no-driver")  # nothing remembered: NVML asked each time
+    forget = lambda: (nvml.shared_capability.cache_clear(), toolchain._gpus_seen.cache_clear())
     try:
-        nvml.shared_capability.cache_clear()
+        forget()
         assert toolchain.current_arch() == "sm_89" and fakes["same"].shut
-        nvml.shared_capability.cache_clear()
+        forget()
         which["now"] = "mixed"
         assert nvml.shared_capability() is None and toolchain.current_arch() == "sm_90"  # the driver's device 0
     finally:
-        nvml.shared_capability.cache_clear()
+        forget()
+
+
+def test_the_gpus_are_remembered_while_the_machine_is_unchanged(cache, tmp_path, monkeypatch):
+    """How many GPUs torch sees and the capability they share are asked once (NVML: ~16 ms of a new process's
+    cache hit on an H200 box) and read from the cache's answers file after; a new boot, a new GPU device file
+    or another CUDA_VISIBLE_DEVICES asks again, and without NVIDIA's driver nothing is remembered."""
+    cache.mkdir()
+    boot, driver, dev = tmp_path / "boot_id", tmp_path / "version", tmp_path / "dev"
+    boot.write_text("one\n")
+    driver.write_text("NVRM version: 580.95\n")
+    dev.mkdir()
+    for name in ("nvidia0", "nvidiactl", "null"):
+        (dev / name).touch()
+    monkeypatch.setattr(gpus, "BOOT", boot)
+    monkeypatch.setattr(gpus, "DRIVER", driver)
+    monkeypatch.setattr(gpus, "DEVICES", dev)
+    asked = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: asked.append(1) or 2)
+    monkeypatch.setattr(nvml, "shared_capability", lambda: (9, 0))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    both = {"count": 2, "capability": [9, 0]}
+    assert gpus.seen() == both and gpus.seen() == both and len(asked) == 1
+    assert json.loads(json.loads((cache / ".versions").read_text())["gpus (remembered)"])["answer"] == both
+    (dev / "null2").touch()
+    assert gpus.seen() == both and len(asked) == 1  # not an NVIDIA device file
+    (dev / "nvidia1").touch()
+    assert gpus.seen() == both and gpus.seen() == both and len(asked) == 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert gpus.seen() == both and len(asked) == 3
+    boot.write_text("two\n")
+    assert gpus.seen() == both and len(asked) == 4
+    driver.unlink()
+    assert gpus.seen() == both and gpus.seen() == both and len(asked) == 6
 
 
 @pytest.mark.gpu
 def test_nvmls_compute_capability_is_the_gpus():
     """On a GPU machine NVML's answer is the one torch gets from CUDA for device 0."""
-    from jitlab.jit import nvml
-
     caps = nvml.each_gpu(nvml.capability)
     assert caps and torch.cuda.get_device_capability() in caps
     assert nvml.shared_capability() == (caps[0] if len(set(caps)) == 1 else None)

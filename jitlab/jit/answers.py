@@ -1,4 +1,5 @@
-"""What the compilers say about themselves (versions, archs), asked once and remembered across processes.
+"""What the compilers and the machine say about themselves (versions, archs, GPUs), asked once and remembered
+across processes.
 
 A new process would otherwise start the compilers four times before it can decide a cache hit
 (``nvcc --version``, ``c++ --version``, ``nvcc --list-gpu-code``, ``c++ -print-file-name``): milliseconds each
@@ -7,7 +8,8 @@ build cache's ``.versions`` file under the tool's :func:`identity` (resolved pat
 arguments and the values of the environment variables that change what the tool reads: a tool replaced,
 rebuilt or touched, or another setting, is asked again. The file is read once per process, only when this
 user may trust it (:func:`jitlab.jit.cachedir.untrusted`), and written atomically; one that cannot be read
-or written costs only the questions.
+or written costs only the questions. :func:`remembered` keeps answers that are not a tool's output the
+same way (NVRTC's version, the GPUs torch sees), each with what it depends on.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import stat
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 from jitlab import config
 from jitlab.jit import cachedir
@@ -60,6 +63,37 @@ def asked(tool: str, args: tuple[str, ...], env: tuple[str, ...] = ()) -> str:
         answers[key] = run([tool, *args])
         _keep(_file(), answers)
     return answers[key]
+
+
+def remembered(name: str, probe: Callable[[], Any], check: Callable[[Any], list | None]) -> Any:
+    """``probe()``'s answer, read from the answers file while ``check(answer)`` is what it was when the answer
+    was kept; otherwise probed now and kept.
+
+    ``check`` gives ``None`` where it cannot tell what the answer depends on: then nothing is kept. A ``None``
+    answer (nothing found) is not kept either, so a library installed later is found. The answer is given as
+    JSON gives it back (tuples become lists), whether read or probed.
+    """
+    key = f"{name} (remembered)"
+    answers = _answers(_file())
+    try:
+        seen = json.loads(answers[key])
+    except (KeyError, ValueError):
+        seen = None
+    if isinstance(seen, dict) and "answer" in seen:
+        now = _plain(check(seen["answer"]))
+        if now is not None and now == seen.get("check"):
+            return seen["answer"]
+    answer = _plain(probe())
+    if answer is not None and (now := _plain(check(answer))) is not None:
+        answers.pop(key, None)  # the newest last: KEPT keeps it
+        answers[key] = json.dumps({"answer": answer, "check": now})
+        _keep(_file(), answers)
+    return answer
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON reads it back: how a remembered answer or check is compared and returned."""
+    return json.loads(json.dumps(value))
 
 
 def _file() -> Path:

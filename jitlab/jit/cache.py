@@ -42,8 +42,9 @@ from jitlab.jit.deps import file_sha256  # cache.file_sha256 to its callers: the
 MANIFEST = "jitlab.json"
 #: Folders inside the cache that hold other caches (per-unit objects, precompiled headers), not builds.
 SUBCACHES = ("objects", "pch")
-#: Other folders jitlab writes in the cache: ``load_inline``'s sources, the measured peaks and results, the
-#: command's compile logs.
+#: Other folders and files jitlab writes in the cache: ``load_inline``'s sources, the measured peaks and results,
+#: the command's compile logs, the answers about the tools and the machine (:mod:`jitlab.jit.answers`; an older
+#: jitlab kept NVRTC's version in ``.nvrtc.json``).
 OWN = ("inline", "results", "logs", "peaks.json", ".nvrtc.json", ".versions")
 
 

@@ -16,7 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from jitlab.jit import answers, ninja_tool, nvml, torch_install
+from jitlab.jit import answers, gpus, ninja_tool, torch_install
 from jitlab.jit.answers import identity, run
 
 from jitlab.errors import ToolchainError
@@ -231,20 +231,19 @@ def gpu_available() -> bool:
 
     ``torch.cuda.is_available()`` initialises the CUDA driver on every call before CUDA is (0.05-0.18 s on
     an H100/H200 box: most of a new process's cache hit); ``device_count`` asks NVML (0.02 s) and the driver
-    only where NVML cannot answer, and torch keeps its answer once CUDA is initialised.
+    only where NVML cannot answer, and torch keeps its answer once CUDA is initialised. Before that, the
+    answer is remembered across processes while the machine is unchanged (:mod:`jitlab.jit.gpus`).
     """
     import torch
 
     if torch.cuda.is_initialized():
         return torch.cuda.device_count() > 0
-    return _gpus_seen(os.environ.get("CUDA_VISIBLE_DEVICES")) > 0
+    return _gpus_seen(os.environ.get("CUDA_VISIBLE_DEVICES"))["count"] > 0
 
 
 @functools.cache
-def _gpus_seen(visible: str | None) -> int:
-    import torch
-
-    return torch.cuda.device_count()
+def _gpus_seen(visible: str | None) -> dict:
+    return gpus.seen()
 
 
 def require_gpu(what: str) -> None:
@@ -276,8 +275,9 @@ def current_arch() -> str:
 
     if torch.cuda.is_initialized():
         major, minor = torch.cuda.get_device_capability()
-    else:  # NVML first: the driver's cuInit is most of a new process's cache hit (jit/nvml.py)
-        major, minor = nvml.shared_capability() or _driver_capability() or torch.cuda.get_device_capability()
+    else:  # NVML's answer first, remembered: the driver's cuInit is most of a new process's cache hit (jit/nvml.py)
+        shared = _gpus_seen(os.environ.get("CUDA_VISIBLE_DEVICES"))["capability"]
+        major, minor = shared or _driver_capability() or torch.cuda.get_device_capability()
     return f"sm_{major}{minor}"
 
 

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from jitlab.jit import cache, cachedir, deps, diagnostics, toolchain
+from jitlab.jit import answers, cache, deps, diagnostics, toolchain
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import line_directive
 from jitlab.jit.plan import KernelPlan, Manifest
@@ -57,17 +57,11 @@ def version() -> str | None:
     """NVRTC's version (``"13.0"``), or ``None`` if cuda-python or the NVRTC library is missing.
 
     Part of every NVRTC build's key, so a cache hit needs it; asking cuda.bindings costs ~0.08 s
-    (it loads the driver bindings and searches for the library). The answer is remembered in the
-    cache (``.nvrtc.json``) with the library file it came from: while that file, cuda-bindings'
-    version and the variables that steer the library search are unchanged, it is read from there.
+    (it loads the driver bindings and searches for the library). It is remembered in the cache
+    (:func:`answers.remembered`) with the library file it came from: while that file,
+    cuda-bindings' version and the variables that steer the library search are unchanged, it is read from there.
     """
-    memo = _memo_path()
-    seen = _read_memo(memo)
-    if seen is not None and seen.get("check") == _memo_check(seen.get("library")):
-        return seen.get("version")
-    found = _probe_version()
-    if found is not None:
-        _write_memo(memo, {"version": found[0], "library": found[1], "check": _memo_check(found[1])})
+    found = answers.remembered("nvrtc", _probe_version, lambda seen: _memo_check(seen[1]))
     return found[0] if found else None
 
 
@@ -104,31 +98,6 @@ def _memo_check(library: str | None) -> list | None:
         return None
     steer = [os.environ.get(k, "") for k in ("CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")]
     return [library, *[[st.st_size, st.st_mtime_ns, st.st_ino] for st in files], *steer]
-
-
-def _memo_path() -> Path:
-    from jitlab import config
-
-    return config.cache_dir() / ".nvrtc.json"
-
-
-def _read_memo(path: Path) -> dict | None:
-    import json
-
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_memo(path: Path, data: dict) -> None:
-    """Best effort: a cache that cannot be written only costs the lookup next time."""
-    try:
-        cachedir.make_dirs(path.parent)
-        cache.write_json(path, data)
-    except OSError:
-        pass
 
 
 def unavailable() -> str | None:

@@ -3,7 +3,8 @@ engine, measured in the same run on one GPU.
 
 For each tool, a kernel-only ``scale`` kernel is edited (a new constant each time), compiled, loaded,
 launched and its result checked, in the same process; the edit time is the median of ``--edits``
-edits. jitlab also gets a revert (the first version again: a cache hit) and a new process loading
+edits, taken in turns with the other tools' (so the machine's drift falls on all alike), and the paired
+difference per round against CuPy and torch is printed too. jitlab also gets a revert (the first version again: a cache hit) and a new process loading
 the cached build (time after ``import torch``, median of 3 after one that writes Python's bytecode
 cache). Then each tool's per-launch overhead (best of 5 x
 2000 launches of a 1024-element kernel).
@@ -136,19 +137,45 @@ class TorchCompileKernel:
         self.kernel(grid=(N // 256, 1, 1), block=(256, 1, 1), args=[y, x, N])
 
 
-def measure(tool, edits: int, x, y) -> dict:
-    times = []
+def measure(tools: dict, edits: int, x, y) -> dict:
+    """Each tool's row. The first build is each tool's own; then the edits are taken in turns (one edit of
+    every tool, then the next constant), so what drifts on the machine during the run (clocks, other load)
+    falls on every tool alike, and each round gives a paired difference between two tools."""
+    rows, times = {}, {}
+    for name, tool in list(tools.items()):
+        try:
+            rows[name] = {"first": _edit(tool, 1, x, y)}
+            times[name] = []
+        except Exception as e:  # a tool missing on this machine is a row that says so
+            rows[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
     for k in range(edits):
-        c = 2 + k
-        times.append(_timed(lambda: tool.edit(c, x, y)))
-        if not torch.allclose(y, c * x):
-            raise AssertionError(f"{tool.engine}: wrong result after the edit to {c}")
-    row = {"first": times[0], "edit": statistics.median(times[1:] or times)}
-    if isinstance(tool, Jitlab):
-        row["revert"] = _timed(lambda: tool.edit(2, x, y))
-        row["newproc"] = newproc(tool)
-    row["launch_us"] = overhead(tool, x, y)
-    return row
+        for name in times:
+            times[name].append(_edit(tools[name], 2 + k, x, y))
+    for name, ts in times.items():
+        row, tool = rows[name], tools[name]
+        row["edit"] = statistics.median(ts)
+        row["edits"] = ts
+        if isinstance(tool, Jitlab):
+            row["revert"] = _edit(tool, 2, x, y)
+            row["newproc"] = newproc(tool)
+        row["launch_us"] = overhead(tool, x, y)
+    return rows
+
+
+def _edit(tool, c: int, x, y) -> float:
+    """Seconds for one edit to the constant ``c``: compiled, loaded, launched, its result on the host."""
+    t = _timed(lambda: tool.edit(c, x, y))
+    if not torch.allclose(y, c * x):
+        raise AssertionError(f"{tool.engine}: wrong result after the edit to {c}")
+    return t
+
+
+def paired(rows: dict, a: str, b: str) -> float | None:
+    """The median over the rounds of ``a``'s edit minus ``b``'s (same round, same constant): below 0, ``a``
+    was faster."""
+    if "edits" not in rows.get(a, {}) or "edits" not in rows.get(b, {}):
+        return None
+    return statistics.median(p - q for p, q in zip(rows[a]["edits"], rows[b]["edits"]))
 
 
 def newproc(tool: Jitlab) -> float:
@@ -195,13 +222,9 @@ def main() -> int:
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
     x = torch.randn(N, device="cuda")
     y = torch.empty_like(x)
-    rows = {}
-    for tool in (Jitlab("nvrtc", work), CuPy(), TorchCompileKernel(), Jitlab("nvcc", work)):
-        name = f"jitlab {tool.engine}" if isinstance(tool, Jitlab) else tool.engine
-        try:
-            rows[name] = measure(tool, args.edits, x, y)
-        except Exception as e:  # a tool missing on this machine is a row that says so
-            rows[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    tools = {f"jitlab {t.engine}" if isinstance(t, Jitlab) else t.engine: t
+             for t in (Jitlab("nvrtc", work), CuPy(), TorchCompileKernel(), Jitlab("nvcc", work))}
+    rows = measure(tools, args.edits, x, y)
     print(f"\n{'tool':<24}{'first (s)':>11}{'edit (s)':>10}{'revert (s)':>12}{'newproc (s)':>13}{'launch (µs)':>13}")
     for name, r in rows.items():
         if "error" in r:
@@ -210,6 +233,10 @@ def main() -> int:
         cells = [f"{r['first']:>11.3f}", f"{r['edit']:>10.3f}", f"{r.get('revert', float('nan')):>12.4f}",
                  f"{r.get('newproc', float('nan')):>13.3f}", f"{r['launch_us']:>13.2f}"]
         print(f"{name:<24}{''.join(cells)}")
+    for other in ("cupy RawKernel", "torch _compile_kernel"):
+        d = paired(rows, "jitlab nvrtc", other)
+        if d is not None:
+            print(f"jitlab nvrtc edit minus {other}'s, same round (median of {args.edits}): {d * 1000:+.1f} ms")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0

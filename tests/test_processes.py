@@ -89,6 +89,7 @@ def test_end_everything_ends_the_compilers_and_what_at_end_names(monkeypatch):
     """What a SIGTERM runs: the running compilers are killed and each registered stopper runs, even after one
     before it raised; registering also hooks the stopper to the process's exit."""
     monkeypatch.setattr(processes, "_endings", [])
+    monkeypatch.setattr(processes, "_closed", False)  # end_everything closes this worker's process for good
     kept = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     result = {}
     compiling = threading.Thread(target=lambda: result.update(run=processes.run([sys.executable, "-c",
@@ -107,6 +108,32 @@ def test_end_everything_ends_the_compilers_and_what_at_end_names(monkeypatch):
     compiling.join(10)
     assert result["run"].returncode == -9
     assert kept.wait(10) == -9
+
+
+def test_a_compiler_being_started_when_everything_ends_is_ended_and_none_starts_after(monkeypatch):
+    """A SIGTERM's ending waits for a compiler another thread is starting (its fork and exec take a while under
+    load), so that compiler is killed too rather than left running after jitlab exits; after the ending, a build
+    thread's next compiler is not started at all."""
+    monkeypatch.setattr(processes, "_closed", False)
+    monkeypatch.setattr(processes, "_endings", [])
+    real_popen, entered = subprocess.Popen, threading.Event()
+
+    def slow_popen(*args, **kwargs):  # a start caught between its lock and its process
+        entered.set()
+        time.sleep(0.5)
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", slow_popen)
+    result = {}
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    compiling = threading.Thread(target=lambda: result.update(run=processes.run(sleeper)))
+    compiling.start()
+    assert entered.wait(10)
+    processes.end_everything()
+    compiling.join(10)
+    assert not compiling.is_alive() and result["run"].returncode == -9
+    after = processes.run(sleeper)
+    assert after.returncode == -9 and "not started" in after.stderr
 
 
 def test_builds_that_wait_for_one_another_all_run_at_once():

@@ -38,6 +38,24 @@ def _jobs() -> int:
 _slots = threading.BoundedSemaphore(_jobs())
 #: Counts :func:`end_all` calls: a compiler whose slot came after an interrupt is not started.
 _ended = 0
+#: Held from the moment a compiler is started until :func:`end_all` can see it (:func:`start`).
+_starting = threading.Lock()
+#: Set by :func:`end_everything`: the process is ending, and no compiler starts any more.
+_closed = False
+#: How long :func:`end_everything` waits for a compiler being started to be known (the interrupted thread may
+#: be the one starting it, and it never comes back).
+START_WAIT = 2.0
+
+
+def start(cmd: list[str], **popen) -> subprocess.Popen | None:
+    """Start ``cmd`` as the leader of a process group of its own, known to :func:`end_all` from its first
+    instant; ``None`` (nothing started) once :func:`end_everything` has run."""
+    with _starting:
+        if _closed:
+            return None
+        proc = subprocess.Popen(cmd, start_new_session=True, **popen)
+        _running.add(proc)
+    return proc
 
 
 @contextlib.contextmanager
@@ -68,11 +86,10 @@ def run(cmd: list[str], *, text: bool = True, capture_output: bool = True, **pop
         raise ValueError("processes.run captures its compiler's output: it is the build's log")
     ended = _ended
     with _slots:
-        if _ended != ended:  # an interrupt ended the build while this compiler waited for a slot
+        proc = None if _ended != ended else start(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text, **popen)
+        if proc is None:  # an interrupt ended the build while this compiler waited for a slot, or jitlab is ending
             return subprocess.CompletedProcess(cmd, -signal.SIGKILL, "", "jitlab: not started: the build was interrupted\n")
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text, start_new_session=True,
-                              **popen) as proc, \
-                ended_on_interrupt(proc):
+        with proc, ended_on_interrupt(proc):
             out, err = proc.communicate()
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
@@ -117,10 +134,21 @@ def at_end(stop):
 
 
 def end_everything() -> None:
-    """End every process jitlab started: the builds' compilers and what :func:`at_end` names. Safe in a signal
-    handler that interrupted any code: it imports nothing, takes no lock and runs no other library's exit hook
-    (one waiting for a thread the interrupted code holds would never return)."""
+    """End every process jitlab started, and start no more: the builds' compilers and what :func:`at_end` names.
+
+    Safe in a signal handler that interrupted any code: it imports nothing, runs no other library's exit hook
+    (one waiting for a thread the interrupted code holds would never return), and waits at most
+    :data:`START_WAIT` for a compiler another thread is starting (so that it is known, and killed), since the
+    interrupted thread may be the one starting it.
+    """
+    global _closed
+    _closed = True
     end_all()
+    if _starting.acquire(timeout=START_WAIT):  # no thread is between starting a compiler and registering it
+        try:
+            end_all()
+        finally:
+            _starting.release()
     for stop in list(_endings):
         with contextlib.suppress(Exception):
             stop()

@@ -327,7 +327,9 @@ _preparing: dict[str, float] = {}
 
 def run_tool(cmd: list[str], folder: Path, what: str) -> str:
     """Run the host compiler for a set; its command and output go to the entry's build.log."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = processes.start(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc is None:
+        raise ToolchainError(f"jitlab: {what} not started: jitlab is ending")
     if _background.get():
         _compilers.add(proc)
     try:

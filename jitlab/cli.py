@@ -318,15 +318,41 @@ def main(argv: list[str] | None = None) -> int:
 def _ended_by_sigterm():
     """SIGTERM (``timeout``, a job scheduler) ends the command and the processes it started: the compilers making
     torch's headers in the background and the warm workers end with it (Python's default ends the process at
-    once, leaving them running). Only where SIGTERM's handling is Python's default."""
+    once, leaving them running). Only where SIGTERM's handling is Python's default.
+
+    Python runs a signal's handler in the main thread between two bytecodes, so a main thread inside a long call
+    that does not come back to Python would put the ending off. The C-level handler also writes the signal's
+    number to a pipe at once (``signal.set_wakeup_fd``, where nothing else uses it), and a thread reading the
+    pipe ends the process too, whichever comes first."""
     ours = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
-    if ours:
-        signal.signal(signal.SIGTERM, _terminated)
+    if not ours:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _terminated)
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    before = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    if before != -1:  # an event loop's: give it back, the handler alone ends the command
+        signal.set_wakeup_fd(before)
+    else:
+        threading.Thread(target=_watch, args=(read,), name="jitlab-sigterm", daemon=True).start()
     try:
         yield
     finally:
-        if ours:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if before == -1:
+            signal.set_wakeup_fd(-1)
+        else:
+            os.close(read)
+        os.close(write)  # the watcher reads the pipe's end and returns (it closes the other end)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _watch(fd: int) -> None:
+    """Read the signal numbers the C-level handler writes; SIGTERM ends the process from this thread."""
+    with open(fd, "rb", buffering=0) as pipe:
+        while got := pipe.read(64):
+            if int(signal.SIGTERM) in got:
+                _terminated(int(signal.SIGTERM), None)
 
 
 def _terminated(signum, frame):

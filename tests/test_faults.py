@@ -240,6 +240,37 @@ def test_sigterm_of_a_batch_ends_the_compilers_making_torchs_headers(tmp_path):
     assert not _processes_naming(str(pch))
 
 
+STUCK_IN_C = """
+import ctypes, sys
+from jitlab import cli
+from jitlab.jit import processes
+processes.at_end(lambda: open({ended!r}, "w").close())
+spin = ctypes.CDLL({lib!r}).spin  # ctypes lets go of the GIL: the main thread never comes back to Python
+cli.COMMANDS["clean"] = lambda args: print("spinning", flush=True) or spin()
+sys.exit(cli.main(["clean"]))
+"""
+
+
+def test_sigterm_ends_a_command_whose_main_thread_never_comes_back_to_python(tmp_path):
+    """A command whose main thread is inside a C call that never returns (Python's handler would never run):
+    SIGTERM still ends it with 143 at once, after what jitlab started is ended (the wakeup pipe's thread)."""
+    src = tmp_path / "spin.c"
+    src.write_text("void spin(void) { for (volatile unsigned long i = 0;; ++i) {} }\n")
+    lib = tmp_path / "libspin.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O0", str(src), "-o", str(lib)], check=True)
+    ended = tmp_path / "ended"
+    p = subprocess.Popen([sys.executable, "-c", STUCK_IN_C.format(ended=str(ended), lib=str(lib))], cwd=ROOT,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "spinning\n"
+        time.sleep(0.2)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(20) == 128 + signal.SIGTERM
+    finally:
+        p.kill()
+    assert ended.exists()
+
+
 # ---- 2. Threads loading at once --------------------------------------------------------------------
 def test_threads_building_and_printing_at_once_leave_fds_1_and_2_intact(cache, write, capfd):
     """Three threads build and call printing snippets together: all work, and stdout/stderr survive."""

@@ -332,3 +332,56 @@ __global__ void clamp_gelu(float* y, const float* x, double* eps, int n) {
 """)
     b = jitlab.build(p, compile_only=True, arch="sm_90")
     assert b.engine == "nvrtc" and b.notes == []
+
+
+def test_an_edit_reads_nvrtcs_precompiled_header_and_makes_the_same_cubin(scale, cache, monkeypatch):
+    """NVRTC precompiles the text before the user's code (its builtins and jitlab's header) on a process's first
+    compile and reads it on the next edit (the file is not written again): a fifth of a kernel-only edit. The
+    CUBIN is byte for byte the one made without it, and the build log has neither NVRTC's notes about it nor its
+    warning that the ``#line`` naming the user's file ends it."""
+    from jitlab.jit.engines import nvrtc_pch
+
+    _nvrtc(scale, arch="sm_90")
+    made = {p: p.stat().st_mtime_ns for p in nvrtc_pch._root().rglob("*.pch")}
+    assert made
+    scale.write_text(SCALE.replace("SCALE", "3.0f"))
+    edited = _nvrtc(scale, arch="sm_90")
+    assert {p: p.stat().st_mtime_ns for p in nvrtc_pch._root().rglob("*.pch")} == made
+    log = (edited.artifact.parent / "build.log").read_text()
+    assert "ptxas info" in log and "precompiled" not in log and "20283" not in log and "629" not in log
+    monkeypatch.setattr(nvrtc_pch, "fields", lambda folder, given: given)
+    monkeypatch.setenv("JITLAB_CACHE_DIR", str(cache.parent / "without"))
+    plain = _nvrtc(scale, arch="sm_90")
+    assert not plain.cached and plain.artifact.read_bytes() == edited.artifact.read_bytes()
+
+
+PCH_FOLDERS = """
+import os, sys
+from jitlab.jit.engines import nvrtc_pch
+
+class Options:  # what cuda.core's ProgramOptions has for it
+    __dataclass_fields__ = {"pch": None, "pch_dir": None, "pch_messages": None}
+
+with nvrtc_pch.borrowed("13.0", Options, "k") as a, nvrtc_pch.borrowed("13.0", Options, "k") as b:
+    assert a != b and a.is_dir() and b.is_dir()  # two compiles at once: two folders
+with nvrtc_pch.borrowed("13.0", Options, "k") as again, nvrtc_pch.borrowed("13.0", Options, "other") as other:
+    assert again == a and other not in (a, b)  # one edit after another: the same folder; each name its own
+with nvrtc_pch.borrowed("12.4", Options, "k") as old:
+    assert old is None  # NVRTC before 12.8 has no -pch
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # a forked child's exit hooks leave the folder
+os.waitpid(pid, 0)
+assert a.is_dir()
+print(a.parent)
+"""
+
+
+def test_the_precompiled_headers_folders_are_one_per_compile_at_once_and_go_with_their_process():
+    """Two compiles at once in one process borrow two folders (neither reads a file the other writes), the next
+    edit gets the last one back, and another snippet has folders of its own; the folders go when the process
+    that made them exits, not when a forked child does."""
+    out = subprocess.run([sys.executable, "-c", PCH_FOLDERS], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    root = Path(out.stdout.strip())
+    assert root.name.startswith("jitlab-nvrtc-pch-") and not root.exists()

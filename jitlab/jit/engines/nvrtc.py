@@ -184,23 +184,30 @@ def include_path(plan) -> list[str]:
     return list(dict.fromkeys(folders))
 
 
-def options(plan, arch: str, defines: dict, debug: bool):
-    """NVRTC's options for one arch: the same defines, line info and resource report as nvcc's."""
+def options(plan, arch: str, defines: dict, debug: bool, pch: Path | None = None):
+    """NVRTC's options for one arch: the same defines, line info and resource report as nvcc's; with ``pch``, the
+    text before the user's code precompiled there for the next edit (:mod:`jitlab.jit.engines.nvrtc_pch`)."""
     from jitlab.jit import cudacore
 
     macros = [k if v is None else (k, str(v)) for k, v in defines.items()]
     if debug:
         macros.append(("JITLAB_DEBUG", "1"))
-    return cudacore.module().ProgramOptions(name=plan.stem, arch=arch, std="c++17", include_path=include_path(plan),
-                          define_macro=macros or None, undefine_macro=["NDEBUG"] if debug else None,
-                          debug=debug, lineinfo=not debug, ptxas_options=["-v"])
+    from jitlab.jit.engines import nvrtc_pch
+
+    made = cudacore.module().ProgramOptions
+    fields = dict(name=plan.stem, arch=arch, std="c++17", include_path=include_path(plan), define_macro=macros or None,
+                  undefine_macro=["NDEBUG"] if debug else None, debug=debug, lineinfo=not debug, ptxas_options=["-v"])
+    return made(**nvrtc_pch.fields(pch, fields))
 
 
-def source(plan) -> str:
+def source(plan, pch: bool = False) -> str:
     """The text NVRTC compiles: ``jitlab_nvrtc.h`` (``INFINITY`` and the like, which nvcc's implicit
-    includes give), then the user's ``.cu`` after a ``#line`` directive naming it."""
+    includes give), then the user's ``.cu`` after a ``#line`` directive naming it; with ``pch``, the end of the
+    part NVRTC precompiles marked between them (:data:`nvrtc_pch.STOP`)."""
+    from jitlab.jit.engines import nvrtc_pch  # with the compile: a cache hit needs none of it
+
     f = next(f for f in plan.files if f.language == "cuda")
-    return f"#include <jitlab_nvrtc.h>\n{line_directive(f.path)}{f.text}"
+    return f"#include <jitlab_nvrtc.h>\n{nvrtc_pch.STOP if pch else ''}{line_directive(f.path)}{f.text}"
 
 
 def compile_cubins(plan, archs: list[str], defines: dict, debug: bool = False) -> list[Cubin]:
@@ -210,16 +217,18 @@ def compile_cubins(plan, archs: list[str], defines: dict, debug: bool = False) -
         NvrtcError: NVRTC rejected the code (its log names the user's file and line).
     """
     from jitlab.jit import cudacore
+    from jitlab.jit.engines import nvrtc_pch
 
-    Program = cudacore.module().Program
-    text = source(plan)
+    core = cudacore.module()
     kernels = [fn.qualname for fn in plan.exported]
     out = []
     for arch in archs:
         log = io.StringIO()
         try:
-            obj = Program(text, "c++", options(plan, arch, defines, debug)).compile(
-                "cubin", name_expressions=kernels, logs=log)
+            with nvrtc_pch.borrowed(version(), core.ProgramOptions, plan.stem) as pch:
+                text = source(plan, pch is not None)
+                obj = core.Program(text, "c++", options(plan, arch, defines, debug, pch)).compile(
+                    "cubin", name_expressions=kernels, logs=log)
         except Exception as e:  # cuda.core raises NVRTCError with the log in its message
             raise NvrtcError(log_of(e, log.getvalue())) from None
         names = {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in cudacore.symbol_mapping(obj).items()}

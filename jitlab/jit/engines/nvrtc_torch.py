@@ -31,7 +31,7 @@ from pathlib import Path
 
 from jitlab import config, progress
 from jitlab.jit import cache, deps, diagnostics, toolchain
-from jitlab.jit.engines import linker, nvrtc, objects, slots, torch_headers
+from jitlab.jit.engines import linker, nvrtc, nvrtc_pch, objects, slots, torch_headers
 from jitlab.jit.flags import Options, object_flags
 from jitlab.jit.plan import Flags, Manifest, Object, TorchPlan, Unit, UnitError
 from jitlab.jit.resources import parse_resource_usage
@@ -192,16 +192,18 @@ def kernel_names(plan, device: Unit) -> set[str]:
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<([^>]+)>.*$", re.MULTILINE)
 
 
-def device_source(text: str, expressions: list[str]) -> str:
+def device_source(text: str, expressions: list[str], pch: bool = False) -> str:
     """The device unit as NVRTC compiles it: ``jitlab_nvrtc.h`` (and ``jitlab_c10.h`` when an instantiation
     names ``c10::Half``/``c10::BFloat16``) first, and each ``#include <…>`` of a host header NVRTC has not
-    (``<vector>``, ``<unistd.h>``: host code's, kept in the device unit by the split) blanked, lines kept."""
+    (``<vector>``, ``<unistd.h>``: host code's, kept in the device unit by the split) blanked, lines kept; with
+    ``pch``, the end of the part NVRTC precompiles marked after jitlab's headers (:data:`nvrtc_pch.STOP`)."""
     def keep(m: re.Match) -> str:
         name = m.group(1).strip()
         return m.group(0) if nvrtc.DEVICE_HEADER.match(name) or (nvrtc.SHIMS / name).is_file() else ""
 
     c10 = "#include <jitlab_c10.h>\n" if any("c10::" in e for e in expressions) else ""
-    return f"#include <jitlab_nvrtc.h>\n#include <cstdint>\n#include <cstddef>\n{c10}{_INCLUDE.sub(keep, text)}"
+    stop = nvrtc_pch.STOP if pch else ""
+    return f"#include <jitlab_nvrtc.h>\n#include <cstdint>\n#include <cstddef>\n{c10}{stop}{_INCLUDE.sub(keep, text)}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,8 +242,11 @@ def device_cubin(plan, device: Unit, expressions: list[str], arch: str, options:
         core = cudacore.module()
         try:
             with progress.doing(f"compiling {device.name} (NVRTC, {arch})"):
-                obj = core.Program(text, "c++", core.ProgramOptions(name=device.name, arch=arch, **_opts(fields))).compile(
-                    "cubin", name_expressions=expressions, logs=log)
+                with nvrtc_pch.borrowed(nvrtc.version(), core.ProgramOptions, device.name) as pch:
+                    made = nvrtc_pch.fields(pch, {"name": device.name, "arch": arch, **_opts(fields)})
+                    compiled = device_source(device.text, expressions, pch is not None)  # `text`, marked
+                    obj = core.Program(compiled, "c++", core.ProgramOptions(**made)).compile(
+                        "cubin", name_expressions=expressions, logs=log)
         except Exception as e:  # cuda.core's NVRTCError carries the log
             raise nvrtc.NvrtcError(nvrtc.log_of(e, log.getvalue())) from None
         cubin = folder / f"{device.name}.{arch}.cubin"

@@ -188,12 +188,11 @@ def options(plan, arch: str, defines: dict, debug: bool, pch: Path | None = None
     """NVRTC's options for one arch: the same defines, line info and resource report as nvcc's; with ``pch``, the
     text before the user's code precompiled there for the next edit (:mod:`jitlab.jit.engines.nvrtc_pch`)."""
     from jitlab.jit import cudacore
+    from jitlab.jit.engines import nvrtc_pch
 
     macros = [k if v is None else (k, str(v)) for k, v in defines.items()]
     if debug:
         macros.append(("JITLAB_DEBUG", "1"))
-    from jitlab.jit.engines import nvrtc_pch
-
     made = cudacore.module().ProgramOptions
     fields = dict(name=plan.stem, arch=arch, std="c++17", include_path=include_path(plan), define_macro=macros or None,
                   undefine_macro=["NDEBUG"] if debug else None, debug=debug, lineinfo=not debug, ptxas_options=["-v"])

@@ -1,7 +1,7 @@
 """NVRTC's own precompiled headers for the text before the user's code, kept for the process's next edits.
 
 Every NVRTC compile reads NVRTC's builtin declarations and jitlab's ``jitlab_nvrtc.h`` before the user's first
-line: about a fifth of a kernel-only edit's compile (53 → 44 ms on the 2-core CPU machine). NVRTC (12.8 and
+line: about a sixth of a kernel-only edit (68.9 → 57.2 ms a compile-only edit on the 2-core CPU machine). NVRTC (12.8 and
 later) can keep that work as a precompiled header (``-pch``): the first compile of a prefix writes one, the next
 compiles of the same prefix and options read it, and the CUBIN is the same byte for byte (a test holds it).
 
@@ -34,8 +34,9 @@ STOP = "#pragma nv_hdrstop\n"
 QUIET = (20283, 629)
 
 _lock = threading.Lock()
-#: Process id → its folders no compile is using now (a forked child has folders of its own).
-_free: dict[int, list[Path]] = {}
+#: (process id, program name) → its folders no compile is using now: a forked child has folders of its own, and
+#: each name too (NVRTC looks through every file of a folder for one it can use).
+_free: dict[tuple[int, str], list[Path]] = {}
 _made = 0
 
 
@@ -60,7 +61,7 @@ def borrowed(nvrtc_version: str | None, program_options, name: str):
 
 def fields(folder: Path | None, given: dict) -> dict:
     """``given`` (``ProgramOptions``' keywords) with the precompiled headers of ``folder`` turned on (as they are
-    where ``folder`` is ``None``): NVRTC's notes about them off, its ``#line`` warning suppressed."""
+    where ``folder`` is ``None``): NVRTC's notes and warnings about the files (:data:`QUIET`) off."""
     if folder is None:
         return given
     return {**given, "pch": True, "pch_dir": str(folder), "pch_messages": False,

@@ -88,13 +88,43 @@ def test_torch_style_module_unit_binds_every_host_function(tmp_path):
 
 
 def test_cuda_functions_are_declared_for_the_module_unit(tmp_path):
-    """square_matrix.cu: its host functions are declared in the C++ unit; the CUDA unit gets torch's headers first."""
+    """square_matrix.cu: its host functions are declared in the C++ unit; the file is split as jitlab.load splits it:
+    a device unit without torch's headers (for nvcc), a host unit with them, each at the file's lines."""
     out = export(KERNELS / "square_matrix.cu", tmp_path / "pkg")
     unit = (out / "csrc" / "jitlab_module.cpp").read_text()
     for name in ("square_matrix", "square_matrix1", "square_matrix2"):
         assert f"torch::Tensor {name}(torch::Tensor matrix);" in unit and f'm.def("{name}", ' in unit
+    assert not (out / "csrc" / "jitlab_cuda.cu").exists()
+    device = (out / "csrc" / "jitlab_square_matrix.device.cu").read_text()
+    host = (out / "csrc" / "jitlab_square_matrix.host.cpp").read_text()
+    assert "#include <torch" not in device and "__global__ void square_matrix_kernel(" in device
+    assert "torch::Tensor square_matrix(" not in device and "torch::Tensor square_matrix(" in host
+    assert host.index("#include <torch/types.h>") < host.index('#line 1 "square_matrix.cu"')
+    assert "::jitlab_rt::launch(square_matrix_kernel, " in host
+    original = (KERNELS / "square_matrix.cu").read_text().splitlines()
+    for text in (device, host):  # every line of the user's file at its number, kept or blanked
+        body = text.split('#line 1 "square_matrix.cu"\n', 1)[1].splitlines()
+        kernel = next(i for i, line in enumerate(original) if "__global__ void square_matrix_kernel(" in line)
+        assert body[kernel].startswith("__global__ void square_matrix_kernel(")
+    setup = (out / "setup.py").read_text()
+    assert ('sources=["csrc/jitlab_square_matrix.device.cu", "csrc/jitlab_square_matrix.host.cpp", '
+            '"csrc/jitlab_module.cpp"]') in setup
+
+
+def test_a_cuda_file_with_a_kernel_template_stays_one_unit(write, tmp_path):
+    """A kernel template's instantiations are named only by the host code: that file stays in the one CUDA unit."""
+    src = write("tpl.cu", """
+        #include <torch/extension.h>
+        template <typename T> __global__ void fill(T* y, T v, int n) { int i = threadIdx.x; if (i < n) y[i] = v; }
+        torch::Tensor fill_ones(torch::Tensor y) {
+            fill<float><<<1, 256>>>(y.data_ptr<float>(), 1.0f, y.numel());
+            return y;
+        }
+        """)
+    out = export(src, tmp_path / "pkg")
+    assert sorted(p.name for p in (out / "csrc").glob("jitlab_*")) == ["jitlab_cuda.cu", "jitlab_module.cpp"]
     cuda = (out / "csrc" / "jitlab_cuda.cu").read_text()
-    assert cuda.index("#include <torch/types.h>") < cuda.index('#include "square_matrix.cu"')
+    assert cuda.index("#include <torch/types.h>") < cuda.index('#include "tpl.cu"')
 
 
 @pytest.mark.parametrize("snippet", SHIPPED, ids=lambda p: p.name)
@@ -238,10 +268,14 @@ def test_own_pybind_module_keeps_its_name(tmp_path):
 
 
 def test_cuda_snippet_binding_itself_needs_no_module_unit(tmp_path):
-    """custom_operation.cu binds itself with TORCH_EXTENSION_NAME: setup.py compiles its CUDA unit alone, as `_C`."""
+    """custom_operation.cu binds itself with TORCH_EXTENSION_NAME: setup.py compiles its split units alone, as `_C`
+    (its module in the host unit, on torch/extension.h)."""
     out = export(KERNELS / "custom_operation.cu", tmp_path / "pkg")
     setup = (out / "setup.py").read_text()
-    assert 'sources=["csrc/jitlab_cuda.cu"]' in setup and '"custom_operation._C"' in setup
+    assert ('sources=["csrc/jitlab_custom_operation.device.cu", "csrc/jitlab_custom_operation.host.cpp"]' in setup
+            and '"custom_operation._C"' in setup)
+    host = (out / "csrc" / "jitlab_custom_operation.host.cpp").read_text()
+    assert host.startswith("// ") and "#include <torch/extension.h>" in host and "PYBIND11_MODULE(" in host
     assert not (out / "csrc" / "jitlab_module.cpp").exists()
     assert "'custom_operation1'" in (out / "custom_operation" / "__init__.py").read_text()
 
@@ -695,7 +729,9 @@ def test_cuda_package_compiles_with_its_own_setup_py(tmp_path, snippet):
     r = subprocess.run([sys.executable, "-c", code], cwd=out, env=env, capture_output=True, text=True, timeout=900)
     log = r.stdout + r.stderr
     objects = sorted(p.name for p in (out / "build").rglob("*.o"))
-    assert objects == ["jitlab_cuda.o", "jitlab_module.o"], log[-4000:]
+    # A torch-style .cu file is split as jitlab.load splits it: nvcc compiles its kernels without torch's headers.
+    units = {"add2.cu": ["jitlab_cuda.o"], "square_matrix.cu": ["jitlab_square_matrix.device.o", "jitlab_square_matrix.host.o"]}
+    assert objects == sorted(units[snippet] + ["jitlab_module.o"]), log[-4000:]
     if torch.version.cuda is None:
         assert r.returncode != 0 and any(m in log for m in CUDA_LIBS_MISSING), log[-4000:]
         if snippet == "add2.cu":

@@ -835,3 +835,22 @@ def test_cuda_packages_build_install_and_match_torch(tmp_path):
     assert lines[-4].startswith("ValueError add2_kernel(): argument 2 `a` (const float*) takes a CUDA tensor")
     assert lines[-3].startswith("ValueError add2_kernel() is a kernel: pass the launch configuration")
     assert lines[-2].startswith("RuntimeError add2_kernel<<<grid=(1, 1, 1), block=(4096, 1, 1), shared_mem=0>>> failed")
+
+
+def test_two_split_files_of_one_name_get_units_of_their_own(write, tmp_path):
+    """Two torch-style files named k.cu in two folders: each split into units of its own name, each unit's #line
+    naming its own file under csrc/."""
+    body = """
+        #include <torch/extension.h>
+        __global__ void {k}(float* y, int n) {{ int i = threadIdx.x; if (i < n) y[i] = 1.0f; }}
+        torch::Tensor {f}(torch::Tensor y) {{ {k}<<<1, 256>>>(y.data_ptr<float>(), y.numel()); return y; }}
+        """
+    a = write("a/k.cu", body.format(k="ones_a", f="fill_a"))
+    b = write("b/k.cu", body.format(k="ones_b", f="fill_b"))
+    out = export([a, b], tmp_path / "pkg", name="twok")
+    names = sorted(p.name for p in (out / "csrc").glob("jitlab_*"))
+    assert names == ["jitlab_k.device.cu", "jitlab_k.host.cpp", "jitlab_k_2.device.cu", "jitlab_k_2.host.cpp",
+                     "jitlab_module.cpp"]
+    assert '#line 1 "a/k.cu"' in (out / "csrc" / "jitlab_k.host.cpp").read_text()
+    assert '#line 1 "b/k.cu"' in (out / "csrc" / "jitlab_k_2.device.cu").read_text()
+    assert "ones_b" in (out / "csrc" / "jitlab_k_2.device.cu").read_text()

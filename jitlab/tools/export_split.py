@@ -44,12 +44,12 @@ def split_units(files: list[SourceFile], rel: dict[str, str], include_dirs: list
     units: dict[str, str] = {}
     rest: list[SourceFile] = []
     for f in files:
-        s = _split(f, rel[str(f.path)], include_dirs)
+        src = rel[str(f.path)]
+        s = _split(f, src, include_dirs)
         if s is None:
             rest.append(f)
             continue
-        stem = _free_stem(Path(rel[str(f.path)]).stem, units)
-        src = rel[str(f.path)]
+        stem = _free_stem(Path(src).stem, units)
         umbrella = any(header_sets.includes_umbrella(h) for h in split.header_texts(f, include_dirs).values())
         # What load_inline puts before a .cu file (torch/types.h, CUDA's runtime), C's float math as on jitlab's
         # `host` set, and torch/extension.h where the file binds itself or a header includes it.

@@ -45,12 +45,13 @@ def split_units(files: list[SourceFile], rel: dict[str, str], include_dirs: list
     rest: list[SourceFile] = []
     for f in files:
         src = rel[str(f.path)]
-        s = _split(f, src, include_dirs)
+        headers = split.header_texts(f, include_dirs) if f.uses_torch else {}
+        s = _split(f, src, headers)
         if s is None:
             rest.append(f)
             continue
         stem = _free_stem(Path(src).stem, units)
-        umbrella = any(header_sets.includes_umbrella(h) for h in split.header_texts(f, include_dirs).values())
+        umbrella = any(header_sets.includes_umbrella(h) for h in headers.values())
         # What load_inline puts before a .cu file (torch/types.h, CUDA's runtime), C's float math as on jitlab's
         # `host` set, and torch/extension.h where the file binds itself or a header includes it.
         torch = ("#include <torch/extension.h>\n" if umbrella or f.pybind_module else "") + codegen.TORCH_CUDA_HEADERS + "#include <math.h>\n"
@@ -63,11 +64,12 @@ def split_units(files: list[SourceFile], rel: dict[str, str], include_dirs: list
     return units, rest
 
 
-def _split(f: SourceFile, src: str, include_dirs: list[str]) -> split.Split | None:
-    """``f`` split with its ``#line`` naming ``src``, or ``None`` where it stays in the one CUDA unit."""
+def _split(f: SourceFile, src: str, headers: dict[str, str]) -> split.Split | None:
+    """``f`` split with its ``#line`` naming ``src`` (``headers``: its local headers' text), or ``None`` where it
+    stays in the one CUDA unit."""
     if not f.uses_torch or ops.blocks(f):
         return None
-    s = split.split(dataclasses.replace(f, path=Path(src)), split.header_texts(f, include_dirs))
+    s = split.split(dataclasses.replace(f, path=Path(src)), headers)
     return None if s.reason or s.templates else s
 
 

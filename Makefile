@@ -14,14 +14,15 @@ demo: $(VENV)/.ready
 	$(PY) -m jitlab run
 
 ## test: the CPU test suite (what CI runs); GPU tests are deselected without a GPU. Installs Chromium
-## for the browser test when this user may (scripts/setup-browser), otherwise says what to run.
+## for the browser test, and clang for faster host units, when this user may (scripts/setup-system),
+## otherwise says what to run.
 ## Tests run in TEST_WORKERS processes (pytest-xdist), 2 for CI's and this machine's 2 cores: a third
 ## worker made the same work cost more CPU (fresh clones here: 2 workers 7 min 5 s, 7 min 7 s and
 ## 7 min 11 s; 3 workers 7 min 8 s, 7 min 35 s and 8 min 20 s; docs/benchmarks.md); builds are shared
 ## through one cache per run.
 TEST_WORKERS ?= 2
 test: $(VENV)/.ready
-	scripts/setup-browser
+	scripts/setup-system
 	$(PY) -m pytest -m "not gpu" -n $(TEST_WORKERS) --dist worksteal --durations=15 tests
 
 ## test-fast: CPU tests without the ones that compile torch headers (tens of seconds each)

@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 from jitlab import config, progress
-from jitlab.errors import SnippetError
+from jitlab.errors import SnippetError, ToolchainError
 from jitlab.jit import cache, codegen, deps, diagnostics, header_sets, nvcc_shell, processes, toolchain
-from jitlab.jit.engines import binder, linker, pch, torch_headers
+from jitlab.jit.engines import binder, clang, linker, pch, torch_headers
 from jitlab.jit.flags import Options, object_flags
 from jitlab.jit.parse import SourceFile, line_directive
 from jitlab.jit.plan import Flags, Manifest, Object, TorchPlan, Unit, UnitError
@@ -114,41 +114,62 @@ def _collect(futures: dict, done: dict[str, Object], sources: dict[str, str]) ->
 def _compile_host(unit: Unit, flags: Flags, stem: str, cuda: bool) -> Object:
     """A host unit's object, on the smallest precompiled header set that compiles it.
 
-    A unit that fails on its set on a name a larger set declares is compiled on that set
-    (:func:`jitlab.jit.engines.pch.larger_set`); the snippet's later builds of that unit start there (a hint in
-    the object cache). Other errors are reported from the set it failed on at once.
+    With clang (:mod:`jitlab.jit.engines.clang`) on clang's set first; a unit clang refuses (or whose set clang
+    cannot make) is compiled by GCC, and the snippet's later builds of that unit go to GCC at once (a hint in the
+    object cache). On GCC, a unit that fails on its set on a name a larger set declares is compiled on that set
+    (:func:`jitlab.jit.engines.pch.larger_set`), and its later builds start there (the hint). Other errors are
+    reported from the set it failed on at once: GCC's message.
     """
     if not unit.torch:
         return _compile(unit, flags, stem, None)
     hint = _hint_path(stem, unit)
-    start = "full" if unit.headers == "full" else _hinted(hint) or unit.headers
+    hinted = hint.read_text(errors="replace") if hint.is_file() else ""
+    start = "full" if unit.headers == "full" else _hinted(hinted) or unit.headers
+    refused = CLANG_REFUSED in hinted or not clang.path()
     headers = start
     while True:
         try:
-            obj = _compile(unit, flags, stem, pch.precompiled_header(flags, cuda, headers), headers=headers,
-                           after=pch.after_set(cuda, headers))
+            obj = _compile(unit, flags, stem, pch.precompiled_header(flags, cuda, headers, with_clang=not refused),
+                           headers=headers, after=pch.after_set(cuda, headers), compiler="" if refused else "clang")
             break
+        except ToolchainError:  # clang could not make the set: GCC, on its own
+            if refused:
+                raise
+            refused = True
         except UnitError as e:
             larger = pch.larger_set(e.log, flags, cuda, headers)
-            if larger is None:
+            if larger is not None:
+                headers = larger
+            elif refused:
                 raise
-            headers = larger
+            else:  # clang refused the code: GCC takes it, or says why
+                refused = True
+    lines = [CLANG_REFUSED] if CLANG_REFUSED in hinted or (refused and clang.path()) else []
     if headers != start:
+        lines.append(f"failed on the {start} headers, built on {headers}")
+    else:
+        lines += [line for line in hinted.splitlines() if line.startswith("failed on the ")]
+    text = "".join(f"{line}\n" for line in lines)
+    if text != hinted:
         hint.parent.mkdir(parents=True, exist_ok=True)
-        hint.write_text(f"failed on the {start} headers, built on {headers}\n")
+        hint.write_text(text)
     return obj
+
+
+#: What a unit's hint says when clang refused it (or could not make its set): its builds go to GCC.
+CLANG_REFUSED = "clang refused it: compiled by GCC"
 
 
 def _hint_path(stem: str, unit: Unit) -> Path:
     return objects_root() / "hints" / f"{identifier(stem)}.{unit.name}.headers"
 
 
-def _hinted(hint: Path) -> str | None:
-    """The set a hint says this unit built on (``None`` without one)."""
-    if not hint.is_file():
+def _hinted(text: str) -> str | None:
+    """The set a hint's text says this unit built on (``None`` when it names none)."""
+    found = re.search(r"built on (\w+)", text)
+    if not found:
         return None
-    found = re.search(r"built on (\w+)", hint.read_text(errors="replace"))
-    return found.group(1) if found and found.group(1) in header_sets.HEADERS else "full"
+    return found.group(1) if found.group(1) in header_sets.HEADERS else "full"
 
 
 def check_syntax(f: SourceFile, opts: Options) -> None:
@@ -175,9 +196,10 @@ def compile_unit(unit: Unit, flags: Flags, stem: str) -> Object:
 
 
 def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: str = "", headers: str = "",
-             after: tuple[str, ...] = ()) -> Object:
+             after: tuple[str, ...] = (), compiler: str = "") -> Object:
     """One unit → its cached object; compiles only on a miss. ``after``: headers included right after the
-    precompiled ``header`` (:func:`jitlab.jit.engines.pch.after_set`)."""
+    precompiled ``header`` (:func:`jitlab.jit.engines.pch.after_set`); ``compiler="clang"``: clang compiles it on
+    clang's set ``header`` (a ``.pch``)."""
     text = unit.text
     if headers and headers != "full":
         text = header_sets.without_umbrellas(text)  # the set is precompiled; the umbrella would parse all of torch
@@ -195,7 +217,7 @@ def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: st
     key_flags = cmd_flags if "#include" in text else [f for f in cmd_flags if f not in flags.includes]
     key = cache.build_key({"format": config.FORMAT_VERSION, "unit": unit.name, "text": text, "flags": key_flags,
                            "pch": " ".join([str(header), *after]) if header else "", "toolchain": flags.toolchain,
-                           "deps": unit.deps})
+                           "deps": unit.deps, **({"clang": clang.fingerprint(clang.path())} if compiler else {})})
     # The module name the unit's PYBIND11_MODULE gets: from its own key, never from the build's, so a
     # kernel edit (a new build name) reuses the host objects.
     extension = f"{identifier(stem)}_{key[:12]}" if unit.torch else ""
@@ -204,7 +226,7 @@ def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: st
 
     def make(target: str, folder: Path) -> Manifest:
         with progress.doing(f"compiling {unit.name}"):
-            return _run_compiler(unit, text, cmd_flags, folder, header, extension, after)
+            return _run_compiler(unit, text, cmd_flags, folder, header, extension, after, compiler)
 
     entry = cache.find_or_make(name, make, root=objects_root(), known=dict(unit.deps),
                                keep=[f[2:] for f in flags.includes if f.startswith("-I")],
@@ -221,7 +243,7 @@ def _object(unit: Unit, folder: Path, manifest: Manifest, cached: bool, seconds:
 
 
 def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, header: Path | None, extension: str,
-                  after: tuple[str, ...] = ()) -> Manifest:
+                  after: tuple[str, ...] = (), compiler: str = "") -> Manifest:
     src = folder / unit.name
     obj = folder / (unit.name + ".o")
     depfile = folder / (unit.name + ".d")  # every file it read, for the entry's manifest (jit/deps.py)
@@ -230,6 +252,9 @@ def _run_compiler(unit: Unit, text: str, cmd_flags: list[str], folder: Path, hea
     if unit.compiler == "nvcc":
         cmd = [toolchain.require_tool(toolchain.nvcc_path(), "nvcc"), "-c", str(src), "-o", str(obj), *cmd_flags,
                "-MD", "-MF", str(depfile)]
+    elif compiler == "clang":
+        cmd = [clang.path(), "-x", "c++", "-c", str(src), "-o", str(obj), "-include-pch", str(header),
+               *(w for h in after for w in ("-include", h)), *clang.words(cmd_flags), "-MD", "-MF", str(depfile)]
     else:
         include = ["-include", str(header), "-Winvalid-pch", *(w for h in after for w in ("-include", h))] \
             if header and unit.torch else []

@@ -1,7 +1,9 @@
 """The precompiled torch header sets host units compile on, and the names each set declares.
 
 Torch's headers cost a host unit seconds even precompiled: GCC instantiates, in every unit, the
-templates that the headers' inline functions use. So there are four sets (:mod:`jitlab.jit.header_sets`
+templates that the headers' inline functions use. Where a clang++ is found, host units compile with it on
+clang's own sets instead (``clang-torch-…``, made with ``-fpch-instantiate-templates``: that work is done once,
+in the set; :mod:`.clang`), and GCC's sets are made only for a unit clang refuses. There are four sets (:mod:`jitlab.jit.header_sets`
 says what each holds and which a unit starts on), each made once per toolchain and flag set in
 ``$JITLAB_PCH_DIR`` and used with ``-include``.
 
@@ -32,6 +34,7 @@ from typing import Callable, NamedTuple, Protocol
 from jitlab import config, progress
 from jitlab.errors import ToolchainError
 from jitlab.jit import cache, header_sets, processes, toolchain, torch_install
+from jitlab.jit.engines import clang
 from jitlab.jit.header_sets import NO_CUDA, larger, pch_text
 from jitlab.jit.plan import Manifest
 
@@ -94,17 +97,24 @@ def ignored_note(logs: dict[str, str]) -> str:
             f"(e.g. `MY_{macros[0]}`)")
 
 
-def precompiled_header(flags: Flags, cuda: bool, headers: str = "full") -> Path:
+def precompiled_header(flags: Flags, cuda: bool, headers: str = "full", with_clang: bool = False) -> Path:
     """A precompiled header set for these host flags, made on first use (tens of seconds, once).
 
     The set is made with the user's words GCC requires it to share (:func:`set_flags`). If the compiler
     refuses those words, the set made without them is returned: GCC then reads its header text instead,
-    and the unit's own compile names the word it refuses, as the build's error.
+    and the unit's own compile names the word it refuses, as the build's error. ``with_clang``: clang's set
+    (:mod:`.clang`), made with those words or not at all.
 
     Returns:
-        The header to pass with ``-include``; its ``.gch`` lies beside it.
+        GCC's set: the header to pass with ``-include`` (its ``.gch`` lies beside it). Clang's: the ``.pch``
+        to pass with ``-include-pch``.
+
+    Raises:
+        ToolchainError: Clang could not make its set (GCC's is then the unit's).
     """
     user = set_flags(flags.cxx_user)
+    if with_clang:
+        return _precompiled(flags, cuda, headers, user, clang.path())
     if user:
         try:
             return _precompiled(flags, cuda, headers, user)
@@ -113,25 +123,40 @@ def precompiled_header(flags: Flags, cuda: bool, headers: str = "full") -> Path:
     return _precompiled(flags, cuda, headers, ())
 
 
-def _precompiled(flags: Flags, cuda: bool, headers: str, user: tuple[str, ...]) -> Path:
-    text, cxx, name = _describe("torch", flags, cuda, headers, user)
+def _precompiled(flags: Flags, cuda: bool, headers: str, user: tuple[str, ...], clang_: str | None = None) -> Path:
+    text, cxx, name = _describe("torch", flags, cuda, headers, user, clang_)
+    if name in _refused:
+        raise _refused[name]
 
     def make(folder: Path) -> Path:
         header = folder / "jitlab_torch.h"
         header.write_text(text)
-        progress.say(f"jitlab: precompiling torch's headers for host code ({headers}: once per toolchain, "
-                     f"{'~1 min' if headers == 'full' else '~30 s'} on 2 cores) ...", file=sys.stdout)
-        gch = folder / "jitlab_torch.h.gch"
+        progress.say(f"jitlab: precompiling torch's headers for host code ({headers}{', clang' if clang_ else ''}: "
+                     f"once per toolchain, {'~1 min' if headers == 'full' else '~30 s'} on 2 cores) ...", file=sys.stdout)
+        out = folder / ("jitlab_torch.h.pch" if clang_ else "jitlab_torch.h.gch")
+        # clang: the templates the headers' inline functions use are instantiated here, once (clang.py)
+        cmd = [clang_, "-fpch-instantiate-templates"] if clang_ else [toolchain.require_tool(toolchain.cxx_path(), "c++")]
         with progress.doing(f"precompiling torch's headers ({headers})"):
-            run_tool([toolchain.require_tool(toolchain.cxx_path(), "c++"), "-x", "c++-header", str(header),
-                  "-o", str(gch), *cxx], folder, "precompiling torch's headers")
-        return gch
+            run_tool([cmd[0], "-x", "c++-header", str(header), "-o", str(out), *cmd[1:], *cxx], folder,
+                     "precompiling torch's headers")
+        return out
 
     # Trusted by its size and stamp (inode, change time), not its hash: hashing 0.5-0.8 GB took ~0.5 s
     # per host unit, cache hits included. A set written to after it was made has another stamp; GCC
     # checks the compiler and flags a set was made with itself (-Winvalid-pch), and one it cannot use
     # is read as the header text beside it, which is hashed on every use: slower, never someone else's.
-    return made_once(name, make, content=False, companions=("jitlab_torch.h",)).with_name("jitlab_torch.h")
+    # Clang refuses a set it cannot use: the unit goes to GCC.
+    try:
+        made = made_once(name, make, content=False, companions=("jitlab_torch.h",))
+    except ToolchainError as e:
+        if clang_:  # clang could not make it (a flag it refuses, a crash): not tried again in this process
+            _refused[name] = e
+        raise
+    return made if clang_ else made.with_name("jitlab_torch.h")
+
+
+#: Clang's sets that clang could not make in this process, and why.
+_refused: dict[str, ToolchainError] = {}
 
 
 def after_set(cuda: bool, headers: str) -> tuple[str, ...]:
@@ -142,7 +167,7 @@ def after_set(cuda: bool, headers: str) -> tuple[str, ...]:
 def entry_name(flags: Flags, cuda: bool, headers: str) -> str:
     """The cache entry of the set a build with these flags starts on: one name for one set (a CUDA and a C++
     snippet share ``casters`` and ``bind``, and every set with a CPU torch)."""
-    return _describe("torch", flags, cuda, headers)[2]
+    return _describe("torch", flags, cuda, headers, (), clang.path())[2]
 
 
 def is_made(flags: Flags, cuda: bool, headers: str) -> bool:
@@ -153,7 +178,7 @@ def is_made(flags: Flags, cuda: bool, headers: str) -> bool:
 def prepare(flags: Flags, cuda: bool, headers: str) -> None:
     """Make a set in the background, as a first build would, saying nothing: a build that needs it meanwhile
     waits on its entry's lock; an error is kept for the first build that needs the set (:func:`made_once`)."""
-    in_background(_precompiled, flags, cuda, headers, ())
+    in_background(_precompiled, flags, cuda, headers, (), clang.path())
 
 
 def in_background(make: Callable, *args) -> None:
@@ -263,8 +288,10 @@ def larger_set(log: str, flags: Flags, cuda: bool, small: str) -> str | None:
     return None
 
 
-def _describe(kind: str, flags: Flags, cuda: bool, headers: str, user: tuple[str, ...] = ()) -> tuple[str, list[str], str]:
-    """A set's text, host flags (``user``'s last, as a unit has them) and cache entry name (``<kind>-<headers>-<key>``)."""
+def _describe(kind: str, flags: Flags, cuda: bool, headers: str, user: tuple[str, ...] = (),
+              clang_: str | None = None) -> tuple[str, list[str], str]:
+    """A set's text, host flags (``user``'s last, as a unit has them) and cache entry name
+    (``<kind>-<headers>-<key>``; ``clang-<kind>-…`` for clang's set)."""
     cuda_torch = torch_install.cuda_version() is not None
     text = pch_text(headers, cuda, cuda_torch)
     # A set without CUDA's headers (every C++ snippet's, casters/bind for all, and every set with a CPU torch)
@@ -273,6 +300,8 @@ def _describe(kind: str, flags: Flags, cuda: bool, headers: str, user: tuple[str
     with_cuda = cuda and cuda_torch and headers not in NO_CUDA
     cxx = [*flags.cxx, *(flags.cuda_include if with_cuda else ()), *user]
     tools = [t for t in flags.toolchain if with_cuda or t[0] not in ("nvcc", "torch_cuda")]
+    if clang_:
+        cxx, tools, kind = clang.words(cxx), [*tools, ("clang", clang.fingerprint(clang_))], f"clang-{kind}"
     key = cache.build_key({"format": config.FORMAT_VERSION, "pch": text, "flags": cxx, "toolchain": tools})
     return text, cxx, f"{kind}-{headers}-{key}"
 

@@ -279,3 +279,23 @@ def test_torch_style_initializer_list_include_edit_rebuilds(tmp_path, cache):
     edit(tmp_path / "tw.inc", "1.0f\n")
     m = jitlab.load(src)
     assert m.build.cached and m.addw(torch.zeros(2)).tolist() == [1.0, 1.0]
+
+
+def test_the_toolchains_headers_are_left_by_name_and_the_users_resolved_and_kept(tmp_path, monkeypatch):
+    """A depfile that lists all of torch's headers (clang's, with its precompiled set) costs no system call per
+    header: only the user's file is resolved and recorded; a toolchain folder given as the snippet's own (``-I``)
+    is still checked."""
+    from jitlab.jit import deps
+
+    include = Path(torch.__file__).parent / "include"
+    torch_headers = [str(p) for _, p in zip(range(2000), include.rglob("*.h"))]
+    mine = tmp_path / "mine.h"
+    mine.write_text("#pragma once\n")
+    deps.worth_checking([str(mine)])  # the toolchain's folders, found once per process
+    resolved = []
+    real = os.path.realpath
+    monkeypatch.setattr(os.path, "realpath", lambda p, *a, **k: resolved.append(p) or real(p, *a, **k))
+    assert deps.worth_checking([*torch_headers, str(mine)]) == [real(mine)]
+    assert str(mine) in map(str, resolved) and not [p for p in resolved if str(p).startswith(str(include))]
+    first = Path(torch_headers[0])
+    assert deps.worth_checking([str(first)], keep=[str(first.parent)]) == [real(first)]

@@ -107,6 +107,12 @@ def ended_on_interrupt(proc: subprocess.Popen):
         _running.discard(proc)
 
 
+def ends() -> int:
+    """How many times :func:`end_all` has run: a caller that retries after a failed compile compares it with the
+    count from before, so that a compiler an interrupt killed is not taken for one that refused the code."""
+    return _ended
+
+
 def end_all() -> None:
     """Kill every compiler :func:`run` started that is still running (after an interrupt), and start none
     of those waiting for a slot."""

@@ -126,18 +126,20 @@ def _compile_host(unit: Unit, flags: Flags, stem: str, cuda: bool) -> Object:
     hinted = hint.read_text(errors="replace") if hint.is_file() else ""
     start = "full" if unit.headers == "full" else _hinted(hinted) or unit.headers
     refused = CLANG_REFUSED in hinted or not clang.path()
-    headers = start
+    headers, ends = start, processes.ends()
     while True:
         try:
             obj = _compile(unit, flags, stem, pch.precompiled_header(flags, cuda, headers, with_clang=not refused),
                            headers=headers, after=pch.after_set(cuda, headers), compiler="" if refused else "clang")
             break
         except ToolchainError:  # clang could not make the set: GCC, on its own
-            if refused:
+            if refused or processes.ends() != ends:  # GCC's, or an interrupt ended the build: nothing more starts
                 raise
             refused = True
         except UnitError as e:
             larger = pch.larger_set(e.log, flags, cuda, headers)
+            if processes.ends() != ends:
+                raise
             if larger is not None:
                 headers = larger
             elif refused:

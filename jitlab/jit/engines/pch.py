@@ -146,11 +146,12 @@ def _precompiled(flags: Flags, cuda: bool, headers: str, user: tuple[str, ...], 
     # checks the compiler and flags a set was made with itself (-Winvalid-pch), and one it cannot use
     # is read as the header text beside it, which is hashed on every use: slower, never someone else's.
     # Clang refuses a set it cannot use: the unit goes to GCC.
+    ends = processes.ends()
     try:
         made = made_once(name, make, content=False, companions=("jitlab_torch.h",))
     except ToolchainError as e:
-        if clang_:  # clang could not make it (a flag it refuses, a crash): not tried again in this process
-            _refused[name] = e
+        if clang_ and processes.ends() == ends:  # clang could not make it (a flag it refuses, a crash), and no
+            _refused[name] = e                   # interrupt ended it: not tried again in this process
         raise
     return made if clang_ else made.with_name("jitlab_torch.h")
 

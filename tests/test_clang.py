@@ -135,3 +135,35 @@ def test_a_define_torch_uses_still_builds_on_clangs_set(cache, write):
     assert m.twice(torch.ones(2)).tolist() == [2.0, 2.0]
     assert _logs(m.build).startswith(clang.path())
     assert not [n for n in m.build.notes if "without the precompiled torch header" in n]
+
+
+def test_a_clang_set_an_interrupt_ended_is_tried_again_and_one_clang_refused_is_not(monkeypatch, tmp_path):
+    """A set clang could not make is left for the rest of the process (each unit would wait ~20 s for it again);
+    one that Ctrl-C ended is not: the next build tries clang's set again."""
+    from jitlab.errors import ToolchainError
+    from jitlab.jit import processes
+    from jitlab.jit.engines import pch
+    from jitlab.jit.flags import default_host_flags
+
+    monkeypatch.setenv("JITLAB_PCH_DIR", str(tmp_path))
+    monkeypatch.setattr(pch, "_refused", {})
+    fake = str(_fake(tmp_path, "clang++-15", 15))
+    flags = default_host_flags(False)
+
+    def interrupted(*args, **kwargs):
+        processes.end_all()  # what Ctrl-C does while the set's compiler runs
+        raise ToolchainError("jitlab: precompiling torch's headers failed: killed")
+
+    monkeypatch.setattr(pch, "made_once", interrupted)
+    with pytest.raises(ToolchainError):
+        pch._precompiled(flags, False, "host", (), fake)
+    assert pch._refused == {}
+
+    def refused(*args, **kwargs):
+        raise ToolchainError("jitlab: precompiling torch's headers failed: clang: error: unknown argument")
+
+    monkeypatch.setattr(pch, "made_once", refused)
+    for _ in range(2):
+        with pytest.raises(ToolchainError, match="unknown argument"):
+            pch._precompiled(flags, False, "host", (), fake)
+    assert list(pch._refused) == [pch._describe("torch", flags, False, "host", (), fake)[2]]

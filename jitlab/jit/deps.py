@@ -123,7 +123,8 @@ def _toolchain_roots() -> tuple[str, ...]:
 
 @functools.cache
 def _roots(cuda_home: Path, nvcc: str | None, pch: Path) -> tuple[str, ...]:
-    """:func:`_toolchain_roots` for these settings, resolved once per process (every edit stamps with them)."""
+    """:func:`_toolchain_roots` for these settings, once per process (every edit stamps with them): each folder
+    resolved, and as it is named (a venv reached through a link), so that a path is left by its name alone."""
     import torch
 
     roots = [cuda_home, Path(torch.__file__).parent, Path(sysconfig.get_path("include")),
@@ -132,20 +133,8 @@ def _roots(cuda_home: Path, nvcc: str | None, pch: Path) -> tuple[str, ...]:
     toolkit = Path(nvcc).resolve().parent.parent if nvcc else None
     if toolkit and (toolkit / "include" / "cuda_runtime.h").is_file():  # not a wrapper script's folder (~/bin/nvcc)
         roots.append(toolkit)
-    return tuple(dict.fromkeys(str(r.resolve()) + os.sep for r in roots))
-
-
-def _named_roots() -> tuple[str, ...]:
-    """The toolchain's folders as they are resolved and as they are named (a venv reached through a link)."""
-    roots = _toolchain_roots()
-    return roots + _as_named(toolchain.cuda_home(), config.pch_dir())
-
-
-@functools.cache
-def _as_named(cuda_home: Path, pch: Path) -> tuple[str, ...]:
-    import torch
-
-    return tuple(os.path.normpath(str(r)) + os.sep for r in (cuda_home, Path(torch.__file__).parent, pch))
+    return tuple(dict.fromkeys([*(str(r.resolve()) + os.sep for r in roots),
+                                *(os.path.normpath(str(r)) + os.sep for r in roots)]))
 
 
 def worth_checking(paths, keep=(), own: Path | None = None) -> list[str]:
@@ -155,14 +144,13 @@ def worth_checking(paths, keep=(), own: Path | None = None) -> list[str]:
     every header of its precompiled set (~2,500 of torch's), and resolving each cost a unit ~0.5 s.
     """
     roots = _toolchain_roots()
-    named = _named_roots()
     keep = tuple(str(Path(k).resolve()) + os.sep for k in keep) + tuple(os.path.normpath(k) + os.sep for k in keep)
     own_prefix = str(own.resolve()) + os.sep if own else None
     out = []
     for p in paths:
         full = os.path.join(own, p) if own and not os.path.isabs(p) else p
         plain = os.path.normpath(full)
-        if plain.startswith(named) and not plain.startswith(keep):
+        if plain.startswith(roots) and not plain.startswith(keep):
             continue
         path = os.path.realpath(full)
         if not os.path.isfile(path) or (own_prefix and path.startswith(own_prefix)):

@@ -137,9 +137,9 @@ def _compile_host(unit: Unit, flags: Flags, stem: str, cuda: bool) -> Object:
                 raise
             refused = True
         except UnitError as e:
-            larger = pch.larger_set(e.log, flags, cuda, headers)
-            if processes.ends() != ends:
+            if processes.ends() != ends:  # an interrupt ended the build: nothing more starts, not even c++ -E
                 raise
+            larger = pch.larger_set(e.log, flags, cuda, headers)
             if larger is not None:
                 headers = larger
             elif refused:

@@ -25,6 +25,7 @@ from pathlib import Path
 from jitlab import config, progress
 from jitlab.jit import cache, codegen, diagnostics, toolchain
 from jitlab.jit.emulator_support import ENGINE
+from jitlab.jit.engines import linker
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import Function, SourceFile, line_directive, syntax_tree
 from jitlab.jit.plan import KernelPlan, Manifest
@@ -194,7 +195,8 @@ def make(plan: KernelPlan, name: str, folder: Path, archs: list[str], opts: Opti
              sources_by_path(plan))
     # -Bsymbolic-functions: the snippet's calls of printf, __assert_fail … bind to the runtime's own,
     # never to the C library's that Python loaded first.
-    _compile([cxx, "-shared", str(obj), str(runtime), "-o", str(lib), "-pthread", "-Wl,-Bsymbolic-functions",
+    _compile([cxx, "-shared", *linker.fast(), str(obj), str(runtime), "-o", str(lib), "-pthread",
+              "-Wl,-Bsymbolic-functions",
               *toolchain.runtime_ldflags()], f"{plan.stem} (link, {ENGINE})", {})
     (folder / "build.log").write_text("")
     return cache.made(lib, notes=list(plan.notes))

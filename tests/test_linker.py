@@ -1,0 +1,86 @@
+"""Shared libraries link with GNU gold where the compiler finds it (``linker.fast``): a torch module and an
+emulated kernel's library, each loaded and called; ``$JITLAB_LINKER`` and the user's own ``-fuse-ld=`` win."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+import jitlab
+from jitlab.jit.engines import linker
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLD = "GNU gold" in subprocess.run(["c++", "-fuse-ld=gold", "-Wl,--version"], capture_output=True,
+                                    text=True).stdout
+needs_gold = pytest.mark.skipif(not GOLD, reason="this machine's compiler finds no ld.gold (binutils without gold)")
+
+
+def _linked_by_gold(so: Path) -> bool:
+    """gold leaves a note section naming itself in what it links; GNU ld never does."""
+    sections = subprocess.run(["readelf", "-S", "-W", str(so)], capture_output=True, text=True, check=True).stdout
+    return ".note.gnu.gold-version" in sections
+
+
+@pytest.fixture
+def choose(monkeypatch):
+    """choose(name): ``$JITLAB_LINKER`` set (None: unset), the remembered choice forgotten before and after."""
+    def set_(name):
+        if name is None:
+            monkeypatch.delenv("JITLAB_LINKER", raising=False)
+        else:
+            monkeypatch.setenv("JITLAB_LINKER", name)
+        linker._fast.cache_clear()
+    yield set_
+    linker._fast.cache_clear()
+
+
+@needs_gold
+def test_gold_is_chosen_where_found_and_the_users_choice_wins(choose):
+    """Unset: gold. ``default``/``bfd``: the compiler's own ld. A linker the compiler cannot find: its own ld
+    too, never a broken link line. A ``-fuse-ld=`` among the user's link flags: nothing added."""
+    choose(None)
+    assert linker.fast() == ["-fuse-ld=gold"]
+    assert linker.fast(["-Wl,-rpath,/x", "-fuse-ld=bfd"]) == [] and linker.fast(["-Wl,--ld-path=/bin/ld"]) == []
+    for name in ("default", "bfd"):
+        choose(name)
+        assert linker.fast() == []
+    choose("no-such-linker")
+    assert linker.fast() == []
+
+
+@needs_gold
+@pytest.mark.slow
+def test_a_torch_module_is_linked_by_gold_and_works(tmp_path, use_shared_cache, choose):
+    """A torch C++ snippet's module: gold on its link line and in the library, and its function answers."""
+    choose(None)
+    src = tmp_path / "gold_add.cpp"
+    src.write_text('#include <torch/extension.h>\n'
+                   'torch::Tensor gold_add(torch::Tensor a, torch::Tensor b) { return a + b + 1; }\n')
+    b = jitlab.build(src)
+    assert "-fuse-ld=gold" in (b.folder / "link.log").read_text()
+    assert _linked_by_gold(b.folder / b.manifest.artifact)
+    m = jitlab.load(src)
+    torch.testing.assert_close(m.gold_add(torch.ones(3), torch.ones(3)), torch.full((3,), 3.0))
+
+
+@needs_gold
+def test_an_emulated_kernels_library_is_linked_by_gold_and_runs(tmp_path, choose):
+    """The CPU emulator's library (the snippet and the runtime): linked by gold, the kernel right, and an
+    out-of-bounds read still named with its tensor (the runtime reads the library's own symbols)."""
+    choose(None)
+    src = tmp_path / "gold_scale.cu"
+    src.write_text("__global__ void gold_scale(float* y, const float* x, int n) {\n"
+                   "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                   "    y[i] = 2.0f * x[i];\n"
+                   "}\n")
+    b = jitlab.build(src, device="cpu")
+    assert _linked_by_gold(b.folder / b.manifest.artifact)
+    k = jitlab.load(src, device="cpu")
+    x, y = torch.arange(64.0), torch.zeros(64)
+    k.gold_scale(y, x, 64, grid=1, block=64)
+    torch.testing.assert_close(y, 2 * x)
+    with pytest.raises(jitlab.LaunchError, match=r"`x\[60\]`, but `x` has 60 elements"):
+        k.gold_scale(torch.zeros(64), torch.arange(60.0), 60, grid=1, block=64)

@@ -41,7 +41,8 @@ def test_the_units_compile_takes_the_precompiled_header(snippet, monkeypatch):
     header text. Flags that drift from the ones the header was made with fail here."""
     commands = []
     real = emulator._compile
-    monkeypatch.setattr(emulator, "_compile", lambda cmd, what, sources: commands.append(cmd) or real(cmd, what, sources))
+    monkeypatch.setattr(emulator, "_compile",
+                        lambda cmd, what, sources, **kw: commands.append(cmd) or real(cmd, what, sources, **kw))
     snippet.write_text(f"// {snippet.parent.name}: a text no other build has, so this one compiles\n{SCALE}")
     _run(jitlab.load(snippet, device="cpu"), 2)
     unit = next(c for c in commands if "-c" in c and c[c.index("-c") + 1].endswith("emulated.cpp"))

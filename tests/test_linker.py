@@ -33,8 +33,10 @@ def choose(monkeypatch):
         else:
             monkeypatch.setenv("JITLAB_LINKER", name)
         linker._fast.cache_clear()
+        linker._failed.clear()
     yield set_
     linker._fast.cache_clear()
+    linker._failed.clear()
 
 
 @needs_gold
@@ -48,6 +50,42 @@ def test_gold_is_chosen_where_found_and_the_users_choice_wins(choose):
         choose(name)
         assert linker.fast() == []
     choose("no-such-linker")
+    assert linker.fast() == []
+
+
+def _fake_gold(folder: Path, refuses: str) -> Path:
+    """A folder holding an ``ld.gold`` that fails every link whose arguments contain ``refuses`` and hands the
+    rest to the real gold: GCC takes it first when ``COMPILER_PATH`` names the folder."""
+    folder.mkdir()
+    fake = folder / "ld.gold"
+    fake.write_text(f'#!/bin/sh\ncase "$*" in *{refuses}*) echo "fake gold: refused" >&2; exit 1;; esac\n'
+                    'exec /usr/bin/ld.gold "$@"\n')
+    fake.chmod(0o755)
+    return folder
+
+
+@needs_gold
+def test_a_gold_that_cannot_link_the_cpp_runtime_is_not_chosen(tmp_path, choose, monkeypatch):
+    """gold that prints its version but fails a link with libstdc++ (as on a box whose GCC names a library folder
+    that is not there): the probe link fails, so nothing is added and links use the compiler's own ld."""
+    monkeypatch.setenv("COMPILER_PATH", str(_fake_gold(tmp_path / "fake", "probe.so")))
+    choose(None)
+    assert linker.fast() == []
+
+
+@needs_gold
+def test_a_link_gold_fails_is_linked_again_by_ld_and_later_links_skip_gold(tmp_path, choose, monkeypatch):
+    """A link gold fails is run again without it and succeeds; the process's later links go to ld at once."""
+    monkeypatch.setenv("COMPILER_PATH", str(_fake_gold(tmp_path / "fake", "fails_here")))
+    choose(None)
+    assert linker.fast() == ["-fuse-ld=gold"]
+    src = tmp_path / "one.cpp"
+    src.write_text("int one() { return 1; }\n")
+    obj = tmp_path / "one.o"
+    subprocess.run(["c++", "-c", "-fPIC", str(src), "-o", str(obj)], check=True)
+    proc = linker.run(["c++", "-shared", str(obj), "-o", str(tmp_path / "fails_here.so")])
+    assert proc.returncode == 0 and "-fuse-ld=gold" not in proc.args and (tmp_path / "fails_here.so").is_file()
+    assert not _linked_by_gold(tmp_path / "fails_here.so")
     assert linker.fast() == []
 
 

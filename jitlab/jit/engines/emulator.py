@@ -178,8 +178,8 @@ def precompiled_header() -> Path:
     return entry.folder / "simt.h"
 
 
-def _compile(cmd: list[str], what: str, sources: dict[str, str]) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+def _compile(cmd: list[str], what: str, sources: dict[str, str], run=None) -> None:
+    proc = run(cmd) if run else subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise diagnostics.compile_error(what, proc.stdout + proc.stderr, sources)
 
@@ -219,8 +219,7 @@ def make(plan: KernelPlan, name: str, folder: Path, archs: list[str], opts: Opti
              sources_by_path(plan))
     # -Bsymbolic-functions: the snippet's calls of printf, __assert_fail … bind to the runtime's own,
     # never to the C library's that Python loaded first.
-    _compile([cxx, "-shared", *linker.fast(), str(obj), str(runtime), "-o", str(lib), "-pthread",
-              "-Wl,-Bsymbolic-functions",
-              *toolchain.runtime_ldflags()], f"{plan.stem} (link, {ENGINE})", {})
+    _compile([cxx, "-shared", str(obj), str(runtime), "-o", str(lib), "-pthread", "-Wl,-Bsymbolic-functions",
+              *toolchain.runtime_ldflags()], f"{plan.stem} (link, {ENGINE})", {}, run=linker.run)
     (folder / "build.log").write_text("")
     return cache.made(lib, notes=list(plan.notes))

@@ -11,8 +11,10 @@ finds it (:func:`fast`): a torch module links in a third of the time (docs/bench
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from jitlab import config
@@ -40,9 +42,9 @@ def link(objects: list[Object], name: str, folder: Path, flags: Flags) -> Path:
     if module is not None:  # PyInit_<name> is another name for the binding object's init, made by the linker
         inputs.append(f"-Wl,--defsym=PyInit_{name}=PyInit_{module.extension}")
     so = folder / f"{name}.so"
-    cmd = [cxx, "-shared", *fast(flags.ld), "-o", str(so), *map(str, inputs), *flags.ld]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    log.append(" ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+    cmd = [cxx, "-shared", "-o", str(so), *map(str, inputs), *flags.ld]
+    proc = run(cmd, flags.ld)
+    log.append(" ".join(proc.args) + "\n" + proc.stdout + proc.stderr)
     (folder / "link.log").write_text("\n".join(log))
     if proc.returncode != 0:
         raise UnitError(Unit(name="link", compiler="cxx", text=""), "\n".join(log))
@@ -50,24 +52,55 @@ def link(objects: list[Object], name: str, folder: Path, flags: Flags) -> Path:
 
 
 def fast(ldflags: list[str] = ()) -> list[str]:
-    """``["-fuse-ld=gold"]`` where the C++ compiler finds GNU gold, else ``[]``; ``$JITLAB_LINKER`` names another
-    (``lld``, ``mold``: ``-fuse-ld=`` takes it) or ``default`` (the compiler's own ``ld``). Nothing when the
-    user's link flags choose a linker themselves.
+    """``["-fuse-ld=gold"]`` where the C++ compiler links a shared library with GNU gold, else ``[]``;
+    ``$JITLAB_LINKER`` names another (``lld``, ``mold``: ``-fuse-ld=`` takes it) or ``default`` (the compiler's own
+    ``ld``). Nothing when the user's link flags choose a linker themselves, or after a link it failed
+    (:func:`run`).
 
     A shared library's link reads the dynamic symbols of every library it names: GNU ld takes 0.85 s on this
     2-core VM for a module linked against torch's four libraries, gold 0.28 s.
     """
     if any("-fuse-ld=" in str(f) or "--ld-path=" in str(f) for f in ldflags):
         return []
-    return list(_fast(toolchain.cxx_path(), config.getenv("JITLAB_LINKER").strip() or "gold"))
+    name = config.getenv("JITLAB_LINKER").strip() or "gold"
+    cxx = toolchain.cxx_path()
+    if not cxx or name in ("default", "ld", "bfd", "0", "off") or name in _failed:
+        return []
+    return list(_fast(cxx, name))
+
+
+#: Linkers that failed a link in this process: its later links use the compiler's own.
+_failed: set[str] = set()
 
 
 @functools.cache
-def _fast(cxx: str | None, name: str) -> tuple[str, ...]:
-    if not cxx or name in ("default", "ld", "bfd", "0", "off"):
-        return ()
-    said = answers.asked(cxx, (f"-fuse-ld={name}", "-Wl,--version"), ("PATH",))  # the linker's own first line
-    return (f"-fuse-ld={name}",) if name.lower() in (said.splitlines() or [""])[0].lower() else ()
+def _fast(cxx: str, name: str) -> tuple[str, ...]:
+    """``-fuse-ld=name`` if it links a small shared library with the C++ runtime (a linker found but unable to
+    read the compiler's libstdc++, as on a box whose GCC names a library folder that is not there, fails here);
+    remembered across processes per the compiler, the linker and where the compiler looks for it."""
+    def probe() -> bool:
+        with tempfile.TemporaryDirectory(prefix="jitlab-ld-") as d:
+            src = Path(d, "probe.cpp")
+            src.write_text("#include <string>\nstd::string jitlab_probe(const char* s) { return s; }\n")
+            return subprocess.run([cxx, "-shared", "-fPIC", f"-fuse-ld={name}", str(src), "-o", str(Path(d, "probe.so"))],
+                                  capture_output=True).returncode == 0
+    where = [os.environ.get(v, "") for v in ("COMPILER_PATH", "PATH")]
+    found = shutil.which(f"ld.{name}", path=os.pathsep.join(filter(None, where))) or ""
+    ok = answers.remembered(f"linker {name} for {cxx}", probe,
+                            lambda _: [answers.identity(cxx), answers.identity(found), *where])
+    return (f"-fuse-ld={name}",) if ok else ()
+
+
+def run(cmd: list[str], ldflags: list[str] = ()) -> subprocess.CompletedProcess:
+    """A link command (``c++ -shared ...``) run with :func:`fast`'s linker; one that fails with it runs again with
+    the compiler's own ``ld``, which this process's later links then use (the error, if any, is ``ld``'s)."""
+    chosen = fast(ldflags)
+    if chosen:
+        proc = subprocess.run([cmd[0], *chosen, *cmd[1:]], capture_output=True, text=True)
+        if proc.returncode == 0:
+            return proc
+        _failed.add(chosen[0].split("=", 1)[1])
+    return subprocess.run(cmd, capture_output=True, text=True)
 
 
 def relocatable(objects: list[Object], folder: Path) -> Path:

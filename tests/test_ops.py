@@ -98,6 +98,16 @@ def test_torch_library_op_edit_and_reload(use_shared_cache, tmp_path):
     assert torch.equal(m2.scale(x, 2.0), x * 2 + 100)
 
 
+def test_the_operator_registry_unit_is_compiled_once_for_every_folder(use_shared_cache, tmp_path):
+    """jitlab's registry unit (``jitlab_ops.cpp``) is its own code: a TORCH_LIBRARY snippet in another folder
+    (other include folders) reuses its object instead of compiling it again."""
+    first = jitlab.build(write(tmp_path / "a", "scale.cpp", SCALE, "jlt_reg_a"))
+    second = jitlab.build(write(tmp_path / "b", "scale.cpp", SCALE, "jlt_reg_b", offset="1"))
+    units = {u["name"]: u for u in second.manifest.units}
+    assert "jitlab_ops.cpp" in {u["name"] for u in first.manifest.units}
+    assert units["jitlab_ops.cpp"]["cached"] and not units["scale.cpp"]["cached"]
+
+
 def test_reload_keeps_old_tensors_and_references(use_shared_cache, tmp_path):
     """Tensors an old version made survive its unloading; kept packets and overloads call the new code."""
     path = write(tmp_path, "scale.cpp", SCALE, "jlt_keep", offset="1")

@@ -131,7 +131,7 @@ def prelude(f: SourceFile) -> str:
 
 def registry_unit() -> Unit:
     """The generated unit that runs and undoes the queued registrations (plain C++, no torch headers)."""
-    return Unit("jitlab_ops.cpp", "cxx", REGISTRY)
+    return Unit("jitlab_ops.cpp", "cxx", REGISTRY, own=True)
 
 
 def _string(node) -> str | None:

@@ -1,11 +1,10 @@
 """The data that crosses the jit's stages, in one leaf module: what a build compiles and what it records.
 
-``Unit`` (one translation unit to compile) and ``UnitError`` (one that failed), ``Flags`` (one build's command-line flags), ``Object`` (a
-compiled unit in the object cache), the plans (``Plan`` and one class per kind: ``KernelPlan``, ``TorchPlan``,
-``ProgramPlan``), ``Operator`` (one a snippet registers with torch's dispatcher), ``Manifest``
-(what a cache entry records of its artifact) and ``Build`` (one build in the cache: its plan and manifest).
-The stages import these from here, never from an engine: planning a build needs no compiler module.
-Nothing here imports jitlab.
+``Unit`` (one translation unit to compile) and ``UnitError`` (one that failed), ``Flags`` (one build's flags), ``Object``
+(a compiled unit in the object cache), the plans (``Plan``, ``KernelPlan``, ``TorchPlan``, ``ProgramPlan``), ``Operator``
+(one a snippet registers with torch's dispatcher), ``Manifest`` (what a cache entry records of its artifact) and
+``Build`` (one build in the cache: its plan and manifest). The stages import these from here, never from an engine:
+planning a build needs no compiler module. Nothing here imports jitlab.
 """
 
 from __future__ import annotations
@@ -33,9 +32,9 @@ class Unit:
         module: Holds ``PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)``: the object whose init the module calls.
         headers: The smallest precompiled torch header set (:data:`HEADERS`) to try first (host units).
         source: The user's file it was made from (``""`` for generated code).
-        deps: ``(path, SHA-256)`` of every header it includes from the snippet's or the user's
-            include folders: part of its object's key, so a header edit recompiles it.
+        deps: ``(path, SHA-256)`` of each header it includes from the snippet's or user's folders (in its key).
         entries: Ends with the C-ABI entries of the functions it defines (:mod:`jitlab.jit.cabi`).
+        own: jitlab's own code (the operator registry): no snippet include folders, one object for all.
     """
 
     name: str
@@ -48,6 +47,7 @@ class Unit:
     source: str = ""
     deps: tuple[tuple[str, str], ...] = ()
     entries: bool = False
+    own: bool = False
 
 
 class UnitError(Exception):

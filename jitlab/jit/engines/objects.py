@@ -207,16 +207,17 @@ def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: st
         text = header_sets.without_umbrellas(text)  # the set is precompiled; the umbrella would parse all of torch
     if extra:
         text = _with_instantiations(text, extra)
+    includes = [] if unit.own else flags.includes
     if unit.compiler == "nvcc":
         # Instantiations for torch's scalar types: their headers, light (jitlab.jit.engines.torch_headers).
         light = torch_headers.light_scalar_dir() if "c10::" in extra and not unit.torch else None
-        cmd_flags = [*flags.includes, *flags.nvcc, *([f"-I{light}"] if light else []),
+        cmd_flags = [*includes, *flags.nvcc, *([f"-I{light}"] if light else []),
                      *(flags.nvcc_torch if unit.torch or "c10::" in extra else ())]
     else:
-        cmd_flags = [*flags.includes, *flags.cxx, *flags.cuda_include, *flags.cxx_user]
+        cmd_flags = [*includes, *flags.cxx, *flags.cuda_include, *flags.cxx_user]
     # A unit that includes nothing (a binding unit: declarations and PYBIND11_MODULE) cannot depend on
     # the snippet's include folders: leaving them out of its key shares it between folders.
-    key_flags = cmd_flags if "#include" in text else [f for f in cmd_flags if f not in flags.includes]
+    key_flags = cmd_flags if "#include" in text else [f for f in cmd_flags if f not in includes]
     key = cache.build_key({"format": config.FORMAT_VERSION, "unit": unit.name, "text": text, "flags": key_flags,
                            "pch": " ".join([str(header), *after]) if header else "", "toolchain": flags.toolchain,
                            "deps": unit.deps, **({"clang": clang.fingerprint(clang.path())} if compiler else {})})
@@ -231,7 +232,7 @@ def _compile(unit: Unit, flags: Flags, stem: str, header: Path | None, extra: st
             return _run_compiler(unit, text, cmd_flags, folder, header, extension, after, compiler)
 
     entry = cache.find_or_make(name, make, root=objects_root(), known=dict(unit.deps),
-                               keep=[f[2:] for f in flags.includes if f.startswith("-I")],
+                               keep=[f[2:] for f in includes if f.startswith("-I")],
                                skip=[unit.source] if unit.source else [])
     return _object(unit, entry.folder, entry.manifest, entry.cached, 0.0 if entry.cached else time.perf_counter() - t0,
                    headers)

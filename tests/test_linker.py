@@ -85,6 +85,7 @@ def test_a_link_gold_fails_is_linked_again_by_ld_and_later_links_skip_gold(tmp_p
     subprocess.run(["c++", "-c", "-fPIC", str(src), "-o", str(obj)], check=True)
     proc = linker.run(["c++", "-shared", str(obj), "-o", str(tmp_path / "fails_here.so")])
     assert proc.returncode == 0 and "-fuse-ld=gold" not in proc.args and (tmp_path / "fails_here.so").is_file()
+    assert proc.stderr.startswith("jitlab: gold failed (fake gold: refused); linked again with ld")
     assert not _linked_by_gold(tmp_path / "fails_here.so")
     assert linker.fast() == []
 

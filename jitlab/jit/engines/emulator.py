@@ -125,8 +125,8 @@ def check_syntax(files: list[SourceFile], opts: Options) -> None:
     includes = ["-I", str(INCLUDE), *(f"-I{f.path.parent}" for f in files), *(f"-I{d}" for d in user_include_dirs(opts))]
     defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
     proc = subprocess.run([cxx, "-fsyntax-only", *CXXFLAGS, *SNIPPET_FLAGS, *includes, "-include",
-                           str(precompiled_header()), *defines, *opts.cflags, "-x", "c++", "-"], input=unit_text(files, []), capture_output=True, text=True,
-                          errors="surrogateescape")
+                           str(precompiled_header()), *defines, *opts.cflags, "-x", "c++", "-"],
+                          input=unit_text(files, []), capture_output=True, text=True, errors="surrogateescape")
     if proc.returncode != 0:
         raise diagnostics.compile_error(f"{', '.join(f.path.name for f in files)} (c++, {ENGINE})",
                                         proc.stdout + proc.stderr, {str(f.path): f.text for f in files})

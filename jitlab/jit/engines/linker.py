@@ -75,15 +75,13 @@ _failed: set[str] = set()
 
 @functools.cache
 def _fast(cxx: str, name: str) -> tuple[str, ...]:
-    """``-fuse-ld=name`` if it links a small shared library with the C++ runtime (a linker found but unable to
+    """``-fuse-ld=name`` if it links a shared library with the C++ runtime (a linker found but unable to
     read the compiler's libstdc++, as on a box whose GCC names a library folder that is not there, fails here);
     remembered across processes per the compiler, the linker and where the compiler looks for it."""
-    def probe() -> bool:
+    def probe() -> bool:  # an empty unit: the driver still links libstdc++ (0.06 s)
         with tempfile.TemporaryDirectory(prefix="jitlab-ld-") as d:
-            src = Path(d, "probe.cpp")
-            src.write_text("#include <string>\nstd::string jitlab_probe(const char* s) { return s; }\n")
-            return subprocess.run([cxx, "-shared", "-fPIC", f"-fuse-ld={name}", str(src), "-o", str(Path(d, "probe.so"))],
-                                  capture_output=True).returncode == 0
+            return subprocess.run([cxx, "-shared", "-fPIC", f"-fuse-ld={name}", "-x", "c++", os.devnull, "-o",
+                                   str(Path(d, "probe.so"))], capture_output=True).returncode == 0
     where = [os.environ.get(v, "") for v in ("COMPILER_PATH", "PATH")]
     found = shutil.which(f"ld.{name}", path=os.pathsep.join(filter(None, where))) or ""
     ok = answers.remembered(f"linker {name} for {cxx}", probe,
@@ -99,7 +97,12 @@ def run(cmd: list[str], ldflags: list[str] = ()) -> subprocess.CompletedProcess:
         proc = subprocess.run([cmd[0], *chosen, *cmd[1:]], capture_output=True, text=True)
         if proc.returncode == 0:
             return proc
-        _failed.add(chosen[0].split("=", 1)[1])
+        name = chosen[0].split("=", 1)[1]
+        _failed.add(name)
+        again = subprocess.run(cmd, capture_output=True, text=True)
+        said = (proc.stdout + proc.stderr).strip().splitlines()
+        again.stderr = f"jitlab: {name} failed ({said[0] if said else 'no message'}); linked again with ld\n{again.stderr}"
+        return again
     return subprocess.run(cmd, capture_output=True, text=True)
 
 

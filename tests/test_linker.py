@@ -3,19 +3,30 @@ emulated kernel's library, each loaded and called; ``$JITLAB_LINKER`` and the us
 
 from __future__ import annotations
 
+import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 import jitlab
+from jitlab.jit import toolchain
 from jitlab.jit.engines import linker
 
-ROOT = Path(__file__).resolve().parent.parent
-GOLD = "GNU gold" in subprocess.run(["c++", "-fuse-ld=gold", "-Wl,--version"], capture_output=True,
-                                    text=True).stdout
-needs_gold = pytest.mark.skipif(not GOLD, reason="this machine's compiler finds no ld.gold (binutils without gold)")
+
+def _gold_links() -> bool:
+    """Whether gold links a shared library with the C++ runtime for the compiler jitlab uses (``$CXX`` or ``c++``:
+    the lent GPU box's ``$CXX``, a GCC under /opt without a shared libstdc++, cannot with gold; there jitlab links
+    with ld, as the fake-gold tests show here)."""
+    with tempfile.TemporaryDirectory() as d:
+        return subprocess.run([toolchain.cxx_path() or "c++", "-shared", "-fPIC", "-fuse-ld=gold", "-x", "c++", os.devnull, "-o",
+                               str(Path(d, "probe.so"))], capture_output=True).returncode == 0
+
+
+needs_gold = pytest.mark.skipif(not _gold_links(), reason="this machine's gold cannot link a C++ shared library "
+                                                          "(none found, or one that cannot read libstdc++)")
 
 
 def _linked_by_gold(so: Path) -> bool:
@@ -37,6 +48,13 @@ def choose(monkeypatch):
     yield set_
     linker._fast.cache_clear()
     linker._failed.clear()
+
+
+def test_gold_is_chosen_exactly_where_it_links_a_cpp_library(choose):
+    """On every machine, unset ``$JITLAB_LINKER``: gold where it links a shared library with libstdc++ for jitlab's
+    compiler (this VM), the compiler's own ld where it cannot (the lent GPU box's ``$CXX``)."""
+    choose(None)
+    assert linker.fast() == (["-fuse-ld=gold"] if _gold_links() else [])
 
 
 @needs_gold

@@ -75,8 +75,8 @@ _failed: set[str] = set()
 
 @functools.cache
 def _fast(cxx: str, name: str) -> tuple[str, ...]:
-    """``-fuse-ld=name`` if it links a shared library with the C++ runtime (a linker found but unable to
-    read the compiler's libstdc++, as on a box whose GCC names a library folder that is not there, fails here);
+    """``-fuse-ld=name`` if it links a shared library with the C++ runtime (gold with a GCC that has no shared
+    libstdc++, as the lent GPU box's ``$CXX``, cannot open the ``libstdc++.so`` it names, and fails here);
     remembered across processes per the compiler, the linker and where the compiler looks for it."""
     def probe() -> bool:  # an empty unit: the driver still links libstdc++ (0.06 s)
         with tempfile.TemporaryDirectory(prefix="jitlab-ld-") as d:

@@ -141,9 +141,6 @@ def runtime_object() -> Path:
     """The scheduler compiled once per toolchain and runtime text, kept with the toolchain's other builds (the
     precompiled torch headers, jitlab's binder: ``config.pch_dir()``), so caches that share those share it."""
     cxx = toolchain.require_tool(toolchain.cxx_path(), "a C++ compiler")
-    name = cache.module_name("jitlab_simt_runtime", cache.build_key(
-        {"format": config.FORMAT_VERSION, "runtime": _digest_of_runtime(), "cxx": toolchain.fingerprint(False)["cxx"],
-         "flags": CXXFLAGS}))
 
     def make(target: str, folder: Path) -> Manifest:
         obj = folder / "runtime.o"
@@ -151,7 +148,7 @@ def runtime_object() -> Path:
                  "jitlab's CPU emulator runtime", {})
         return cache.made(obj)
 
-    entry = cache.find_or_make(name, make, root=config.pch_dir())
+    entry = _per_toolchain("jitlab_simt_runtime", CXXFLAGS, make)
     return entry.folder / entry.manifest.artifact
 
 
@@ -163,9 +160,6 @@ def precompiled_header() -> Path:
     flags make the ``.gch`` unusable (``-O0``, a define the header reads) reads the header itself, as before.
     """
     cxx = toolchain.require_tool(toolchain.cxx_path(), "a C++ compiler")
-    name = cache.module_name("jitlab_simt_header", cache.build_key(
-        {"format": config.FORMAT_VERSION, "runtime": _digest_of_runtime(), "cxx": toolchain.fingerprint(False)["cxx"],
-         "flags": [*CXXFLAGS, *SNIPPET_FLAGS]}))
 
     def make(target: str, folder: Path) -> Manifest:
         header = folder / "simt.h"
@@ -174,8 +168,16 @@ def precompiled_header() -> Path:
                   "-o", f"{header}.gch"], "jitlab's CPU emulator header", {})
         return cache.made(Path(f"{header}.gch"))
 
-    entry = cache.find_or_make(name, make, root=config.pch_dir())
-    return entry.folder / "simt.h"
+    return _per_toolchain("jitlab_simt_header", [*CXXFLAGS, *SNIPPET_FLAGS], make).folder / "simt.h"
+
+
+def _per_toolchain(stem: str, flags: list[str], make):
+    """The cache entry ``make`` builds once per host compiler, runtime text and flags, in the folder of the
+    toolchain's other builds (``config.pch_dir()``)."""
+    name = cache.module_name(stem, cache.build_key(
+        {"format": config.FORMAT_VERSION, "runtime": _digest_of_runtime(), "cxx": toolchain.fingerprint(False)["cxx"],
+         "flags": flags}))
+    return cache.find_or_make(name, make, root=config.pch_dir())
 
 
 def _compile(cmd: list[str], what: str, sources: dict[str, str], run=None) -> None:

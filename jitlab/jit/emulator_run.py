@@ -24,6 +24,7 @@ import torch
 from jitlab import config
 from jitlab.errors import LaunchError
 from jitlab.jit.diagnostics import short_path
+from jitlab.jit.engines import emulator
 from jitlab.jit.launch import py_names
 from jitlab.jit.parse import Function
 
@@ -107,6 +108,9 @@ def _prepare(lib) -> None:
     lib.jitlab_simt_regions.restype = None
     lib.jitlab_simt_shared_symbols.argtypes = [ctypes.c_int, _U64S, _U64S, ctypes.c_char_p]
     lib.jitlab_simt_shared_symbols.restype = None
+    lib.jitlab_simt_in_turn.argtypes = [ctypes.c_int]
+    lib.jitlab_simt_in_turn.restype = None
+    lib.jitlab_simt_in_turn(int(emulator.runs_in_turn(Path(lib._name))))
     arrays = shared_arrays(lib._name)
     n = len(arrays)
     lib.jitlab_simt_shared_symbols(n, (ctypes.c_uint64 * max(n, 1))(*[a[1] for a in arrays]),

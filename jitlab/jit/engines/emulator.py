@@ -23,7 +23,7 @@ import subprocess
 from pathlib import Path
 
 from jitlab import config, progress
-from jitlab.jit import cache, codegen, diagnostics, toolchain
+from jitlab.jit import cache, codegen, diagnostics, symbols, toolchain
 from jitlab.jit.emulator_support import ENGINE
 from jitlab.jit.engines import linker
 from jitlab.jit.flags import Options
@@ -49,7 +49,8 @@ CXXFLAGS = ["-O2", "-g1", "-std=c++17", "-fPIC", "-fno-strict-aliasing", "-w",
 #: (not libtsan: ``simt/memory_checks.inc``), which check bounds in every run and races in the checked one;
 #: -fno-builtin-printf, so every printf reaches the runtime's; and -fstack-clash-protection, so a large
 #: local array touches its fiber's guard page (a stack overflow at its line) instead of another fiber's stack.
-SNIPPET_FLAGS = ["-fsanitize=thread", "--param=tsan-distinguish-volatile=1", "-fno-builtin-printf",
+SNIPPET_FLAGS = ["-fsanitize=thread", "--param=tsan-distinguish-volatile=1",
+                 "--param=tsan-instrument-func-entry-exit=0", "-fno-builtin-printf",
                  "-fstack-clash-protection"]
 
 _EXTERN_SHARED = re.compile(
@@ -97,9 +98,9 @@ def launch_shim(fn: Function) -> str:
     decls, args = shim_params(fn)
     head = [f"unsigned jitlab_{v}" for v in ("gx", "gy", "gz", "bx", "by", "bz", "smem")] + ["void* jitlab_stream"]
     return (f'extern "C" int jitlab_launch_{fn.name}({", ".join(head + decls)}) {{\n'
-            f"  auto jitlab_body = [&]() {{ {fn.qualname}({', '.join(args)}); }};\n"
+            f"  auto jitlab_body = [&]() JITLAB_UNHOOKED {{ {fn.qualname}({', '.join(args)}); }};\n"
             f"  return jitlab_simt_launch(jitlab_gx, jitlab_gy, jitlab_gz, jitlab_bx, jitlab_by, jitlab_bz, jitlab_smem,\n"
-            f"      [](void* c) {{ (*static_cast<decltype(jitlab_body)*>(c))(); }}, &jitlab_body, \"{fn.name}\");\n"
+            f"      [](void* c) JITLAB_UNHOOKED {{ (*static_cast<decltype(jitlab_body)*>(c))(); }}, &jitlab_body, \"{fn.name}\");\n"
             f"}}\n")
 
 
@@ -130,6 +131,22 @@ def check_syntax(files: list[SourceFile], opts: Options) -> None:
     if proc.returncode != 0:
         raise diagnostics.compile_error(f"{', '.join(f.path.name for f in files)} (c++, {ENGINE})",
                                         proc.stdout + proc.stderr, {str(f.path): f.text for f in files})
+
+
+#: What the snippet's unit calls when one of its threads may have to wait for another: a barrier, a warp collective
+#: (runtime.cpp), a volatile read, an atomic load or compare-and-swap (memory_checks.inc: each gives way to a
+#: spin-wait's other side). A unit that calls none of them lets its threads run one after the other.
+_WAITS = re.compile(r"_ZN11jitlab_simt(?:7barrier|4warp)|__tsan_volatile_read|__tsan_atomic\d+_(?:load|compare_exchange)")
+
+
+def runs_in_turn(library: Path) -> bool:
+    """Whether the threads of ``library``'s kernels only end: its unit's object (beside it) names no runtime entry
+    point that waits. False where that cannot be read (no object, no ``nm``): the threads then run as fibers."""
+    obj = Path(library).with_name("emulated.o")
+    try:
+        return obj.is_file() and not any(_WAITS.match(s) for s in symbols.undefined_symbols(obj))
+    except OSError:
+        return False
 
 
 def _digest_of_runtime() -> str:

@@ -590,7 +590,7 @@ void Worker::deadlock() {
 
 void Worker::begin(Thread* t, unsigned i) {
     const dim3 k = launch->block;
-    t->vars = {{i % k.x, i / k.x % k.y, i / k.x / k.y}, block_index, k, launch->grid};
+    t->vars = {{i % k.x, i / k.x % k.y, i / k.x / k.y}, block_index, k, launch->grid, launch->check ? 0u : 1u};
     t->worker = this;
     t->linear = i, t->lane = i % 32, t->warp = i / 32;
     t->state = State::Ready;

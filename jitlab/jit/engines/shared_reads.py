@@ -1,0 +1,164 @@
+"""The reads of ``__shared__`` arrays that the CPU emulator's plain runs take without an access hook.
+
+Every load of an emulated unit calls a hook (``-fsanitize=thread``, answered by ``simt/memory_checks.inc``). For a
+``__shared__`` array indexed in full, ``tile[ty][k]``, a plain run's hook has nothing to add: ``-fsanitize=bounds``
+already checks each index against its extent. Yet the call costs more than the read, since no xmm register
+survives it and an accumulator lives in memory. So :func:`edits` rewrites such reads, where the value is all
+that is used (on the right of ``=``, in arithmetic, an initialiser), into a choice made at run time: a plain run's
+thread with every index inside its extent reads in assembly (``jitlab_simt::unhooked_read``); otherwise the read
+runs as written, at the user's line, where ``-fsanitize=bounds`` names a bad index and a checked run's hook sees
+the access. Arrays declared ``volatile`` (a spin-wait's flag gives way in its hook), declared twice by one name, or
+read as an lvalue (``&tile[i]``, ``tile[i] += v``, a reference, a call's argument) are left as they are.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+#: Nodes whose ``declarator`` field names what they declare.
+_DECLARES = {"declaration", "parameter_declaration", "field_declaration", "optional_parameter_declaration"}
+
+
+def _walk(root):
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.named_children)
+
+
+def _declared_name(node):
+    """The identifier a declarator declares (through pointers, arrays, references), or None."""
+    while node is not None and node.type != "identifier":
+        if node.type in ("array_declarator", "pointer_declarator", "init_declarator", "function_declarator"):
+            node = node.child_by_field_name("declarator")
+        elif node.type == "reference_declarator":
+            node = next(iter(node.named_children), None)
+        else:
+            return None
+    return node
+
+
+def _function_of(node):
+    """The function definition ``node`` is in (its scope), or None at file scope."""
+    node = node.parent
+    while node is not None and node.type != "function_definition":
+        node = node.parent
+    return node
+
+
+def _scope_key(node):
+    f = _function_of(node)
+    return None if f is None else (f.start_byte, f.end_byte)
+
+
+def shared_arrays(root) -> dict:
+    """``__shared__`` arrays with a size in every dimension and not ``volatile``, by the scope a read of the name
+    means them in: ``(scope, name)`` → number of dimensions, where a scope is a function definition's (start, end)
+    bytes. An array declared in a function counts there if nothing else in the function is declared by its name;
+    one at file scope, in every function that declares nothing by its name."""
+    declared: Counter = Counter()
+    found: dict = {}
+    functions = set()
+    for node in _walk(root):
+        if node.type == "function_definition":
+            functions.add((node.start_byte, node.end_byte))
+        if node.type not in _DECLARES:
+            continue
+        scope = _scope_key(node)
+        for d in node.children_by_field_name("declarator"):
+            name = _declared_name(d)
+            if name is not None:
+                declared[scope, name.text] += 1
+        if node.type != "declaration":
+            continue
+        qualifiers = {c.text for c in node.children if c.type in ("type_qualifier", "storage_class_specifier")}
+        if b"__shared__" not in qualifiers or b"volatile" in qualifiers or b"extern" in qualifiers:
+            continue
+        for d in node.children_by_field_name("declarator"):
+            dims = 0
+            while d is not None and d.type == "array_declarator" and d.child_by_field_name("size") is not None:
+                dims, d = dims + 1, d.child_by_field_name("declarator")
+            if dims and d is not None and d.type == "identifier":
+                found[scope, d.text] = dims
+    arrays = {key: dims for key, dims in found.items() if declared[key] == 1}
+    for (scope, name), dims in list(arrays.items()):
+        if scope is None:
+            arrays.pop((scope, name))
+            arrays.update({(f, name): dims for f in functions if declared[f, name] == 0})
+    return arrays
+
+
+def _chain(node):
+    """``a[i][j]`` → (``a``, [i, j]) when every subscript has one index; else None."""
+    indices = []
+    while node.type == "subscript_expression":
+        args = node.child_by_field_name("indices")
+        if args is None or len(args.named_children) != 1:
+            return None
+        indices.insert(0, args.named_children[0])
+        node = node.child_by_field_name("argument")
+        if node is None:
+            return None
+    return (node, indices) if node.type == "identifier" else None
+
+
+def _value_only(node) -> bool:
+    """Whether only ``node``'s value is used: an operand of arithmetic or a comparison, the right of an
+    assignment, a non-reference initialiser, a ``-``/``+``/``!``/``~`` operand, a cast to a non-reference."""
+    while node.parent is not None and node.parent.type == "parenthesized_expression":
+        node = node.parent
+    parent = node.parent
+    if parent is None:
+        return False
+
+    def field_is(name: str) -> bool:
+        child = parent.child_by_field_name(name)
+        return child is not None and (child.start_byte, child.end_byte) == (node.start_byte, node.end_byte)
+
+    if parent.type == "binary_expression":
+        return True
+    if parent.type == "assignment_expression":
+        return field_is("right")
+    if parent.type == "init_declarator":
+        declarator = parent.child_by_field_name("declarator")
+        return field_is("value") and declarator is not None and declarator.type != "reference_declarator"
+    if parent.type == "unary_expression":
+        op = parent.child_by_field_name("operator")
+        return op is not None and op.text in (b"-", b"+", b"!", b"~")
+    if parent.type == "cast_expression":
+        kind = parent.child_by_field_name("type")
+        return field_is("value") and kind is not None and b"&" not in kind.text
+    return False
+
+
+def edits(root, src: bytes) -> list[tuple[int, int, bytes]]:
+    """(start, end, replacement) for each read of a ``__shared__`` array to take without a hook in plain runs,
+    none inside another and each on one line (the unit's lines stay the user's)."""
+    arrays = shared_arrays(root)
+    if not arrays:
+        return []
+    found = []
+    for node in _walk(root):
+        if node.type != "subscript_expression" or b"\n" in src[node.start_byte:node.end_byte]:
+            continue
+        chain = _chain(node)
+        if chain is None or not _value_only(node):
+            continue
+        if arrays.get((_scope_key(node), chain[0].text)) != len(chain[1]):
+            continue
+        found.append((node.start_byte, node.end_byte, chain))
+    found.sort(key=lambda f: (f[0], -f[1]))
+    out, end = [], -1
+    for start, stop, (name, indices) in found:
+        if start < end:  # inside one already rewritten: its text is copied whole, read with the hook
+            continue
+        end = stop
+        ids = [f"jitlab_i{k}" for k in range(len(indices))]
+        decls = "".join(f"auto {i} = ({src[x.start_byte:x.end_byte].decode('utf-8', 'surrogateescape')}); "
+                        for i, x in zip(ids, indices))
+        at = "jitlab_a" + "".join(f"[{i}]" for i in ids)
+        text = (f"(__extension__({{ auto& jitlab_a = {name.text.decode('utf-8', 'surrogateescape')}; {decls}"
+                f"::jitlab_simt::plain_read(jitlab_a, {', '.join(ids)}) ? ::jitlab_simt::unhooked_read({at}) : {at}; }}))")
+        out.append((start, stop, text.encode("utf-8", "surrogateescape")))
+    return out

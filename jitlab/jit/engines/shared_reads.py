@@ -159,6 +159,7 @@ def edits(root, src: bytes) -> list[tuple[int, int, bytes]]:
                         for i, x in zip(ids, indices))
         at = "jitlab_a" + "".join(f"[{i}]" for i in ids)
         text = (f"(__extension__({{ auto& jitlab_a = {name.text.decode('utf-8', 'surrogateescape')}; {decls}"
-                f"::jitlab_simt::plain_read(jitlab_a, {', '.join(ids)}) ? ::jitlab_simt::unhooked_read({at}) : {at}; }}))")
+                f"__builtin_expect(::jitlab_simt::plain_read(jitlab_a, {', '.join(ids)}), 1) ? ::jitlab_simt::unhooked_read({at}) "
+                f": {at}; }}))")
         out.append((start, stop, text.encode("utf-8", "surrogateescape")))
     return out

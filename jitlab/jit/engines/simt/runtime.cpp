@@ -162,6 +162,7 @@ struct Warp {
 struct Cell {
     uint64_t w = 0, r0 = 0, r1 = 0;
     uint32_t wpc = 0, r0pc = 0, r1pc = 0;
+    uint8_t wmask = 15, r0mask = 15, r1mask = 15;  // the bytes of a shared granule each access touched
 };
 /// A tensor of the launch, from Python (memory_checks.inc checks accesses against it).
 struct Region {

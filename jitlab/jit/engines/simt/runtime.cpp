@@ -115,6 +115,7 @@ namespace {
 
 enum class State : uint8_t { Ready, Yielded, AtBarrier, AtWarp, Done, Faulted };
 struct Worker;
+[[noreturn]] void fiber_main();
 
 /// Tensors of a launch whose bounds a plain run's access hooks test inline (the rest: access()'s list).
 constexpr int kFastRegions = 4;
@@ -243,6 +244,7 @@ struct Worker {
     void* scheduler_sp = nullptr;
     Thread* current = nullptr;
     unsigned threads = 0, live = 0, at_barrier = 0;
+    unsigned turns = 0;  // threads run_in_turn's fiber has run
     // The barrier being reached (barrier() counts each arrival in) and the last one opened (what its
     // __syncthreads_count/and/or return).
     uint32_t barrier_gen = 0;
@@ -268,8 +270,9 @@ struct Worker {
     }
     void run(unsigned index);
     bool run_block(uint64_t b);
-    void start(Thread* t);
-    void begin(Thread* t, unsigned i);  // thread i of this block, ready to run from its slot t
+    void start(Thread* t, void (*entry)());
+    void identify(Thread* t, unsigned i);  // slot t's record says it is thread i of this block
+    void begin(Thread* t, unsigned i, void (*entry)() = &fiber_main);  // thread i, ready to run from slot t
     bool run_in_turn();
     bool resume(Thread* t, unsigned* last);
     bool runnable(const Thread* t) const {
@@ -308,6 +311,10 @@ std::string stop_message(const Launch* l, bool interrupted, const std::string& a
     __builtin_unreachable();
 }
 
+// Worker::run_in_turn's fiber: the block's threads one after the other in the one record, no switch between them;
+// it stops early when the launch is stopped or failed (Worker::turns says how many ran).
+[[noreturn]] void fiber_turns();
+
 std::string format(const char* fmt, ...) {
     char buf[1024];
     va_list ap;
@@ -345,17 +352,17 @@ std::string Worker::where(const Thread* t) const {
                   t->vars.thread_idx.z, block_index.x, block_index.y, block_index.z);
 }
 
-void Worker::start(Thread* t) {
-    // The first switch into the fiber "returns" into fiber_main with the ABI's stack alignment.
+void Worker::start(Thread* t, void (*entry)()) {
+    // The first switch into the fiber "returns" into its entry with the ABI's stack alignment.
     void** sp = reinterpret_cast<void**>(reinterpret_cast<char*>(t) - 2 * colour(reinterpret_cast<uintptr_t>(t)) - 64);
 #if defined(__x86_64__)
-    *--sp = nullptr;  // fiber_main's return address: it never returns
-    *--sp = reinterpret_cast<void*>(&fiber_main);
+    *--sp = nullptr;  // the entry's return address: it never returns
+    *--sp = reinterpret_cast<void*>(entry);
     for (size_t i = 0; i < kSavedWords; ++i) *--sp = nullptr;
 #else
     sp -= 20;  // 160 bytes: x19..x30 and d8..d15, x30 (the return address) at [sp, #88]
     for (int i = 0; i < 20; ++i) sp[i] = nullptr;
-    sp[11] = reinterpret_cast<void*>(&fiber_main);
+    sp[11] = reinterpret_cast<void*>(entry);
 #endif
     t->sp = sp;
 }
@@ -589,16 +596,37 @@ void Worker::deadlock() {
                                     barrier ? format("one at %s:%d", barrier->file, barrier->line).c_str() : "?"));
 }
 
-void Worker::begin(Thread* t, unsigned i) {
+void Worker::identify(Thread* t, unsigned i) {
     const dim3 k = launch->block;
     t->vars = {{i % k.x, i / k.x % k.y, i / k.x / k.y}, block_index, k, launch->grid, launch->check ? 0u : 1u};
-    t->worker = this;
     t->linear = i, t->lane = i % 32, t->warp = i / 32;
+}
+
+void Worker::begin(Thread* t, unsigned i, void (*entry)()) {
+    identify(t, i);
+    t->worker = this;
     t->state = State::Ready;
     t->mask = 0;
     t->barriers = t->warp_syncs = 0;
     t->yield_pc = 0, t->pending_bytes = 0;
-    start(t);
+    start(t, entry);
+}
+
+void fiber_turns() {
+    Thread* t = reinterpret_cast<Thread*>(self());
+    Worker* w = t->worker;
+    Launch* l = w->launch;
+    for (w->turns = 0;;) {
+        l->body(l->closure);
+        if (++w->turns == w->threads || l->stop.load(std::memory_order_relaxed) ||
+            l->failed.load(std::memory_order_relaxed)) {
+            break;
+        }
+        w->identify(t, w->turns);
+    }
+    t->state = State::Done;
+    jitlab_simt_switch(&t->sp, w->scheduler_sp);
+    __builtin_unreachable();
 }
 
 // A kernel that can only end (no barrier, warp collective or spin-wait in its library): its threads run one after
@@ -606,26 +634,24 @@ void Worker::begin(Thread* t, unsigned i) {
 // stack instead of 256, which all missed the cache: a vector add's thread costs about half as much.
 bool Worker::run_in_turn() {
     Thread* t = thread(0);
-    for (unsigned i = 0; i < threads; ++i) {
-        begin(t, i);
-        if (launch->stop.load(std::memory_order_relaxed)) {
-            stopped(t);
-            return false;
-        }
-        unsigned last;
-        do {  // a compare-and-swap another worker's block won gives way: nothing else of this block can run
-            if (!resume(t, &last) || launch->failed.load(std::memory_order_relaxed)) return false;
-        } while (t->state == State::Yielded && !launch->stop.load(std::memory_order_relaxed));
-        if (t->state == State::Yielded) {
-            stopped(t);
-            return false;
-        }
-        if (t->state != State::Done) {  // the library was judged unable to wait: say so rather than hang
-            launch->fail("KernelFault", format("%s of kernel %s waits, in a library jitlab judged unable to wait "
-                                               "(no barrier, warp collective or spin-wait in its unit); please "
-                                               "report this kernel", where(t).c_str(), launch->kernel));
-            return false;
-        }
+    begin(t, 0, &fiber_turns);
+    if (launch->stop.load(std::memory_order_relaxed)) {
+        stopped(t);
+        return false;
+    }
+    unsigned last;
+    do {  // a compare-and-swap another worker's block won gives way: nothing else of this block can run
+        if (!resume(t, &last) || launch->failed.load(std::memory_order_relaxed)) return false;
+    } while (t->state == State::Yielded && !launch->stop.load(std::memory_order_relaxed));
+    if (t->state == State::Yielded || (t->state == State::Done && turns < threads)) {
+        stopped(t);  // between two threads, or one giving way
+        return false;
+    }
+    if (t->state != State::Done) {  // the library was judged unable to wait: say so rather than hang
+        launch->fail("KernelFault", format("%s of kernel %s waits, in a library jitlab judged unable to wait "
+                                           "(no barrier, warp collective or spin-wait in its unit); please "
+                                           "report this kernel", where(t).c_str(), launch->kernel));
+        return false;
     }
     if (unwritten_reads.empty()) return true;
     launch->fail("Uninitialised", unwritten_reads.front());

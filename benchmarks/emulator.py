@@ -5,6 +5,7 @@ What it measures (median of ``--repeat`` runs, each result checked before its ti
 * launches of 2^20 threads (4096 blocks x 256): a vector add (no barrier), the lessons'
   shared-memory tree sum (9 ``__syncthreads`` and an ``atomicAdd`` per block) and a warp-shuffle sum
   (5 ``__shfl_down_sync`` per thread, an ``atomicAdd`` per warp); the target is 1 s with barriers
+* the naive matmul at n = 512 (a thread an element, 512 multiply-adds reading two tensors, no barrier)
 * a 16x16-tiled matmul at n = 128, 256, 512 (n/16 tiles, 2 ``__syncthreads`` each, per thread); the
   target is 0.3 s at 512 (2^18 threads x 64 barrier phases = 16.8 M fiber switches; 2 x 512^3 = 268 M
   shared-memory loads)
@@ -53,6 +54,12 @@ __global__ void shuffle_sum(float* out, const float* x, int n) {
     float v = i < n ? x[i] : 0.0f;
     for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffff, v, o);
     if ((threadIdx.x & 31) == 0) atomicAdd(out, v);
+}
+__global__ void matmul_naive(float* c, const float* a, const float* b, int n) {
+    int row = blockIdx.y * blockDim.y + threadIdx.y, col = blockIdx.x * blockDim.x + threadIdx.x;
+    float acc = 0.0f;
+    for (int k = 0; k < n; ++k) acc += a[row * n + k] * b[k * n + col];
+    c[row * n + col] = acc;
 }
 #define TILE 16
 __global__ void matmul_tiled(float* c, const float* a, const float* b, int n) {
@@ -115,6 +122,12 @@ def launches(repeat: int) -> list[tuple[str, float]]:
                                                                              lambda: out.item() == n, repeat)),
             ("tree sum under checking() (race detector)", median_seconds(checked, lambda: out.item() == n,
                                                                                     repeat))]
+    m = 512
+    x, y, z = torch.randn(m, m), torch.randn(m, m), torch.zeros(m, m)
+    want = x @ y
+    rows.append((f"naive matmul {m}x{m} (a thread an element, no barrier)",
+                 median_seconds(lambda: k.matmul_naive(z, x, y, m, grid=(m // 16, m // 16), block=(16, 16)),
+                                lambda: bool(torch.allclose(z, want, rtol=1e-3, atol=1e-3)), repeat)))
     for m in (128, 256, 512):
         x, y, z = torch.randn(m, m), torch.randn(m, m), torch.zeros(m, m)
         want = x @ y

@@ -25,7 +25,7 @@ from pathlib import Path
 from jitlab import config, progress
 from jitlab.jit import cache, codegen, diagnostics, symbols, toolchain
 from jitlab.jit.emulator_support import ENGINE
-from jitlab.jit.engines import linker, shared_reads
+from jitlab.jit.engines import linker, plain_reads
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import Function, SourceFile, line_directive, syntax_tree
 from jitlab.jit.plan import KernelPlan, Manifest
@@ -64,12 +64,13 @@ def translate(f: SourceFile) -> str:
     ``extern __shared__ T name[];`` becomes a pointer to the block's dynamic shared memory, a launch
     ``k<<<g, b, s, st>>>(args)`` a call of the runtime's launcher, ``__noinline__`` GCC's attribute
     (a macro would break libstdc++, which spells the attribute so), ``static __shared__`` plain
-    ``__shared__`` (a static already), and a read of a ``__shared__`` array indexed in full a choice that a plain
-    run takes without the access hook (:mod:`jitlab.jit.engines.shared_reads`), each on the same line.
+    ``__shared__`` (a static already), and a read of a ``__shared__`` array indexed in full or of a pointer
+    parameter a choice that a plain run takes without the access hook (:mod:`jitlab.jit.engines.plain_reads`),
+    each on the same line.
     """
     src = f.text.encode("utf-8", "surrogateescape")
     root = syntax_tree(src).root_node
-    edits: list[tuple[int, int, bytes]] = shared_reads.edits(root, src)
+    edits: list[tuple[int, int, bytes]] = plain_reads.edits(root, src)
     stack = [root]
     while stack:
         node = stack.pop()

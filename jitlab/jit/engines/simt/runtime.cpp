@@ -117,8 +117,6 @@ enum class State : uint8_t { Ready, Yielded, AtBarrier, AtWarp, Done, Faulted };
 struct Worker;
 [[noreturn]] void fiber_main();
 
-/// Tensors of a launch whose bounds a plain run's access hooks test inline (the rest: access()'s list).
-constexpr int kFastRegions = 4;
 
 /// One GPU thread, in its fiber's slot where self() finds it (ThreadVars first).
 struct Thread {
@@ -127,7 +125,6 @@ struct Thread {
     // worker: the shared arrays and dynamic shared memory (plain runs; empty spans in checked ones), the stacks,
     // and the launch's first tensors (plain runs: an access inside one is never reported).
     uintptr_t fast_lo, fast_span, dyn_lo, dyn_span, stack_lo, stack_span;
-    uintptr_t region_lo[kFastRegions], region_span[kFastRegions];
     void* sp;
     Worker* worker;
     State state;
@@ -598,7 +595,9 @@ void Worker::deadlock() {
 
 void Worker::identify(Thread* t, unsigned i) {
     const dim3 k = launch->block;
-    t->vars = {{i % k.x, i / k.x % k.y, i / k.x / k.y}, block_index, k, launch->grid, launch->check ? 0u : 1u};
+    t->vars.thread_idx = {i % k.x, i / k.x % k.y, i / k.x / k.y};  // field by field: map_memory set the tensors
+    t->vars.block_idx = block_index, t->vars.block_dim = k, t->vars.grid_dim = launch->grid;
+    t->vars.plain = launch->check ? 0u : 1u;
     t->linear = i, t->lane = i % 32, t->warp = i / 32;
 }
 

@@ -78,10 +78,14 @@ namespace jitlab_simt {
 
 // ---- the thread's context (runtime.cpp owns its layout's meaning) -----------------------------
 /// One GPU thread's built-in variables, at the base of its fiber's stack.
+/// Tensors of a launch whose bounds a plain run tests inline, in the hooks and in a read of a pointer parameter.
+constexpr int kFastTensors = 4;
 struct ThreadVars {
     uint3 thread_idx, block_idx;
     dim3 block_dim, grid_dim;
     unsigned plain;  // a plain run's thread (no race detector): plain_read
+    // The launch's first tensors in a plain run (an access inside one is never reported; spans 0 otherwise).
+    uintptr_t tensor_lo[kFastTensors], tensor_span[kFastTensors];
 };
 /// Fiber stacks are this size and aligned to it, so masking the stack pointer finds the fiber's slot:
 /// a guard page, the stack (growing down), then the thread's record near the top. Record and stack
@@ -122,6 +126,28 @@ template <class A, class... I>
 __attribute__((always_inline)) inline bool plain_read(const A& a, I... i) {
     // no branch per test: one, expected taken, so GCC lays the hooked read out as the cold path
     return __builtin_expect((unhooked(self()->plain) != 0) & plain_within(a, i...), 1);
+}
+__attribute__((always_inline)) inline uintptr_t unhooked(const uintptr_t& v) {
+    uintptr_t r;
+#if defined(__x86_64__)
+    asm("movq %1, %0" : "=r"(r) : "m"(v));
+#else
+    asm("ldr %0, %1" : "=r"(r) : "m"(v));
+#endif
+    return r;
+}
+/// Whether `*p` lies whole inside one of a plain run's first tensors: read through a pointer parameter, it is
+/// then taken unhooked (emulator.translate()); otherwise the read as written runs, through the hook.
+template <class T>
+__attribute__((always_inline)) inline bool in_tensor(const T* p) {
+    const ThreadVars* v = self();
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    static_assert(kFastTensors == 4, "one test a tensor, unrolled (no loop, no bounds check of its own)");
+#define JITLAB_IN(k) ((a - unhooked(v->tensor_lo[k]) < unhooked(v->tensor_span[k])) & \
+                      (unhooked(v->tensor_span[k]) - (a - unhooked(v->tensor_lo[k])) >= sizeof(T)))
+    const bool in = JITLAB_IN(0) | JITLAB_IN(1) | JITLAB_IN(2) | JITLAB_IN(3);  // no branch per tensor
+#undef JITLAB_IN
+    return __builtin_expect(in, 1);
 }
 template <class T>
 __attribute__((always_inline)) inline T unhooked_read(const T& r) {

@@ -1,7 +1,8 @@
-"""Reads of ``__shared__`` arrays indexed in full skip the access hook in the CPU emulator's plain runs
-(``jit/engines/shared_reads.py``, ``jitlab_simt::plain_read``): which reads the translation rewrites, on the
-same lines; and that a rewritten read still gives the value, still has a bad index named at its line in a plain
-run, and is still seen by a checked run's race detector."""
+"""Reads of ``__shared__`` arrays indexed in full, and of pointer parameters inside a tensor, skip the access hook
+in the CPU emulator's plain runs (``jit/engines/plain_reads.py``; ``jitlab_simt::plain_read``, ``in_tensor``):
+which reads the translation rewrites, on the same lines; and that a rewritten read still gives the value, still
+has a bad index or address named at its line in a plain run, and is still seen by a checked run's race
+detector."""
 
 from __future__ import annotations
 
@@ -69,10 +70,41 @@ def test_reads_used_as_values_are_rewritten_on_their_lines():
         "    out[3] = tile[row[5]][1];")]
 
 
-def test_a_file_without_shared_arrays_is_unchanged():
-    """No `__shared__` array: the text is the user's."""
-    text = "__global__ void k(float* y, const float* x) { y[threadIdx.x] = x[threadIdx.x] * 2.0f; }\n"
+def test_a_file_that_reads_nothing_through_a_subscript_is_unchanged():
+    """No read through `[]` (a write, a pointer dereference): the text is the user's."""
+    text = "__global__ void k(float* y, const float* x) { y[threadIdx.x] = *x * 2.0f; }\n"
     assert _translated(text) == text
+
+
+POINTERS = r"""
+__global__ void pointers(float* y, const float* x, const float* __restrict__ w, float** rows, int n) {
+    int i = threadIdx.x;
+    float v = x[i] * w[i + 1];
+    y[i] = v + rows[0][i];
+    assert(x[i] >= 0.0f);
+    y[i] += TWICE(x[i]) + fminf(x[i], 1.0f);
+}
+__device__ float shadowed(float* y, const float* x, int i) {
+    {
+        const float* x = y;
+        return x[i];
+    }
+}
+"""
+
+
+def test_pointer_parameters_indexed_once_are_rewritten_where_their_value_is_used():
+    """`x[i]` and `w[i + 1]` in arithmetic, an initialiser: rewritten; a pointer to pointers, a name declared again
+    in its function, an assert's or a capitalised macro's argument (their text may be printed), a call's
+    argument, a return and a write: not."""
+    out = _translated(POINTERS)
+    lines, source = out.splitlines(), POINTERS.splitlines()
+    assert len(lines) == len(source)
+    got = {src.strip(): re.findall(r"const auto\* jitlab_p = &(\w+)\[", line) for src, line in zip(source, lines)}
+    assert got["float v = x[i] * w[i + 1];"] == ["x", "w"]
+    for untouched in ("y[i] = v + rows[0][i];", "assert(x[i] >= 0.0f);", "y[i] += TWICE(x[i]) + fminf(x[i], 1.0f);",
+                      "return x[i];"):
+        assert got[untouched] == [], untouched
 
 
 TILED = r"""

@@ -1,14 +1,21 @@
-"""The reads of ``__shared__`` arrays that the CPU emulator's plain runs take without an access hook.
+"""The reads that the CPU emulator's plain runs take without an access hook.
 
-Every load of an emulated unit calls a hook (``-fsanitize=thread``, answered by ``simt/memory_checks.inc``). For a
-``__shared__`` array indexed in full, ``tile[ty][k]``, a plain run's hook has nothing to add: ``-fsanitize=bounds``
-already checks each index against its extent. Yet the call costs more than the read, since no xmm register
-survives it and an accumulator lives in memory. So :func:`edits` rewrites such reads, where the value is all
-that is used (on the right of ``=``, in arithmetic, an initialiser), into a choice made at run time: a plain run's
-thread with every index inside its extent reads in assembly (``jitlab_simt::unhooked_read``); otherwise the read
-runs as written, at the user's line, where ``-fsanitize=bounds`` names a bad index and a checked run's hook sees
-the access. Arrays declared ``volatile`` (a spin-wait's flag gives way in its hook), declared twice by one name, or
-read as an lvalue (``&tile[i]``, ``tile[i] += v``, a reference, a call's argument) are left as they are.
+Every load of an emulated unit calls a hook (``-fsanitize=thread``, answered by ``simt/memory_checks.inc``), and
+the call costs more than the read: no xmm register survives it, so an accumulator lives in memory. Two kinds of
+read need no hook in a plain run (no race detector):
+
+* a ``__shared__`` array indexed in full, ``tile[ty][k]``, every index inside its extent (which
+  ``-fsanitize=bounds`` checks anyway);
+* a pointer parameter indexed once, ``a[row * n + k]``, when the element lies whole inside one of the launch's
+  first tensors (what the hook's fast path tests).
+
+:func:`edits` rewrites such reads, where the value is all that is used (on the right of ``=``, in arithmetic, an
+initialiser), into a choice made at run time, on the same line: in assembly when the test holds
+(``jitlab_simt::unhooked_read``), otherwise the read as written, at the user's line, where ``-fsanitize=bounds``
+names a bad index, the hook names a bad address (``x[n]``, ``x[-1]``) and a checked run's hook sees the access.
+``volatile`` arrays (a spin-wait's flag gives way in its hook), names declared twice in a function, reads used
+as lvalues (``&x[i]``, ``x[i] += v``, a reference, a call's argument), and reads inside ``assert(...)`` or a
+capitalised macro's arguments (whose text may be printed) are left as they are.
 """
 
 from __future__ import annotations
@@ -52,10 +59,10 @@ def _scope_key(node):
     return None if f is None else (f.start_byte, f.end_byte)
 
 
-def shared_arrays(root) -> dict:
-    """``__shared__`` arrays with a size in every dimension and not ``volatile``, by the scope a read of the name
-    means them in: ``(scope, name)`` → number of dimensions, where a scope is a function definition's (start, end)
-    bytes. An array declared in a function counts there if nothing else in the function is declared by its name;
+def readable(root) -> dict:
+    """``__shared__`` arrays with a size in every dimension and pointer parameters, neither ``volatile``, by the
+    scope a read of the name means them in: ``(scope, name)`` → number of dimensions (0: a pointer, read with one
+    index), where a scope is a function definition's (start, end) bytes. An array declared in a function counts there if nothing else in the function is declared by its name;
     one at file scope, in every function that declares nothing by its name."""
     declared: Counter = Counter()
     found: dict = {}
@@ -70,6 +77,14 @@ def shared_arrays(root) -> dict:
             name = _declared_name(d)
             if name is not None:
                 declared[scope, name.text] += 1
+        if node.type == "parameter_declaration":
+            d = node.child_by_field_name("declarator")
+            kinds = {c.text for c in node.children if c.type == "type_qualifier"}
+            if d is not None and d.type == "pointer_declarator" and b"volatile" not in kinds:
+                name = d.child_by_field_name("declarator")
+                if name is not None and name.type == "identifier":
+                    found[scope, name.text] = 0  # a pointer: one index, read where it lies in a tensor
+            continue
         if node.type != "declaration":
             continue
         qualifiers = {c.text for c in node.children if c.type in ("type_qualifier", "storage_class_specifier")}
@@ -103,6 +118,20 @@ def _chain(node):
     return (node, indices) if node.type == "identifier" else None
 
 
+def _in_macro(node) -> bool:
+    """Whether ``node`` is an argument of ``assert`` or of a call whose name is in capitals (by convention a
+    macro): the argument's text may be printed (``assert`` shows its expression), so it stays the user's."""
+    node = node.parent
+    while node is not None and node.type != "function_definition":
+        if node.type == "call_expression":
+            callee = node.child_by_field_name("function")
+            name = callee.text if callee is not None and callee.type == "identifier" else b""
+            if name == b"assert" or (name.upper() == name and any(c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZ" for c in name)):
+                return True
+        node = node.parent
+    return False
+
+
 def _value_only(node) -> bool:
     """Whether only ``node``'s value is used: an operand of arithmetic or a comparison, the right of an
     assignment, a non-reference initialiser, a ``-``/``+``/``!``/``~`` operand, a cast to a non-reference."""
@@ -133,9 +162,9 @@ def _value_only(node) -> bool:
 
 
 def edits(root, src: bytes) -> list[tuple[int, int, bytes]]:
-    """(start, end, replacement) for each read of a ``__shared__`` array to take without a hook in plain runs,
+    """(start, end, replacement) for each read to take without a hook in plain runs,
     none inside another and each on one line (the unit's lines stay the user's)."""
-    arrays = shared_arrays(root)
+    arrays = readable(root)
     if not arrays:
         return []
     found = []
@@ -143,23 +172,30 @@ def edits(root, src: bytes) -> list[tuple[int, int, bytes]]:
         if node.type != "subscript_expression" or b"\n" in src[node.start_byte:node.end_byte]:
             continue
         chain = _chain(node)
-        if chain is None or not _value_only(node):
+        if chain is None or not _value_only(node) or _in_macro(node):
             continue
-        if arrays.get((_scope_key(node), chain[0].text)) != len(chain[1]):
+        dims = arrays.get((_scope_key(node), chain[0].text))
+        if dims is None or len(chain[1]) != max(dims, 1):
             continue
-        found.append((node.start_byte, node.end_byte, chain))
+        found.append((node.start_byte, node.end_byte, chain, dims == 0))
     found.sort(key=lambda f: (f[0], -f[1]))
     out, end = [], -1
-    for start, stop, (name, indices) in found:
+    for start, stop, (name, indices), pointer in found:
         if start < end:  # inside one already rewritten: its text is copied whole, read with the hook
             continue
         end = stop
+        if pointer:
+            index = src[indices[0].start_byte:indices[0].end_byte].decode("utf-8", "surrogateescape")
+            text = (f"(__extension__({{ const auto* jitlab_p = &{name.text.decode('utf-8', 'surrogateescape')}"
+                    f"[{index}]; ::jitlab_simt::in_tensor(jitlab_p) ? ::jitlab_simt::unhooked_read(*jitlab_p) "
+                    f": *jitlab_p; }}))")
+            out.append((start, stop, text.encode("utf-8", "surrogateescape")))
+            continue
         ids = [f"jitlab_i{k}" for k in range(len(indices))]
         decls = "".join(f"auto {i} = ({src[x.start_byte:x.end_byte].decode('utf-8', 'surrogateescape')}); "
                         for i, x in zip(ids, indices))
         at = "jitlab_a" + "".join(f"[{i}]" for i in ids)
         text = (f"(__extension__({{ auto& jitlab_a = {name.text.decode('utf-8', 'surrogateescape')}; {decls}"
-                f"__builtin_expect(::jitlab_simt::plain_read(jitlab_a, {', '.join(ids)}), 1) ? ::jitlab_simt::unhooked_read({at}) "
-                f": {at}; }}))")
+                f"::jitlab_simt::plain_read(jitlab_a, {', '.join(ids)}) ? ::jitlab_simt::unhooked_read({at}) : {at}; }}))")
         out.append((start, stop, text.encode("utf-8", "surrogateescape")))
     return out

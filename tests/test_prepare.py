@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from jitlab.errors import ToolchainError
-from jitlab.jit import builder, prepare, toolchain
+from jitlab.jit import builder, prepare, processes, toolchain
 from jitlab.jit.engines import pch
 from jitlab.jit.flags import Options, default_host_flags, object_flags
 
@@ -234,9 +234,15 @@ print("not called")
     assert r.returncode == 0 and r.stdout.split() == ["ahead", "True", "False"], r.stdout + r.stderr
 
 
-def test_background_compilers_end_with_what_they_started(fresh, tmp_path):
+@pytest.mark.parametrize("slow_start", [False, True], ids=["start", "slow_start"])
+def test_background_compilers_end_with_what_they_started(fresh, tmp_path, monkeypatch, slow_start):
     """At exit the background compilers end with their whole process group: a ``g++`` killed alone leaves its
-    ``cc1plus`` compiling (a stand-in: a shell that starts a child and waits for it)."""
+    ``cc1plus`` compiling (a stand-in: a shell that starts a child and waits for it). Also when the exit comes
+    while the starting thread has not yet listed its compiler (``slow_start``: a pause after the start, as a busy
+    machine's scheduler can make; the compiler used to survive it)."""
+    if slow_start:
+        real = processes.start
+        monkeypatch.setattr(processes, "start", lambda *a, **k: (real(*a, **k), time.sleep(0.5))[0])
     child = tmp_path / "child.pid"
     script = f"sleep 300 & echo $! > {child}; wait"
     t = threading.Thread(target=pch.in_background, args=(pch.run_tool, ["sh", "-c", script], tmp_path, "a set"))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextvars
 import re
 import subprocess
+import threading
 import sys
 import time
 from pathlib import Path
@@ -357,11 +358,12 @@ _preparing: dict[str, float] = {}
 
 def run_tool(cmd: list[str], folder: Path, what: str) -> str:
     """Run the host compiler for a set; its command and output go to the entry's build.log."""
-    proc = processes.start(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with _starting:  # started and listed as one step: stop_background never runs between the two
+        proc = processes.start(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if proc is not None and _background.get():
+            _compilers.add(proc)
     if proc is None:
         raise ToolchainError(f"jitlab: {what} not started: jitlab is ending")
-    if _background.get():
-        _compilers.add(proc)
     try:
         with processes.ended_on_interrupt(proc):  # Ctrl-C: the compiler ends too (its entry is made again)
             out, err = proc.communicate()
@@ -375,6 +377,9 @@ def run_tool(cmd: list[str], folder: Path, what: str) -> str:
 
 #: The compilers making sets in the background now.
 _compilers: set[subprocess.Popen] = set()
+#: Held while a compiler starts and is listed. Reentrant: processes.end_everything may call stop_background from a
+#: signal handler that interrupted this very thread inside the block (its compiler is then killed as a process).
+_starting = threading.RLock()
 
 
 @processes.at_end
@@ -382,5 +387,7 @@ def stop_background() -> None:
     """End the compilers making sets in the background (at exit: a kernel that shuts down leaves no
     compiler running; their entries, with no manifest, are made again by the next build): each compiler's
     process group, so that ``cc1plus`` goes with the ``g++`` that started it."""
-    for proc in list(_compilers):
+    with _starting:
+        running = list(_compilers)
+    for proc in running:
         processes.kill(proc)

@@ -99,61 +99,14 @@ __attribute__((always_inline)) inline ThreadVars* self() {
     uintptr_t slot = reinterpret_cast<uintptr_t>(__builtin_frame_address(0)) & ~(kStackBytes - 1);
     return reinterpret_cast<ThreadVars*>(slot + kRecordOffset + colour(slot));
 }
-/// A built-in variable's value, loaded in assembly so that no access hook is called for it (the record is the
-/// running thread's own and always readable; the hook would only find it on the thread's stack and return).
-__attribute__((always_inline)) inline unsigned unhooked(const unsigned& v) {
-    unsigned r;
-#if defined(__x86_64__)
-    asm("movl %1, %0" : "=r"(r) : "m"(v));
-#else
-    asm("ldr %w0, %1" : "=r"(r) : "m"(v));
-#endif
-    return r;
-}
-/// A `__shared__` array's element read in a plain run (no race detector), every index inside its extent: loaded
-/// in assembly, so no access hook is called for it. emulator.translate() turns the reads of arrays indexed in full
-/// (`tile[ty][k]` on the right of `=`, in arithmetic, an initialiser) into a choice between unhooked_read and the
-/// read as written, at the user's line: there -fsanitize=bounds names an index past the extent, and a checked
-/// run's hook sees the access. A hook call costs more than the read (no xmm register survives a call, so an
-/// accumulator lives in memory): the 512² tiled matmul takes about half as long.
-template <class A>
-__attribute__((always_inline)) inline bool plain_within(const A&) { return true; }
-template <class A, class I, class... More>
-__attribute__((always_inline)) inline bool plain_within(const A& a, I i, More... more) {
-    return (static_cast<unsigned long long>(i) < std::extent<A>::value) & plain_within(a[0], more...);
-}
-template <class A, class... I>
-__attribute__((always_inline)) inline bool plain_read(const A& a, I... i) {
-    // no branch per test: one, expected taken, so GCC lays the hooked read out as the cold path
-    return __builtin_expect((unhooked(self()->plain) != 0) & plain_within(a, i...), 1);
-}
-__attribute__((always_inline)) inline uintptr_t unhooked(const uintptr_t& v) {
-    uintptr_t r;
-#if defined(__x86_64__)
-    asm("movq %1, %0" : "=r"(r) : "m"(v));
-#else
-    asm("ldr %0, %1" : "=r"(r) : "m"(v));
-#endif
-    return r;
-}
-/// Whether `*p` lies whole inside one of a plain run's first tensors: read through a pointer parameter, it is
-/// then taken unhooked (emulator.translate()); otherwise the read as written runs, through the hook.
-template <class T>
-__attribute__((always_inline)) inline bool in_tensor(const T* p) {
-    const ThreadVars* v = self();
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    static_assert(kFastTensors == 4, "one test a tensor, unrolled (no loop, no bounds check of its own)");
-#define JITLAB_IN(k) ((a - unhooked(v->tensor_lo[k]) < unhooked(v->tensor_span[k])) & \
-                      (unhooked(v->tensor_span[k]) - (a - unhooked(v->tensor_lo[k])) >= sizeof(T)))
-    const bool in = JITLAB_IN(0) | JITLAB_IN(1) | JITLAB_IN(2) | JITLAB_IN(3);  // no branch per tensor
-#undef JITLAB_IN
-    return __builtin_expect(in, 1);
-}
+/// A value loaded in assembly, so that no access hook is called for it: 1, 2, 4 or 8 bytes, trivially copyable and
+/// not volatile (anything else is read as written, through the hook: a volatile read gives way to a spin-wait's
+/// other side).
 template <class T>
 __attribute__((always_inline)) inline T unhooked_read(const T& r) {
     constexpr bool word = sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8;
     if constexpr (std::is_volatile<T>::value || !std::is_trivially_copyable<T>::value || !word) {
-        return r;  // the hook's path, as written (a volatile read gives way: a spin-wait's other side runs)
+        return r;  // the hook's path, as written
     } else {
         using Bits = typename std::conditional<sizeof(T) == 1, uint8_t, typename std::conditional<sizeof(T) == 2,
                      uint16_t, typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type>::type>::type;
@@ -171,6 +124,40 @@ __attribute__((always_inline)) inline T unhooked_read(const T& r) {
         return __builtin_bit_cast(T, b);
     }
 }
+/// A built-in variable's value, unhooked (the record is the running thread's own and always readable; the hook
+/// would only find it on the thread's stack and return).
+__attribute__((always_inline)) inline unsigned unhooked(const unsigned& v) { return unhooked_read(v); }
+/// A `__shared__` array's element read in a plain run (no race detector), every index inside its extent: loaded
+/// in assembly, so no access hook is called for it. emulator.translate() turns the reads of arrays indexed in full
+/// (`tile[ty][k]` on the right of `=`, in arithmetic, an initialiser) into a choice between unhooked_read and the
+/// read as written, at the user's line: there -fsanitize=bounds names an index past the extent, and a checked
+/// run's hook sees the access. A hook call costs more than the read (no xmm register survives a call, so an
+/// accumulator lives in memory): the 512² tiled matmul takes about half as long.
+template <class A>
+__attribute__((always_inline)) inline bool plain_within(const A&) { return true; }
+template <class A, class I, class... More>
+__attribute__((always_inline)) inline bool plain_within(const A& a, I i, More... more) {
+    return (static_cast<unsigned long long>(i) < std::extent<A>::value) & plain_within(a[0], more...);
+}
+template <class A, class... I>
+__attribute__((always_inline)) inline bool plain_read(const A& a, I... i) {
+    // no branch per test: one, expected taken, so GCC lays the hooked read out as the cold path
+    return __builtin_expect((unhooked(self()->plain) != 0) & plain_within(a, i...), 1);
+}
+/// Whether `*p` lies whole inside one of a plain run's first tensors: read through a pointer parameter, it is
+/// then taken unhooked (emulator.translate()); otherwise the read as written runs, through the hook.
+template <class T>
+__attribute__((always_inline)) inline bool in_tensor(const T* p) {
+    const ThreadVars* v = self();
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    static_assert(kFastTensors == 4, "one test a tensor, unrolled (no loop, no bounds check of its own)");
+#define JITLAB_IN(k) ((a - unhooked_read(v->tensor_lo[k]) < unhooked_read(v->tensor_span[k])) & \
+                      (unhooked_read(v->tensor_span[k]) - (a - unhooked_read(v->tensor_lo[k])) >= sizeof(T)))
+    const bool in = JITLAB_IN(0) | JITLAB_IN(1) | JITLAB_IN(2) | JITLAB_IN(3);  // no branch per tensor
+#undef JITLAB_IN
+    return __builtin_expect(in, 1);
+}
+
 
 /// The launch shims' lambdas: they read the kernel's arguments from the launching thread's frame, which no fast
 /// path of the access hooks knows, so each read took the slow one (four arguments: ~100 ns of a vector add's

@@ -41,7 +41,7 @@ __device__ float shadows() { float edge[8] = {}; return edge[1]; }
 
 
 def _translated(text: str) -> str:
-    return emulator.translate(SourceFile(path=Path("reads.cu"), text=text, language="cuda"))
+    return emulator.translated(SourceFile(path=Path("reads.cu"), text=text, language="cuda"), twins=False)[0]
 
 
 def _reads(line: str) -> list[str]:

@@ -23,9 +23,10 @@ import subprocess
 from pathlib import Path
 
 from jitlab import config, progress
+from jitlab.errors import CompileError
 from jitlab.jit import cache, codegen, diagnostics, symbols, toolchain
 from jitlab.jit.emulator_support import ENGINE
-from jitlab.jit.engines import linker, plain_reads
+from jitlab.jit.engines import linker, lockstep, plain_reads
 from jitlab.jit.flags import Options
 from jitlab.jit.parse import Function, SourceFile, line_directive, syntax_tree
 from jitlab.jit.plan import KernelPlan, Manifest
@@ -58,19 +59,21 @@ _EXTERN_SHARED = re.compile(
     r"(?:__align__\s*\(\s*\d+\s*\)\s*)?(?P<name>\w+)\s*\[\s*\]\s*;")
 
 
-def translate(f: SourceFile) -> str:
-    """The file's text as the host compiler takes it, every line where it was.
+def translated(f: SourceFile, twins: bool = True) -> tuple[str, set[str]]:
+    """The file's text as the host compiler takes it, every line where it was, and the kernels given a lock-step twin.
 
     ``extern __shared__ T name[];`` becomes a pointer to the block's dynamic shared memory, a launch
     ``k<<<g, b, s, st>>>(args)`` a call of the runtime's launcher, ``__noinline__`` GCC's attribute
     (a macro would break libstdc++, which spells the attribute so), ``static __shared__`` plain
     ``__shared__`` (a static already), and a read of a ``__shared__`` array indexed in full or of a pointer
     parameter a choice that a plain run takes without the access hook (:mod:`jitlab.jit.engines.plain_reads`),
-    each on the same line.
+    each on the same line; after each kernel it can, its lock-step twin (:mod:`jitlab.jit.engines.lockstep`), which
+    ends with a ``#line`` back to where the kernel ended.
     """
     src = f.text.encode("utf-8", "surrogateescape")
     root = syntax_tree(src).root_node
     edits: list[tuple[int, int, bytes]] = plain_reads.edits(root, src)
+    twins, stepped = lockstep.twins(root, src, f.path, edits) if twins else ([], set())
     stack = [root]
     while stack:
         node = stack.pop()
@@ -85,7 +88,7 @@ def translate(f: SourceFile) -> str:
         edits += [(callee.start_byte, callee.start_byte, b"::jitlab_simt::launcher("),
                   (open_.start_byte, open_.end_byte, b", "), (close.start_byte, close.end_byte, b")")]
     out, pos = [], 0
-    for start, end, new in sorted(edits):
+    for start, end, new in sorted(edits + twins):
         out += [src[pos:start], new]
         pos = end
     out.append(src[pos:])
@@ -93,24 +96,38 @@ def translate(f: SourceFile) -> str:
     text = re.sub(r"\bstatic(\s+)__shared__\b", r"      \1__shared__", text)  # __shared__ is static already
     return _EXTERN_SHARED.sub(
         lambda m: f"{m['type'].strip()}* const {m['name']} = "
-                  f"reinterpret_cast<{m['type'].strip()}*>(::jitlab_simt::dynamic_shared());", text)
+                  f"reinterpret_cast<{m['type'].strip()}*>(::jitlab_simt::dynamic_shared());", text), stepped
 
 
-def launch_shim(fn: Function) -> str:
-    """The ``extern "C"`` launcher of one kernel, with the prototype a GPU build's shim has."""
+def launch_shim(fn: Function, twin: bool = False) -> str:
+    """The ``extern "C"`` launcher of one kernel, with the prototype a GPU build's shim has; with ``twin``, it also
+    hands the runtime the kernel's lock-step twin (unless the unit is compiled without twins)."""
     decls, args = shim_params(fn)
     head = [f"unsigned jitlab_{v}" for v in ("gx", "gy", "gz", "bx", "by", "bz", "smem")] + ["void* jitlab_stream"]
+    grid = "jitlab_gx, jitlab_gy, jitlab_gz, jitlab_bx, jitlab_by, jitlab_bz, jitlab_smem"
+    body = "[](void* c) JITLAB_UNHOOKED { (*static_cast<decltype(jitlab_body)*>(c))(); }, &jitlab_body"
+    launch = f"  return jitlab_simt_launch({grid},\n      {body}, \"{fn.name}\");\n"
+    if twin:
+        steps = f"{fn.qualname[:len(fn.qualname) - len(fn.name)]}jitlab_steps_{fn.name}"
+        launch = (f"#ifndef JITLAB_NO_STEPS\n"
+                  f"  auto jitlab_steps = [&]() JITLAB_UNHOOKED {{ return {steps}({', '.join(args)}); }};\n"
+                  f"  return jitlab_simt_launch_steps({grid},\n      {body},\n"
+                  f"      [](void* c) JITLAB_UNHOOKED {{ return (*static_cast<decltype(jitlab_steps)*>(c))(); }}, "
+                  f"&jitlab_steps, \"{fn.name}\");\n#else\n{launch}#endif\n")
     return (f'extern "C" int jitlab_launch_{fn.name}({", ".join(head + decls)}) {{\n'
             f"  auto jitlab_body = [&]() JITLAB_UNHOOKED {{ {fn.qualname}({', '.join(args)}); }};\n"
-            f"  return jitlab_simt_launch(jitlab_gx, jitlab_gy, jitlab_gz, jitlab_bx, jitlab_by, jitlab_bz, jitlab_smem,\n"
-            f"      [](void* c) JITLAB_UNHOOKED {{ (*static_cast<decltype(jitlab_body)*>(c))(); }}, &jitlab_body, \"{fn.name}\");\n"
-            f"}}\n")
+            f"{launch}}}\n")
 
 
 def unit_text(files: list[SourceFile], exported: list[Function]) -> str:
     """The one translation unit of an emulated build: the user's files at their lines, then the shims."""
-    parts = [line_directive(f.path) + translate(f) + "\n" for f in files]
-    shims = [launch_shim(fn) if fn.kind == "global" else call_shim(fn, cuda=True) for fn in exported]
+    parts, stepped = [], set()
+    for f in files:
+        text, twins = translated(f)
+        parts.append(line_directive(f.path) + text + "\n")
+        stepped |= twins
+    shims = [launch_shim(fn, fn.name in stepped) if fn.kind == "global" else call_shim(fn, cuda=True)
+             for fn in exported]
     # The GPU unit's error helpers: the header's cudaGetErrorName/String answer for the emulator.
     return "".join(parts) + line_directive(f"{codegen.GENERATED}.cpp") + runtime_helpers(cuda=True) + "\n".join(shims)
 
@@ -235,10 +252,16 @@ def make(plan: KernelPlan, name: str, folder: Path, archs: list[str], opts: Opti
     includes = ["-I", str(INCLUDE), *(f"-I{d}" for d in plan.include_dirs), *(f"-I{d}" for d in user_include_dirs(opts))]
     defines = [f"-D{k}" if v is None else f"-D{k}={v}" for k, v in opts.defines.items()]
     debug = ["-g", "-O0"] if opts.debug else []
-    _compile([cxx, *CXXFLAGS, *SNIPPET_FLAGS, *debug, *includes, "-include", str(precompiled_header()), *defines,
-              *opts.cflags,
-              "-c", str(unit), "-o", str(obj)], f"{', '.join(f.path.name for f in plan.files)} (c++, {ENGINE})",
-             sources_by_path(plan))
+    cmd = [cxx, *CXXFLAGS, *SNIPPET_FLAGS, *debug, *includes, "-include", str(precompiled_header()), *defines,
+           *opts.cflags, "-c", str(unit), "-o", str(obj)]
+    what = f"{', '.join(f.path.name for f in plan.files)} (c++, {ENGINE})"
+    try:
+        _compile(cmd, what, sources_by_path(plan))
+    except CompileError:
+        if "jitlab_steps_" not in unit.read_text(encoding="utf-8", errors="surrogateescape"):
+            raise
+        # a twin the compiler refused, or the user's own mistake: the unit without twins says which, each error once
+        _compile([*cmd[:-4], "-DJITLAB_NO_STEPS", *cmd[-4:]], what, sources_by_path(plan))
     # -Bsymbolic-functions: the snippet's calls of printf, __assert_fail … bind to the runtime's own,
     # never to the C library's that Python loaded first.
     _compile([cxx, "-shared", str(obj), str(runtime), "-o", str(lib), "-pthread", "-Wl,-Bsymbolic-functions",

@@ -22,6 +22,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+#: The SIMT header's tests a rewritten read calls: a plain run's and every index inside its extent; and every index
+#: alone (what a lock-step twin, run in plain runs only, calls instead: :mod:`jitlab.jit.engines.lockstep`).
+PLAIN_READ, WITHIN = "plain_read", "plain_within"
 #: Nodes whose ``declarator`` field names what they declare.
 _DECLARES = {"declaration", "parameter_declaration", "field_declaration", "optional_parameter_declaration"}
 
@@ -161,9 +164,42 @@ def _value_only(node) -> bool:
     return False
 
 
+def _rendered(src: bytes, start: int, end: int, edits) -> str:
+    """``src[start:end]`` with the edits inside it applied."""
+    out, pos = [], start
+    for s, e, new in sorted(x for x in edits if start <= x[0] and x[1] <= end):
+        out += [src[pos:s], new]
+        pos = e
+    out.append(src[pos:end])
+    return b"".join(out).decode("utf-8", "surrogateescape")
+
+
+def _store(node, src: bytes, arrays, reads) -> tuple[int, int, bytes] | None:
+    """``tile[ty][tx] = v;`` (a statement: its value unused), the array ``__shared__`` and indexed in full: in a plain
+    run, every index inside its extent, stored without the hook (nothing but the race detector would read it)."""
+    if node.type != "assignment_expression" or node.parent is None or node.parent.type != "expression_statement":
+        return None
+    op, left, right = (node.child_by_field_name(f) for f in ("operator", "left", "right"))
+    if op is None or op.text != b"=" or left is None or right is None or left.type != "subscript_expression" or \
+            b"\n" in src[node.start_byte:node.end_byte] or _in_macro(node):
+        return None
+    chain = _chain(left)
+    dims = arrays.get((_scope_key(node), chain[0].text)) if chain else None
+    if not dims or len(chain[1]) != dims:
+        return None
+    ids = [f"jitlab_i{k}" for k in range(dims)]
+    decls = "".join(f"auto {i} = ({_rendered(src, x.start_byte, x.end_byte, reads)}); " for i, x in zip(ids, chain[1]))
+    value = _rendered(src, right.start_byte, right.end_byte, reads)
+    at = "jitlab_a" + "".join(f"[{i}]" for i in ids)
+    text = (f"(__extension__({{ auto& jitlab_a = {chain[0].text.decode('utf-8', 'surrogateescape')}; {decls}"
+            f"const auto jitlab_v = ({value}); ::jitlab_simt::{PLAIN_READ}(jitlab_a, {', '.join(ids)}) ? "
+            f"::jitlab_simt::plain_store(jitlab_a, jitlab_v, {', '.join(ids)}) : (void)({at} = jitlab_v); }}))")
+    return node.start_byte, node.end_byte, text.encode("utf-8", "surrogateescape")
+
+
 def edits(root, src: bytes) -> list[tuple[int, int, bytes]]:
-    """(start, end, replacement) for each read to take without a hook in plain runs,
-    none inside another and each on one line (the unit's lines stay the user's)."""
+    """(start, end, replacement) for each read to take without a hook in plain runs (and each store to a shared array
+    as a statement), none inside another and each on one line (the unit's lines stay the user's)."""
     arrays = readable(root)
     if not arrays:
         return []
@@ -196,6 +232,9 @@ def edits(root, src: bytes) -> list[tuple[int, int, bytes]]:
                         for i, x in zip(ids, indices))
         at = "jitlab_a" + "".join(f"[{i}]" for i in ids)
         text = (f"(__extension__({{ auto& jitlab_a = {name.text.decode('utf-8', 'surrogateescape')}; {decls}"
-                f"::jitlab_simt::plain_read(jitlab_a, {', '.join(ids)}) ? ::jitlab_simt::unhooked_read({at}) : {at}; }}))")
+                f"::jitlab_simt::{PLAIN_READ}(jitlab_a, {', '.join(ids)}) ? ::jitlab_simt::unhooked_read("
+                f"::jitlab_simt::plain_at(jitlab_a, {', '.join(ids)})) : {at}; }}))")
         out.append((start, stop, text.encode("utf-8", "surrogateescape")))
-    return out
+    # stores to shared arrays, their indices' and values' reads rewritten inside them
+    stores = [e for e in (_store(n, src, arrays, out) for n in _walk(root)) if e is not None]
+    return [r for r in out if not any(s <= r[0] and r[1] <= e for s, e, _ in stores)] + stores

@@ -190,6 +190,8 @@ struct Launch {
     uint64_t blocks;
     bool check;              // the race detector on (jitlab.check)
     bool in_turn;            // its threads only end: run one after the other (Worker::run_in_turn)
+    int (*steps)(void*);     // its lock-step twin, to run a block in one call (Worker::run_steps), or null
+    void* steps_closure;
     uint32_t first_serial;   // block b runs as serial first_serial + b (keys tell blocks and launches apart)
     double timeout;          // seconds, 0: none
     std::vector<Region> regions;                // its tensors (memory_checks.inc)
@@ -241,6 +243,8 @@ struct Worker {
     Thread* current = nullptr;
     unsigned threads = 0, live = 0, at_barrier = 0;
     unsigned turns = 0;  // threads run_in_turn's fiber has run
+    bool single = false;  // the block runs in one fiber (run_in_turn, run_steps): no other slot was started
+    bool steps_declined = false;  // the twin found the block too large for its slots: fibers for this launch
     // The barrier being reached (barrier() counts each arrival in) and the last one opened (what its
     // __syncthreads_count/and/or return).
     uint32_t barrier_gen = 0;
@@ -270,6 +274,7 @@ struct Worker {
     void identify(Thread* t, unsigned i);  // slot t's record says it is thread i of this block
     void begin(Thread* t, unsigned i, void (*entry)() = &fiber_main);  // thread i, ready to run from slot t
     bool run_in_turn();
+    int run_steps();
     bool resume(Thread* t, unsigned* last);
     bool runnable(const Thread* t) const {
         return t->state == State::Ready || t->state == State::Yielded ||
@@ -285,6 +290,7 @@ struct Worker {
         return (reinterpret_cast<uintptr_t>(shared.data()) + 15) & ~uintptr_t(15);
     }
     std::string where(const Thread* t) const;
+    std::string where_index(unsigned i) const;  // thread i of this block, as where() says it
 };
 
 // The runtime's hooks read it where the stack pointer does not say (outside a fiber, or a launch that does not
@@ -310,6 +316,10 @@ std::string stop_message(const Launch* l, bool interrupted, const std::string& a
 // Worker::run_in_turn's fiber: the block's threads one after the other in the one record, no switch between them;
 // it stops early when the launch is stopped or failed (Worker::turns says how many ran).
 [[noreturn]] void fiber_turns();
+// Worker::run_steps's fiber: the kernel's lock-step twin, once for the whole block.
+[[noreturn]] void fiber_steps();
+std::string returned_message(const Worker* w, const char* barrier, const char* file, int line, unsigned reached,
+                             const std::string& gone);
 
 std::string format(const char* fmt, ...) {
     char buf[1024];
@@ -346,6 +356,12 @@ const char* barrier_name(BarrierOp op) {
 std::string Worker::where(const Thread* t) const {
     return format("thread (%u, %u, %u) of block (%u, %u, %u)", t->vars.thread_idx.x, t->vars.thread_idx.y,
                   t->vars.thread_idx.z, block_index.x, block_index.y, block_index.z);
+}
+
+std::string Worker::where_index(unsigned i) const {
+    const dim3 k = launch->block;
+    return format("thread (%u, %u, %u) of block (%u, %u, %u)", i % k.x, i / k.x % k.y, i / k.x / k.y, block_index.x,
+                  block_index.y, block_index.z);
 }
 
 void Worker::start(Thread* t, void (*entry)()) {
@@ -592,6 +608,15 @@ void Worker::deadlock() {
                                     barrier ? format("one at %s:%d", barrier->file, barrier->line).c_str() : "?"));
 }
 
+std::string returned_message(const Worker* w, const char* barrier, const char* file, int line, unsigned reached,
+                             const std::string& gone) {
+    return format("%s at %s:%d is reached by %u of the %u threads of block (%u, %u, %u): %s had already returned, so "
+                  "on a GPU the others would wait for it (a hang, or undefined behaviour); every thread of a block "
+                  "must reach each __syncthreads(): guard the work with `if (i < n)` instead of returning early",
+                  barrier, file, line, reached, w->threads, w->block_index.x, w->block_index.y, w->block_index.z,
+                  gone.c_str());
+}
+
 void Worker::identify(Thread* t, unsigned i) {
     const dim3 k = launch->block;
     t->vars.thread_idx = {i % k.x, i / k.x % k.y, i / k.x / k.y};  // field by field: map_memory set the tensors
@@ -633,6 +658,7 @@ void fiber_turns() {
 // twice a thread: a vector add's thread costs 35 ns instead of 150 (with the unhooked shim and reads).
 bool Worker::run_in_turn() {
     Thread* t = thread(0);
+    single = true;
     begin(t, 0, &fiber_turns);
     if (launch->stop.load(std::memory_order_relaxed)) {
         stopped(t);
@@ -657,6 +683,53 @@ bool Worker::run_in_turn() {
     return false;
 }
 
+void fiber_steps() {
+    Thread* t = reinterpret_cast<Thread*>(self());
+    Worker* w = t->worker;
+    Launch* l = w->launch;
+    w->turns = l->steps(l->steps_closure) ? w->threads : 0;
+    t->state = State::Done;
+    jitlab_simt_switch(&t->sp, w->scheduler_sp);
+    __builtin_unreachable();
+}
+
+// A kernel with a lock-step twin (jit/engines/lockstep.py), in a plain run of a library whose threads wait only at
+// barriers: the twin runs the block's threads one after the other through each stretch between two barriers, in one
+// fiber, the order the fibers would take, without their switches. 1: the block ran; 0: it failed or stopped; -1: the
+// twin declined, having run nothing (the block is too large for its slots), so the fibers run it.
+int Worker::run_steps() {
+    Thread* t = thread(0);
+    single = true;
+    begin(t, 0, &fiber_steps);
+    if (launch->stop.load(std::memory_order_relaxed)) {
+        stopped(t);
+        return 0;
+    }
+    unsigned last;
+    do {  // a compare-and-swap another worker's block won gives way: nothing else of this block can run
+        if (!resume(t, &last) || launch->failed.load(std::memory_order_relaxed)) return 0;
+    } while (t->state == State::Yielded && !launch->stop.load(std::memory_order_relaxed));
+    if (t->state == State::Yielded) {
+        stopped(t);
+        return 0;
+    }
+    if (t->state != State::Done) {  // a barrier or warp collective jitlab did not see in the kernel's code
+        launch->fail("KernelFault", format("%s of kernel %s waits at a barrier or warp collective in its lock-step "
+                                           "run, which jitlab judged it has none of; please report this kernel",
+                                           where(t).c_str(), launch->kernel));
+        return 0;
+    }
+    single = false;
+    if (turns == 0) {  // declined: the block starts again as fibers
+        live = threads;
+        warps[0].done = 0;
+        return -1;
+    }
+    if (unwritten_reads.empty()) return 1;
+    launch->fail("Uninitialised", unwritten_reads.front());
+    return 0;
+}
+
 bool Worker::run_block(uint64_t b) {
     const dim3 g = launch->grid, k = launch->block;
     block_index = {(unsigned)(b % g.x), (unsigned)(b / g.x % g.y), (unsigned)(b / g.x / g.y)};
@@ -670,6 +743,12 @@ bool Worker::run_block(uint64_t b) {
     warps.assign((threads + 31) / 32, Warp{0, 0, 0});
     for (unsigned i = 0; i < threads; ++i) warps[i / 32].exists |= 1u << (i % 32);
     if (launch->in_turn) return run_in_turn();
+    if (launch->steps && !steps_declined) {
+        const int ran = run_steps();
+        if (ran >= 0) return ran == 1;
+        steps_declined = true;
+    }
+    single = false;
     for (unsigned i = 0; i < threads; ++i) begin(thread(i), i);
     for (;;) {
         bool ran = false;
@@ -698,13 +777,8 @@ bool Worker::run_block(uint64_t b) {
                     if (!waiting && t->state == State::AtBarrier) waiting = t;
                     if (!gone && t->state == State::Done) gone = t;
                 }
-                launch->fail("BarrierDivergence",
-                             format("%s at %s:%d is reached by %u of the %u threads of block (%u, %u, %u): %s had "
-                                    "already returned, so on a GPU the others would wait for it (a hang, or "
-                                    "undefined behaviour); every thread of a block must reach each __syncthreads(): "
-                                    "guard the work with `if (i < n)` instead of returning early",
-                                    barrier_name(waiting->barrier_op), waiting->file, waiting->line, live, threads,
-                                    block_index.x, block_index.y, block_index.z, where(gone).c_str()));
+                launch->fail("BarrierDivergence", returned_message(this, barrier_name(waiting->barrier_op),
+                                                                   waiting->file, waiting->line, live, where(gone)));
                 return false;
             }
             if (!open_barrier()) return false;
@@ -806,10 +880,12 @@ void interrupted_at(void* context, uintptr_t* pc, uintptr_t* sp) {
 #endif
 }
 
-// The watchdog's signal: the fiber running here stops for good, at the line it was on.
+// The watchdog's signal: the fiber running here stops for good, at the line it was on. It stops too when another
+// worker's fiber was caught first (the launch has failed, with that one's report): a block that runs in one fiber
+// (run_steps, run_in_turn) would not return to the scheduler before its end.
 void on_stop(int, siginfo_t*, void* context) {
     Worker* w = this_worker;
-    if (!w || !w->current || w->no_interrupt || w->launch->failed.load()) return;
+    if (!w || !w->current || w->no_interrupt) return;
     Thread* t = w->current;
     uintptr_t pc, sp;
     interrupted_at(context, &pc, &sp);
@@ -817,9 +893,11 @@ void on_stop(int, siginfo_t*, void* context) {
     // another stack: the watchdog signals again in 20 ms.
     if ((sp & ~(kStackBytes - 1)) != (reinterpret_cast<uintptr_t>(t) & ~(kStackBytes - 1))) return;
     const bool ctrl_c = w->launch->stop.load() == 2;
-    w->launch->fail(ctrl_c ? "Interrupted" : "TimeLimit",
-                    stop_message(w->launch, ctrl_c, " at " + code_candidates(pc, sp, w, t->yield_pc) + " (" +
-                                                        w->where(t) + ")"));
+    if (!w->launch->failed.load()) {
+        w->launch->fail(ctrl_c ? "Interrupted" : "TimeLimit",
+                        stop_message(w->launch, ctrl_c, " at " + code_candidates(pc, sp, w, t->yield_pc) + " (" +
+                                                            w->where(t) + ")"));
+    }
     t->state = State::Faulted;
     jitlab_simt_switch(&t->sp, w->scheduler_sp);
 }
@@ -896,7 +974,7 @@ int barrier(BarrierOp op, int predicate, const char* file, int line) {
     w->arrived_count += predicate, w->arrived_all &= predicate, w->arrived_any |= predicate;
     // The scheduler would run the next thread in order now: switch to it directly when it may run and there is
     // nothing for the scheduler to do (a write to judge, a failed or stopped launch).
-    Thread* next = t->linear + 1 < w->threads ? w->thread(t->linear + 1) : nullptr;
+    Thread* next = !w->single && t->linear + 1 < w->threads ? w->thread(t->linear + 1) : nullptr;
     if (next && w->runnable(next) && !t->pending_bytes && !w->launch->stop.load(std::memory_order_relaxed) &&
         !w->launch->failed.load(std::memory_order_relaxed)) {
         w->current = next;
@@ -939,6 +1017,39 @@ void* dynamic_shared() {
     __builtin_unreachable();
 }
 
+namespace {
+// A lock-step twin's report: the launch fails, its fiber stops for good.
+[[noreturn]] void steps_fail(const char* name, const std::string& what) {
+    Thread* t = current_thread(name);
+    Worker* w = t->worker;
+    w->launch->fail(name, what);
+    t->state = State::Faulted;
+    jitlab_simt_switch(&t->sp, w->scheduler_sp);
+    __builtin_unreachable();
+}
+}  // namespace
+
+void steps_parted(unsigned first, unsigned other, int again, const char* what, const char* file, int line,
+                  int barrier_line) {
+    const Worker* w = current_thread("steps_parted")->worker;
+    const bool loop = std::strcmp(what, "loop") == 0;
+    const char* goes = loop ? "goes round again" : "takes it";
+    const char* stays = loop ? "leaves it" : "does not";
+    steps_fail("BarrierDivergence",
+               format("the threads of block (%u, %u, %u) part at the %s at %s:%d, which holds the __syncthreads() "
+                      "at %s:%d: %s %s and %s %s, so they would wait at different barriers (on a GPU a hang, or "
+                      "undefined behaviour); every thread of a block must reach each __syncthreads(): make the %s's "
+                      "condition the same for the whole block",
+                      w->block_index.x, w->block_index.y, w->block_index.z, what, file, line, file, barrier_line,
+                      w->where_index(first).c_str(), again ? goes : stays, w->where_index(other).c_str(),
+                      again ? stays : goes, what));
+}
+
+void steps_returned(unsigned reached, unsigned gone, const char* file, int line) {
+    const Worker* w = current_thread("steps_returned")->worker;
+    steps_fail("BarrierDivergence", returned_message(w, "__syncthreads()", file, line, reached, w->where_index(gone)));
+}
+
 /// One launch's watchdog: past the time limit, or on Ctrl-C, it signals the launch's OS threads until a
 /// running fiber is caught (stopped at its line) or every worker has left; a launch that ends first never
 /// notices it.
@@ -963,7 +1074,7 @@ struct Watchdog {
             const double seconds = std::chrono::duration<double>(clock::now() - start).count();
             if (interrupted.load()) launch->stop.store(2);
             else if (launch->timeout > 0 && seconds > launch->timeout) launch->stop.store(1);
-            if (!launch->stop.load() || launch->failed.load()) continue;
+            if (!launch->stop.load()) continue;
             for (pthread_t id : ids) pthread_kill(id, kStopSignal);
         }
     }
@@ -989,13 +1100,23 @@ extern "C" {
 __attribute__((visibility("default"))) int jitlab_simt_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                                               unsigned by, unsigned bz, size_t shared_bytes,
                                                               void (*body)(void*), void* closure, const char* kernel) {
+    return jitlab_simt_launch_steps(gx, gy, gz, bx, by, bz, shared_bytes, body, closure, nullptr, nullptr, kernel);
+}
+
+/// The same for a kernel with a lock-step twin (`steps`, jit/engines/lockstep.py), which plain runs take.
+__attribute__((visibility("default"))) int jitlab_simt_launch_steps(unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                                                    unsigned by, unsigned bz, size_t shared_bytes,
+                                                                    void (*body)(void*), void* closure,
+                                                                    int (*steps)(void*), void* steps_closure,
+                                                                    const char* kernel) {
     if ((uint64_t)gx * gy * gz == 0 || (uint64_t)bx * by * bz == 0 || (uint64_t)bx * by * bz > 1024) {
         return cudaErrorInvalidConfiguration;  // as a GPU: an empty grid or block, or more than 1024 threads
     }
     Launch l;
     l.grid = dim3(gx, gy, gz), l.block = dim3(bx, by, bz), l.shared_bytes = shared_bytes;
     l.body = body, l.closure = closure, l.kernel = kernel, l.check = checking, l.timeout = time_limit;
-    l.in_turn = !checking && library_in_turn;
+    l.steps = checking ? nullptr : steps, l.steps_closure = steps_closure;
+    l.in_turn = !checking && library_in_turn && !l.steps;
     l.blocks = (uint64_t)gx * gy * gz;
     l.first_serial = next_serial;
     next_serial += (uint32_t)std::min<uint64_t>(l.blocks, 1u << 30);

@@ -124,11 +124,34 @@ __attribute__((always_inline)) inline T unhooked_read(const T& r) {
         return __builtin_bit_cast(T, b);
     }
 }
+/// `r = v` stored in assembly, so that no access hook is called for it (1, 2, 4 or 8 bytes, trivially copyable, not
+/// volatile; anything else is stored as written): a lock-step twin's per-thread slots (jit/engines/lockstep.py).
+template <class T>
+__attribute__((always_inline)) inline void unhooked_write(T& r, const T& v) {
+    constexpr bool word = sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8;
+    if constexpr (std::is_volatile<T>::value || !std::is_trivially_copyable<T>::value || !word) {
+        r = v;
+    } else {
+        using Bits = typename std::conditional<sizeof(T) == 1, uint8_t, typename std::conditional<sizeof(T) == 2,
+                     uint16_t, typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type>::type>::type;
+        const Bits b = __builtin_bit_cast(Bits, v);
+#if defined(__x86_64__)
+        if constexpr (sizeof(T) == 1) asm("movb %b1, %0" : "=m"(*reinterpret_cast<Bits*>(&r)) : "r"(b));
+        else if constexpr (sizeof(T) == 2) asm("movw %w1, %0" : "=m"(*reinterpret_cast<Bits*>(&r)) : "r"(b));
+        else asm("mov %1, %0" : "=m"(*reinterpret_cast<Bits*>(&r)) : "r"(b));
+#else
+        if constexpr (sizeof(T) == 1) asm("strb %w1, %0" : "=m"(*reinterpret_cast<Bits*>(&r)) : "r"(b));
+        else if constexpr (sizeof(T) == 2) asm("strh %w1, %0" : "=m"(*reinterpret_cast<Bits*>(&r)) : "r"(b));
+        else if constexpr (sizeof(T) == 4) asm("str %w1, %0" : "=m"(*reinterpret_cast<Bits*>(&r)) : "r"(b));
+        else asm("str %1, %0" : "=m"(*reinterpret_cast<Bits*>(&r)) : "r"(b));
+#endif
+    }
+}
 /// A built-in variable's value, unhooked (the record is the running thread's own and always readable; the hook
 /// would only find it on the thread's stack and return).
 __attribute__((always_inline)) inline unsigned unhooked(const unsigned& v) { return unhooked_read(v); }
 /// A `__shared__` array's element read in a plain run (no race detector), every index inside its extent: loaded
-/// in assembly, so no access hook is called for it. emulator.translate() turns the reads of arrays indexed in full
+/// in assembly, so no access hook is called for it. emulator.translated() turns the reads of arrays indexed in full
 /// (`tile[ty][k]` on the right of `=`, in arithmetic, an initialiser) into a choice between unhooked_read and the
 /// read as written, at the user's line: there -fsanitize=bounds names an index past the extent, and a checked
 /// run's hook sees the access. A hook call costs more than the read (no xmm register survives a call, so an
@@ -139,13 +162,28 @@ template <class A, class I, class... More>
 __attribute__((always_inline)) inline bool plain_within(const A& a, I i, More... more) {
     return (static_cast<unsigned long long>(i) < std::extent<A>::value) & plain_within(a[0], more...);
 }
+/// The element `a[i]...` once plain_within held: reached by pointer arithmetic, which -fsanitize=bounds leaves alone
+/// (a subscript it would test again).
+template <class A>
+__attribute__((always_inline)) inline const A& plain_at(const A& a) { return a; }
+template <class A, class I, class... More>
+__attribute__((always_inline)) inline const auto& plain_at(const A& a, I i, More... more) {
+    return plain_at(*(a + i), more...);
+}
+/// `a[i]... = v` once plain_within held (a plain run's store to a `__shared__` array, emulator.translated()): stored in
+/// assembly, as the element's type.
+template <class A, class V, class... I>
+__attribute__((always_inline)) inline void plain_store(A& a, const V& v, I... i) {
+    using E = std::remove_cv_t<std::remove_all_extents_t<A>>;
+    unhooked_write(const_cast<E&>(plain_at(a, i...)), static_cast<E>(v));
+}
 template <class A, class... I>
 __attribute__((always_inline)) inline bool plain_read(const A& a, I... i) {
     // no branch per test: one, expected taken, so GCC lays the hooked read out as the cold path
     return __builtin_expect((unhooked(self()->plain) != 0) & plain_within(a, i...), 1);
 }
 /// Whether `*p` lies whole inside one of a plain run's first tensors: read through a pointer parameter, it is
-/// then taken unhooked (emulator.translate()); otherwise the read as written runs, through the hook.
+/// then taken unhooked (emulator.translated()); otherwise the read as written runs, through the hook.
 template <class T>
 __attribute__((always_inline)) inline bool in_tensor(const T* p) {
     const ThreadVars* v = self();
@@ -166,6 +204,38 @@ __attribute__((always_inline)) inline bool in_tensor(const T* p) {
 #define JITLAB_UNHOOKED __attribute__((no_sanitize_thread))
 __attribute__((always_inline)) inline uint3 builtin(const uint3& v) { return {unhooked(v.x), unhooked(v.y), unhooked(v.z)}; }
 __attribute__((always_inline)) inline dim3 builtin(const dim3& v) { return dim3(unhooked(v.x), unhooked(v.y), unhooked(v.z)); }
+
+// ---- lock-step twins (jit/engines/lockstep.py) ------------------------------------------------
+// A twin runs a block's threads one after the other through each stretch of its kernel between two barriers, in
+// one fiber; each thread's variables that outlive a stretch sit in a slot array on that fiber's stack.
+template <class T>
+using type_t = T;  // a slot's type, whatever its declarator spelled (`type_t<const float*>`, `type_t<float[4]>`)
+constexpr size_t kStepsBytes = size_t(128) << 10;  // a twin's slots at most (the fiber's stack is 248 KiB): else fibers
+/// The block's thread count, the length of a twin's thread loops.
+__attribute__((always_inline)) inline unsigned steps_threads() {
+    const ThreadVars* v = self();
+    return unhooked(v->block_dim.x) * unhooked(v->block_dim.y) * unhooked(v->block_dim.z);
+}
+/// The fiber's record says it is thread `t` of the block (t counts up from 0 in each thread loop: threadIdx steps).
+__attribute__((always_inline)) inline void step(unsigned t) {
+    ThreadVars* v = self();
+    unsigned x = 0, y = 0, z = 0;
+    if (t != 0) {
+        x = unhooked(v->thread_idx.x) + 1, y = unhooked(v->thread_idx.y), z = unhooked(v->thread_idx.z);
+        if (x == unhooked(v->block_dim.x)) {
+            x = 0;
+            if (++y == unhooked(v->block_dim.y)) y = 0, ++z;
+        }
+    }
+    unhooked_write(v->thread_idx.x, x), unhooked_write(v->thread_idx.y, y), unhooked_write(v->thread_idx.z, z);
+}
+/// Threads `first` and `other` (linear indices) disagree on the condition of a loop or `if` at file:line holding the
+/// barrier at file:barrier_line (`again`: whether `first` goes on): the barrier divergence the fibers would report.
+/// Never returns.
+[[noreturn]] void steps_parted(unsigned first, unsigned other, int again, const char* what, const char* file, int line,
+                               int barrier_line);
+/// `reached` threads reach the barrier at file:line and thread `gone` returned before it. Never returns.
+[[noreturn]] void steps_returned(unsigned reached, unsigned gone, const char* file, int line);
 
 // ---- the runtime's entry points (runtime.cpp) --------------------------------------------------
 enum class WarpOp : int { Sync, Idx, Up, Down, Xor, Ballot, Any, All, Activemask, Add, Min, Max, And, Or, Xor_,
@@ -494,6 +564,11 @@ inline long long __float2ll_rn(float x) { return (long long)nearbyintf(x); }
 // and the CUDA runtime calls a kernel-only snippet's host code makes, over host memory ------------------
 extern "C" int jitlab_simt_launch(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                   size_t shared_bytes, void (*body)(void*), void* closure, const char* kernel);
+// The same, for a kernel with a lock-step twin: `steps(steps_closure)` runs one block (it returns 0, having run
+// nothing, when the block is too large for its slots); plain runs take it.
+extern "C" int jitlab_simt_launch_steps(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                                        size_t shared_bytes, void (*body)(void*), void* closure,
+                                        int (*steps)(void*), void* steps_closure, const char* kernel);
 extern "C" const char* jitlab_simt_error();
 extern "C" const char* jitlab_simt_error_name();
 

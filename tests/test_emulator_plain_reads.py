@@ -178,3 +178,52 @@ def test_a_rewritten_read_that_races_is_named_by_the_checked_run(tiled):
     with pytest.raises(LaunchError) as e, emulator_run.checking():
         tiled.racy(torch.zeros(64), torch.randn(64), grid=1, block=(8, 8))
     assert "Race" in str(e.value) and f"tiled.cu:{LINE_RACY}" in str(e.value), str(e.value)
+
+
+STORES = r"""
+struct Two { float a, b; };
+__global__ void stores(float* out, int shift) {
+    __shared__ float tile[4][4];
+    __shared__ Two pairs[4];
+    int x = threadIdx.x, y = threadIdx.y;
+    tile[y][x] = out[y * 4 + x] * 2.0;
+    pairs[x] = {1.0f, 2.0f};
+    tile[y][x] += 1.0f;
+    tile[y][x + shift] = 3.0f;
+    __syncthreads();
+    out[y * 4 + x] = tile[x][y] + pairs[x].b;
+}
+"""
+LINE_SHIFT = STORES.splitlines().index("    tile[y][x + shift] = 3.0f;") + 1
+
+
+def test_stores_to_shared_arrays_as_statements_are_rewritten():
+    """`tile[y][x] = v;` (a double value: converted to the element's type) becomes plain_store's choice on its line;
+    a braced value, a compound assignment and a store to a tensor stay as written."""
+    lines = _translated(STORES).splitlines()
+    source = STORES.splitlines()
+    assert len(lines) == len(source)
+    stored = {src.strip(): "plain_store(jitlab_a" in line for src, line in zip(source, lines)}
+    assert stored["tile[y][x] = out[y * 4 + x] * 2.0;"] and stored["tile[y][x + shift] = 3.0f;"]
+    assert not stored["pairs[x] = {1.0f, 2.0f};"] and not stored["tile[y][x] += 1.0f;"]
+    assert not stored["out[y * 4 + x] = tile[x][y] + pairs[x].b;"]
+
+
+@pytest.mark.parametrize("checked", [False, True], ids=["plain", "checked"])
+def test_a_rewritten_store_gives_the_values_and_an_index_past_its_row_is_named(tmp_path, use_shared_cache, checked):
+    """The stores give the same numbers plain and checked. With shift 1, a plain run stops `tile[y][x + 1]` (x = 3) at
+    its line; a checked run first meets the race that shift makes (the stored hook still sees every store there)."""
+    path = tmp_path / "stores.cu"
+    path.write_text(STORES)
+    k = jitlab.load(path, device="cpu")
+    x = torch.randn(16)
+    out = x.clone()
+    with emulator_run.checking(checked):
+        k.stores(out, 0, grid=1, block=(4, 4))
+    m = x.view(4, 4) * 2 + 1
+    m[:, :] = 3.0  # the shifted store (shift 0) writes every element last
+    torch.testing.assert_close(out, (m.t() + 2.0).reshape(-1))
+    with pytest.raises(LaunchError) as e, emulator_run.checking(checked):
+        k.stores(x.clone(), 1, grid=1, block=(4, 4))
+    want = "Race: a race on `tile`" if checked else "index 4 is out of bounds"
+    assert f"stores.cu:{LINE_SHIFT}" in str(e.value) and want in str(e.value), str(e.value)

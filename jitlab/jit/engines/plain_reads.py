@@ -16,6 +16,11 @@ names a bad index, the hook names a bad address (``x[n]``, ``x[-1]``) and a chec
 ``volatile`` arrays (a spin-wait's flag gives way in its hook), names declared twice in a function, reads used
 as lvalues (``&x[i]``, ``x[i] += v``, a reference, a call's argument), and reads inside ``assert(...)`` or a
 capitalised macro's arguments (whose text may be printed) are left as they are.
+
+A store to a ``__shared__`` array indexed in full, as a statement of its own (``tile[ty][tx] = v;``), needs no hook
+in a plain run either: it becomes the same choice, stored in assembly (``jitlab_simt::plain_store``) when every index
+is inside its extent. Not a compound assignment, a braced value, or indices that call or assign (they would be
+computed before the value here, after it as written).
 """
 
 from __future__ import annotations
@@ -185,7 +190,11 @@ def _store(node, src: bytes, arrays, reads) -> tuple[int, int, bytes] | None:
         return None
     chain = _chain(left)
     dims = arrays.get((_scope_key(node), chain[0].text)) if chain else None
-    if not dims or len(chain[1]) != dims:
+    if not dims or len(chain[1]) != dims or right.type == "initializer_list":
+        return None
+    # the indices are computed before the value here (C++17 computes the value first): only where neither can tell
+    if any(n.type in ("update_expression", "assignment_expression", "call_expression") for x in chain[1]
+           for n in _walk(x)):
         return None
     ids = [f"jitlab_i{k}" for k in range(dims)]
     decls = "".join(f"auto {i} = ({_rendered(src, x.start_byte, x.end_byte, reads)}); " for i, x in zip(ids, chain[1]))

@@ -693,9 +693,9 @@ void fiber_steps() {
     __builtin_unreachable();
 }
 
-// A kernel with a lock-step twin (jit/engines/lockstep.py), in a plain run of a library whose threads wait only at
-// barriers: the twin runs the block's threads one after the other through each stretch between two barriers, in one
-// fiber, the order the fibers would take, without their switches. 1: the block ran; 0: it failed or stopped; -1: the
+// A kernel with a lock-step twin (jit/engines/lockstep.py), in a plain run: the twin runs the block's threads one after
+// the other through each stretch between two barriers, in one fiber, the order the fibers would take, without their
+// switches. 1: the block ran; 0: it failed or stopped; -1: the
 // twin declined, having run nothing (the block is too large for its slots), so the fibers run it.
 int Worker::run_steps() {
     Thread* t = thread(0);

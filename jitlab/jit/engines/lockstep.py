@@ -78,7 +78,8 @@ class _Twin:
             pos = e
         out.append(self.src[pos:end])
         rendered = b"".join(out).decode("utf-8", "surrogateescape")
-        return rendered.replace(f"::jitlab_simt::{plain_reads.PLAIN_READ}(", f"::jitlab_simt::{plain_reads.WITHIN}(")
+        return rendered.replace(f"::jitlab_simt::{plain_reads.PLAIN_READ}(", f"::jitlab_simt::{plain_reads.WITHIN}(") \
+            .replace(f"::jitlab_simt::{plain_reads.IN_TENSOR}(", "::jitlab_simt::in_spans(jitlab_spans, ")
 
     def at(self, node, line: int | None = None) -> str:
         """A new line, and the line directive that places what follows at ``node``'s first line (or ``line``)."""
@@ -298,6 +299,7 @@ class _Twin:
         code = "".join(out)
         sizes = " + ".join(f"sizeof(::jitlab_simt::type_t<{t}>)" for t, _ in self.slots.values()) or "0"
         top = ["\nconst unsigned jitlab_nt = ::jitlab_simt::steps_threads();",
+               "\nconst ::jitlab_simt::Spans jitlab_spans = ::jitlab_simt::tensor_spans(); (void)jitlab_spans;",
                f"\nif ((unsigned long long)jitlab_nt * ({sizes}) > ::jitlab_simt::kStepsBytes) return 0;"]
         top += [f"\n::jitlab_simt::type_t<{t}> jitlab_v_{n}[jitlab_nt];" for n, (t, _) in self.slots.items()]
         if self.returns:

@@ -30,6 +30,9 @@ from collections import Counter
 #: The SIMT header's tests a rewritten read calls: a plain run's and every index inside its extent; and every index
 #: alone (what a lock-step twin, run in plain runs only, calls instead: :mod:`jitlab.jit.engines.lockstep`).
 PLAIN_READ, WITHIN = "plain_read", "plain_within"
+#: The test a rewritten read of a pointer parameter calls; a twin calls ``in_spans(jitlab_spans, p)`` with the
+#: launch's tensors read once.
+IN_TENSOR = "in_tensor"
 #: Nodes whose ``declarator`` field names what they declare.
 _DECLARES = {"declaration", "parameter_declaration", "field_declaration", "optional_parameter_declaration"}
 
@@ -232,7 +235,7 @@ def edits(root, src: bytes) -> list[tuple[int, int, bytes]]:
         if pointer:
             index = src[indices[0].start_byte:indices[0].end_byte].decode("utf-8", "surrogateescape")
             text = (f"(__extension__({{ const auto* jitlab_p = &{name.text.decode('utf-8', 'surrogateescape')}"
-                    f"[{index}]; ::jitlab_simt::in_tensor(jitlab_p) ? ::jitlab_simt::unhooked_read(*jitlab_p) "
+                    f"[{index}]; ::jitlab_simt::{IN_TENSOR}(jitlab_p) ? ::jitlab_simt::unhooked_read(*jitlab_p) "
                     f": *jitlab_p; }}))")
             out.append((start, stop, text.encode("utf-8", "surrogateescape")))
             continue

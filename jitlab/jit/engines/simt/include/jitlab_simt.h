@@ -86,6 +86,8 @@ struct ThreadVars {
     unsigned plain;  // a plain run's thread (no race detector): plain_read
     // The launch's first tensors in a plain run (an access inside one is never reported; spans 0 otherwise).
     uintptr_t tensor_lo[kFastTensors], tensor_span[kFastTensors];
+    // The same as in_spans tests them (tensor_spans): a start, and how far past it an 8-byte element may start.
+    uintptr_t inline_lo[kFastTensors], inline_room[kFastTensors];
 };
 /// Fiber stacks are this size and aligned to it, so masking the stack pointer finds the fiber's slot:
 /// a guard page, the stack (growing down), then the thread's record near the top. Record and stack
@@ -182,19 +184,41 @@ __attribute__((always_inline)) inline bool plain_read(const A& a, I... i) {
     // no branch per test: one, expected taken, so GCC lays the hooked read out as the cold path
     return __builtin_expect((unhooked(self()->plain) != 0) & plain_within(a, i...), 1);
 }
-/// Whether `*p` lies whole inside one of a plain run's first tensors: read through a pointer parameter, it is
-/// then taken unhooked (emulator.translated()); otherwise the read as written runs, through the hook.
-template <class T>
-__attribute__((always_inline)) inline bool in_tensor(const T* p) {
+/// A plain run's first tensors as in_spans tests them (ThreadVars::inline_lo and _room, set with the tensors): each
+/// start, and how far past it an 8-byte element may start (a tensor under 8 bytes, or an unused entry: start 0,
+/// room 0, which no pointer passes). Scalars, not arrays, so that they live in registers (an array on the stack
+/// would be read through the access hooks). A lock-step twin reads them once; in_tensor at each read.
+struct Spans {
+    uintptr_t lo0, room0, lo1, room1, lo2, room2, lo3, room3;
+};
+__attribute__((always_inline)) inline Spans tensor_spans() {
     const ThreadVars* v = self();
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    static_assert(kFastTensors == 4, "one test a tensor, unrolled (no loop, no bounds check of its own)");
-#define JITLAB_IN(k) ((a - unhooked_read(v->tensor_lo[k]) < unhooked_read(v->tensor_span[k])) & \
-                      (unhooked_read(v->tensor_span[k]) - (a - unhooked_read(v->tensor_lo[k])) >= sizeof(T)))
-    const bool in = JITLAB_IN(0) | JITLAB_IN(1) | JITLAB_IN(2) | JITLAB_IN(3);  // no branch per tensor
-#undef JITLAB_IN
-    return __builtin_expect(in, 1);
+    static_assert(kFastTensors == 4, "one pair of fields a tensor");
+#define JITLAB_SPAN(k) const uintptr_t lo##k = unhooked_read(v->inline_lo[k]), room##k = unhooked_read(v->inline_room[k])
+    JITLAB_SPAN(0);
+    JITLAB_SPAN(1);
+    JITLAB_SPAN(2);
+    JITLAB_SPAN(3);
+#undef JITLAB_SPAN
+    return {lo0, room0, lo1, room1, lo2, room2, lo3, room3};
 }
+/// Whether `*p` lies whole inside one of `s`'s tensors (an element of at most 8 bytes; a larger one: no): read
+/// through a pointer parameter, it is then taken unhooked (emulator.translated()); otherwise the read as written
+/// runs, through the hook. One subtraction and one comparison a tensor, no branch; an element narrower than 8 bytes
+/// in a tensor's last 7 takes the hook.
+template <class T>
+__attribute__((always_inline)) inline bool in_spans(const Spans& s, const T* p) {
+    if constexpr (sizeof(T) > 8) {
+        return false;
+    } else {
+        const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+        const bool in = (a - s.lo0 <= s.room0 + (8 - sizeof(T))) | (a - s.lo1 <= s.room1 + (8 - sizeof(T))) |
+                        (a - s.lo2 <= s.room2 + (8 - sizeof(T))) | (a - s.lo3 <= s.room3 + (8 - sizeof(T)));
+        return __builtin_expect(in, 1);
+    }
+}
+template <class T>
+__attribute__((always_inline)) inline bool in_tensor(const T* p) { return in_spans(tensor_spans(), p); }
 
 
 /// The launch shims' lambdas: they read the kernel's arguments from the launching thread's frame, which no fast

@@ -273,8 +273,10 @@ struct Worker {
     void start(Thread* t, void (*entry)());
     void identify(Thread* t, unsigned i);  // slot t's record says it is thread i of this block
     void begin(Thread* t, unsigned i, void (*entry)() = &fiber_main);  // thread i, ready to run from slot t
+    bool run_single(void (*entry)(), const char* judged);
     bool run_in_turn();
     int run_steps();
+    bool ended();
     bool resume(Thread* t, unsigned* last);
     bool runnable(const Thread* t) const {
         return t->state == State::Ready || t->state == State::Yielded ||
@@ -652,35 +654,55 @@ void fiber_turns() {
     __builtin_unreachable();
 }
 
-// A kernel that can only end (no barrier, warp collective or spin-wait in its library): its threads run one after
-// the other, in thread order as the fibers would, inside one fiber call from the first slot (fiber_turns). A block
-// then touches one record and one stack instead of 256, which all missed the cache, and switches twice instead of
-// twice a thread: a vector add's thread costs 35 ns instead of 150 (with the unhooked shim and reads).
-bool Worker::run_in_turn() {
+// The block in one fiber from the first slot (run_in_turn, run_steps), resumed while a compare-and-swap another
+// worker's block won gives way (nothing else of this block can run): true when the fiber ended; false when the launch
+// failed or stopped, or the fiber waited where jitlab judged it could not (`judged` says what was judged).
+bool Worker::run_single(void (*entry)(), const char* judged) {
     Thread* t = thread(0);
     single = true;
-    begin(t, 0, &fiber_turns);
+    begin(t, 0, entry);
     if (launch->stop.load(std::memory_order_relaxed)) {
         stopped(t);
         return false;
     }
     unsigned last;
-    do {  // a compare-and-swap another worker's block won gives way: nothing else of this block can run
+    do {
         if (!resume(t, &last) || launch->failed.load(std::memory_order_relaxed)) return false;
     } while (t->state == State::Yielded && !launch->stop.load(std::memory_order_relaxed));
-    if (t->state == State::Yielded || (t->state == State::Done && turns < threads)) {
-        stopped(t);  // between two threads, or one giving way
+    if (t->state == State::Yielded) {
+        stopped(t);
         return false;
     }
-    if (t->state != State::Done) {  // the library was judged unable to wait: say so rather than hang
-        launch->fail("KernelFault", format("%s of kernel %s waits, in a library jitlab judged unable to wait "
-                                           "(no barrier, warp collective or spin-wait in its unit); please "
-                                           "report this kernel", where(t).c_str(), launch->kernel));
+    if (t->state != State::Done) {  // say so rather than hang
+        launch->fail("KernelFault", format("%s of kernel %s waits, %s; please report this kernel", where(t).c_str(),
+                                           launch->kernel, judged));
         return false;
     }
+    single = false;
+    return true;
+}
+
+// The block ran to its end: true, unless a read of shared memory no thread wrote is left to report.
+bool Worker::ended() {
     if (unwritten_reads.empty()) return true;
     launch->fail("Uninitialised", unwritten_reads.front());
     return false;
+}
+
+// A kernel that can only end (no barrier, warp collective or spin-wait in its library): its threads run one after
+// the other, in thread order as the fibers would, inside one fiber call from the first slot (fiber_turns). A block
+// then touches one record and one stack instead of 256, which all missed the cache, and switches twice instead of
+// twice a thread: a vector add's thread costs 35 ns instead of 150 (with the unhooked shim and reads).
+bool Worker::run_in_turn() {
+    if (!run_single(&fiber_turns, "in a library jitlab judged unable to wait (no barrier, warp collective or "
+                                  "spin-wait in its unit)")) {
+        return false;
+    }
+    if (turns < threads) {  // stopped between two threads
+        stopped(thread(0));
+        return false;
+    }
+    return ended();
 }
 
 void fiber_steps() {
@@ -695,39 +717,19 @@ void fiber_steps() {
 
 // A kernel with a lock-step twin (jit/engines/lockstep.py), in a plain run: the twin runs the block's threads one after
 // the other through each stretch between two barriers, in one fiber, the order the fibers would take, without their
-// switches. 1: the block ran; 0: it failed or stopped; -1: the
-// twin declined, having run nothing (the block is too large for its slots), so the fibers run it.
+// switches. 1: the block ran; 0: it failed or stopped; -1: the twin declined, having run nothing (the block is too
+// large for its slots), so the fibers run it.
 int Worker::run_steps() {
-    Thread* t = thread(0);
-    single = true;
-    begin(t, 0, &fiber_steps);
-    if (launch->stop.load(std::memory_order_relaxed)) {
-        stopped(t);
+    if (!run_single(&fiber_steps, "at a barrier or warp collective in its lock-step run, which jitlab judged it has "
+                                  "none of")) {
         return 0;
     }
-    unsigned last;
-    do {  // a compare-and-swap another worker's block won gives way: nothing else of this block can run
-        if (!resume(t, &last) || launch->failed.load(std::memory_order_relaxed)) return 0;
-    } while (t->state == State::Yielded && !launch->stop.load(std::memory_order_relaxed));
-    if (t->state == State::Yielded) {
-        stopped(t);
-        return 0;
-    }
-    if (t->state != State::Done) {  // a barrier or warp collective jitlab did not see in the kernel's code
-        launch->fail("KernelFault", format("%s of kernel %s waits at a barrier or warp collective in its lock-step "
-                                           "run, which jitlab judged it has none of; please report this kernel",
-                                           where(t).c_str(), launch->kernel));
-        return 0;
-    }
-    single = false;
     if (turns == 0) {  // declined: the block starts again as fibers
         live = threads;
         warps[0].done = 0;
         return -1;
     }
-    if (unwritten_reads.empty()) return 1;
-    launch->fail("Uninitialised", unwritten_reads.front());
-    return 0;
+    return ended() ? 1 : 0;
 }
 
 bool Worker::run_block(uint64_t b) {
@@ -762,11 +764,7 @@ bool Worker::run_block(uint64_t b) {
             }
             if (!resume(t, &n) || launch->failed.load(std::memory_order_relaxed)) return false;
         }
-        if (live == 0) {
-            if (unwritten_reads.empty()) return true;
-            launch->fail("Uninitialised", unwritten_reads.front());
-            return false;
-        }
+        if (live == 0) return ended();
         // Every live thread waits at a barrier: open it now (a pass more would run nothing).
         if (ran && at_barrier != live) continue;
         if (at_barrier == live) {

@@ -11,6 +11,7 @@ checking() and, for the bugs a plain run reports too, in a plain call. Nothing m
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ import torch
 import jitlab
 from jitlab.errors import LaunchError
 from jitlab.jit import emulator_run
+from jitlab.jit.engines import emulator
+from jitlab.jit.parse import SourceFile
 
 CORPUS = Path(__file__).parent / "fixtures" / "emulator" / "corpus"
 _VERDICT = re.compile(r"^// corpus: (?:(?P<ok>correct)|bug (?P<cls>[\w-]+) at line (?P<line>\d+))\.")
@@ -92,17 +95,23 @@ def emulated(use_shared_cache, monkeypatch):
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_corpus_kernel(emulated, path, monkeypatch):
-    """A correct kernel PASSes checking() and computes what it claims; a bug is named with its class at its line."""
+    """A correct kernel PASSes checking() and computes what it claims, plain too (through its lock-step twin where it
+    has one: every twin written for the file compiled); a bug is named with its class at its line."""
     spec = parse(path)
     if spec["cls"] == "timeout":  # it never ends: each launch spins until the limit, which 1 s shows as well as 3 s
         monkeypatch.setenv("JITLAB_EMULATOR_TIMEOUT", "1")
     module = emulated(path)
+    written = emulator.translated(SourceFile(path=path, text=path.read_text(), language="cuda"))[1]
+    symbols = subprocess.run(["nm", "-C", str(module.build.artifact)], capture_output=True, text=True).stdout
+    assert set(re.findall(r"jitlab_steps_(\w+)\(", symbols)) == written, "a twin the compiler refused"
     if spec["ok"]:
         with emulator_run.checking():
             a = run_all(module, spec)
         if spec["expect"]:
             assert eval(spec["expect"], {**_helpers(), "a": a}), f"{path.name}: {spec['expect']}"
-        run_all(module, spec)  # and a plain call runs it too
+        a = run_all(module, spec)  # and a plain call computes it too (unless launches carry __device__ state on)
+        if spec["expect"] and not re.search(r"^__device__\s+[\w\s]+?\w+\s*(=|;|\[)", path.read_text(), re.M):
+            assert eval(spec["expect"], {**_helpers(), "a": a}), f"{path.name}, plain: {spec['expect']}"
         return
     modes = ["checked"] if spec["cls"] in CHECK_ONLY else ["checked", "plain"]
     for mode in modes:

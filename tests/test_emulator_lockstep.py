@@ -89,6 +89,14 @@ __global__ void kept_address(float* out) {
     __syncthreads();
     out[threadIdx.x] = acc;
 }
+__global__ void rows_then_sum(float* out, const float* x, int n) {
+    __shared__ float s[64];
+    int i = threadIdx.x;
+    if (i >= n) return;
+    s[i] = x[i];
+    __syncthreads();
+    out[i] = s[0] + s[n - 1 - i];
+}
 __global__ void big_locals(float* out) {
     __shared__ float s[1024];
     float keep[40];
@@ -121,7 +129,7 @@ def test_the_kernels_that_can_get_a_twin_have_one(built):
     """Loops, ifs and blocks holding barriers, parameters each thread moves, 3-D blocks: each kernel gets its twin."""
     k, _ = built
     assert _twins(k) == {"tiles", "block_sums", "walk_rows", "where_am_i", "rounds_by_thread", "past_the_tile",
-                         "kept_address", "big_locals"}
+                         "kept_address", "rows_then_sum", "big_locals"}
 
 
 @pytest.mark.parametrize("checked", [False, True], ids=["plain", "checked"])
@@ -151,6 +159,21 @@ def test_an_address_taken_before_a_barrier_still_names_the_variable_after_it(bui
     out = torch.zeros(64)
     k.kept_address(out, grid=1, block=64)
     assert torch.equal(out, torch.arange(64.0) + 0.5)
+
+
+def test_a_return_before_a_barrier_is_the_fibers_report_and_fine_when_all_return(built):
+    """`if (i >= n) return;` then a barrier: every thread staying, the twin computes; some gone, the launch fails
+    with the fibers' own message at the barrier's line, naming the first thread that returned."""
+    k, folder = built
+    x, out = torch.randn(64), torch.zeros(64)
+    k.rows_then_sum(out, x, 64, grid=1, block=64)
+    torch.testing.assert_close(out, x[0] + x.flip(0))
+    line = KERNELS.splitlines().index("    __syncthreads();", KERNELS.splitlines().index("    if (i >= n) return;")) + 1
+    with pytest.raises(LaunchError, match=rf"BarrierDivergence: __syncthreads\(\) at "
+                                          rf"{re.escape(str(folder / 'steps.cu'))}:{line} is reached by 40 of the 64 "
+                                          rf"threads of block \(0, 0, 0\): thread \(40, 0, 0\) of block \(0, 0, 0\) "
+                                          rf"had already returned"):
+        k.rows_then_sum(torch.zeros(64), x, 40, grid=1, block=64)
 
 
 def test_threads_are_numbered_as_cuda_numbers_them(built):

@@ -154,9 +154,9 @@ class _Twin:
         head = "for (unsigned jitlab_t = 0; jitlab_t < jitlab_nt; ++jitlab_t) { ::jitlab_simt::step(jitlab_t);"
         if self.returns:
             head += " if (::jitlab_simt::unhooked_read(jitlab_done[jitlab_t])) continue;"
-        if lambda_:
-            code = (f"bool jitlab_ended = true; [&]() __attribute__((always_inline)) {{{code}\n"
-                    f"jitlab_ended = false; }}();")
+        if lambda_:  # a `return` in the stretch ends this thread's lambda; the flag says it returned
+            loads.append("bool jitlab_ended = true;")
+            code = f"[&]() __attribute__((always_inline)) {{{code}\njitlab_ended = false; }}();"
             stores.append("if (jitlab_ended) { ::jitlab_simt::unhooked_write(jitlab_done[jitlab_t], (unsigned char)1); "
                           "if (jitlab_gone++ == 0) jitlab_first_gone = jitlab_t; }")
         return f"{self.at(self.fn, first)}{head} {' '.join(loads)} {{{code}{self.at(self.fn, last)}}} {' '.join(stores)} }}"

@@ -97,6 +97,16 @@ __global__ void rows_then_sum(float* out, const float* x, int n) {
     __syncthreads();
     out[i] = s[0] + s[n - 1 - i];
 }
+__global__ void two_loops(float* out) {
+    __shared__ float s[32];
+    float a = 0.0f;
+    for (int k = 0; k < 4; ++k) a += k;
+    s[threadIdx.x] = a + threadIdx.x;
+    __syncthreads();
+    float b = 0.0f;
+    for (int k = 0; k < 2; ++k) b += s[(threadIdx.x + k) % 32];
+    out[threadIdx.x] = b;
+}
 __global__ void big_locals(float* out) {
     __shared__ float s[1024];
     float keep[40];
@@ -129,7 +139,7 @@ def test_the_kernels_that_can_get_a_twin_have_one(built):
     """Loops, ifs and blocks holding barriers, parameters each thread moves, 3-D blocks: each kernel gets its twin."""
     k, _ = built
     assert _twins(k) == {"tiles", "block_sums", "walk_rows", "where_am_i", "rounds_by_thread", "past_the_tile",
-                         "kept_address", "rows_then_sum", "big_locals"}
+                         "kept_address", "rows_then_sum", "two_loops", "big_locals"}
 
 
 @pytest.mark.parametrize("checked", [False, True], ids=["plain", "checked"])
@@ -174,6 +184,16 @@ def test_a_return_before_a_barrier_is_the_fibers_report_and_fine_when_all_return
                                           rf"threads of block \(0, 0, 0\): thread \(40, 0, 0\) of block \(0, 0, 0\) "
                                           rf"had already returned"):
         k.rows_then_sum(torch.zeros(64), x, 40, grid=1, block=64)
+
+
+def test_a_name_two_stretches_declare_each_for_itself_keeps_the_twin(built):
+    """Two loops, one a stretch, each with its own `int k`: locals of their stretches, no slot, so the kernel keeps
+    its twin and each loop its own k."""
+    k, _ = built
+    out = torch.zeros(32)
+    k.two_loops(out, grid=1, block=32)
+    t = torch.arange(32.0)
+    assert torch.equal(out, 12 + t + (t + 1) % 32)
 
 
 def test_threads_are_numbered_as_cuda_numbers_them(built):

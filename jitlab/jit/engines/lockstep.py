@@ -120,6 +120,8 @@ class _Twin:
             if got is None:
                 raise Refused("a reference, function or unsized array beside the barriers")
             name, kind = text(got[0]), got[1]
+            if self.declared[name] > 1:  # two slots of one name, or a parameter's: one would hide the other
+                raise Refused(f"{name} declared twice")
             self.slots[name] = (_slot_type(decl, d), "ref" if kind == "array" or name in self.addressed else "copy")
             if d.type == "init_declarator":
                 value = d.child_by_field_name("value")
@@ -267,7 +269,7 @@ class _Twin:
 
     # ---- the twin --------------------------------------------------------------------------------------
     def write(self) -> tuple[str, str]:
-        self.returns = check(self.fn, self.facts.syncing)
+        self.returns, self.declared = check(self.fn, self.facts.syncing)
         fn = self.fn
         decl = fn.child_by_field_name("declarator")
         while decl is not None and decl.type != "function_declarator":
@@ -290,6 +292,8 @@ class _Twin:
                 continue
             pname = text(got[0])
             if any(n.type == "identifier" and text(n) == pname and assigned(n, self.facts.by_reference) for n in walk(body)):
+                if self.declared[pname] > 1:
+                    raise Refused(f"{pname} declared twice")
                 self.slots[pname] = (_slot_type(p, p.child_by_field_name("declarator")), "copy")
                 moved.append(pname)
         out: list = []

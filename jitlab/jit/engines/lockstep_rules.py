@@ -5,8 +5,8 @@ collective, a barrier or a spin-wait (what the macro's use hides). A kernel keep
 template, reaches a warp collective, cooperative groups, a ``__syncthreads_*`` variant or a spin-wait (``volatile``,
 ``atomicCAS``: a twin's thread would wait for a thread that runs after it), in its body or through a function of the
 file; when a barrier stands elsewhere than as a statement of a block, loop or ``if``; on ``goto``, ``asm``, a
-``break``/``continue`` of a loop holding a barrier, a name declared twice, or a ``__shared__`` array used other than
-indexed in full.
+``break``/``continue`` of a loop holding a barrier, or a ``__shared__`` array used other than indexed in full. (The
+writer refuses a name declared twice in the kernel when that name needs a slot: two slots of one name would clash.)
 """
 
 from __future__ import annotations
@@ -89,9 +89,10 @@ def declared(declarator):
     return (node, kind) if node is not None and node.type == "identifier" else None
 
 
-def check(fn, syncing: set) -> bool:
+def check(fn, syncing: set) -> tuple[bool, Counter]:
     """Raise :class:`Refused` where a twin cannot run the kernel ``fn`` (a function definition); whether it returns
-    anywhere (its twin then tracks the threads that returned)."""
+    anywhere (its twin then tracks the threads that returned), and how often each name is declared in it (a name
+    that gets a slot must be declared once: the writer asks)."""
     returns = False
     if fn.has_error:
         raise Refused("the parser could not read the kernel")
@@ -126,9 +127,6 @@ def check(fn, syncing: set) -> bool:
                 raise Refused(f"a break or continue of a {owner.type.split('_')[0]} holding a barrier")
         if n.type == "return_statement":
             returns = True
-    twice = sorted(name for name, k in names.items() if k > 1)
-    if twice:
-        raise Refused(f"{twice[0]} declared twice")
     check_shared(body)
     for n in walk(body):
         if is_barrier(n):
@@ -137,7 +135,7 @@ def check(fn, syncing: set) -> bool:
                 if up.type not in CARRIERS and up.type != "else_clause":
                     raise Refused(f"a barrier inside a {up.type.replace('_', ' ')}")
                 up = up.parent
-    return returns
+    return returns, names
 
 def check_shared(body) -> None:
     """A twin has ``__shared__`` arrays of its own (the kernel's are its function's statics): each must be indexed

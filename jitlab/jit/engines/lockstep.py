@@ -105,7 +105,7 @@ class _Twin:
                 for n in walk(v)) for v in values)
         return False
 
-    def slot_declaration(self, decl) -> bytes:
+    def slot_declaration(self, decl) -> str:
         """Give ``decl``'s variables slots; the declaration's text becomes assignments (``x = v, y = w;``)."""
         type_node = decl.child_by_field_name("type")
         if type_node is None or type_node.type in ("placeholder_type_specifier", "auto", "decltype") or \

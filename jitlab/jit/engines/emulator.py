@@ -87,12 +87,7 @@ def translated(f: SourceFile, twins: bool = True) -> tuple[str, set[str]]:
         open_, close = config_.children[0], config_.children[-1]
         edits += [(callee.start_byte, callee.start_byte, b"::jitlab_simt::launcher("),
                   (open_.start_byte, open_.end_byte, b", "), (close.start_byte, close.end_byte, b")")]
-    out, pos = [], 0
-    for start, end, new in sorted(edits + twins):
-        out += [src[pos:start], new]
-        pos = end
-    out.append(src[pos:])
-    text = re.sub(r"\b__noinline__\b", "__attribute__((noinline))", b"".join(out).decode("utf-8", "surrogateescape"))
+    text = re.sub(r"\b__noinline__\b", "__attribute__((noinline))", plain_reads.rendered(src, edits + twins))
     text = re.sub(r"\bstatic(\s+)__shared__\b", r"      \1__shared__", text)  # __shared__ is static already
     return _EXTERN_SHARED.sub(
         lambda m: f"{m['type'].strip()}* const {m['name']} = "

@@ -71,14 +71,7 @@ class _Twin:
     def render(self, start: int, end: int, extra=()) -> str:
         """The source from ``start`` to ``end`` with the unit's edits inside it (and ``extra``) applied. A twin runs
         in plain runs only, so a read :mod:`~jitlab.jit.engines.plain_reads` rewrote tests its indices alone."""
-        edits = sorted([e for e in self.edits if start <= e[0] and e[1] <= end] + list(extra))
-        out, pos = [], start
-        for s, e, new in edits:
-            out += [self.src[pos:s], new]
-            pos = e
-        out.append(self.src[pos:end])
-        rendered = b"".join(out).decode("utf-8", "surrogateescape")
-        return rendered.replace(f"::jitlab_simt::{plain_reads.PLAIN_READ}(", f"::jitlab_simt::{plain_reads.WITHIN}(") \
+        return plain_reads.rendered(self.src, [*self.edits, *extra], start, end).replace(f"::jitlab_simt::{plain_reads.PLAIN_READ}(", f"::jitlab_simt::{plain_reads.WITHIN}(") \
             .replace(f"::jitlab_simt::{plain_reads.IN_TENSOR}(", "::jitlab_simt::in_spans(jitlab_spans, ")
 
     def at(self, node, line: int | None = None) -> str:
@@ -284,6 +277,7 @@ class _Twin:
         self.addressed = {text(n.children[1]) for n in walk(body) if n.type == "pointer_expression" and
                           n.children[0].type == "&" and n.children[1].type == "identifier"}
         # parameters the kernel assigns are each thread's own: slots, filled before the first stretch
+        changed = {text(n) for n in walk(body) if n.type == "identifier" and assigned(n, self.facts.by_reference)}
         moved = []
         for p in params.named_children:
             got = declared(p.child_by_field_name("declarator")) if p.type == "parameter_declaration" and \
@@ -291,7 +285,7 @@ class _Twin:
             if got is None:
                 continue
             pname = text(got[0])
-            if any(n.type == "identifier" and text(n) == pname and assigned(n, self.facts.by_reference) for n in walk(body)):
+            if pname in changed:
                 if self.declared[pname] > 1:
                     raise Refused(f"{pname} declared twice")
                 self.slots[pname] = (_slot_type(p, p.child_by_field_name("declarator")), "copy")

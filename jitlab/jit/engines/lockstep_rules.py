@@ -15,6 +15,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from jitlab.jit.engines.plain_reads import walk
+
 #: What a twin cannot run (a warp collective, a barrier other than ``__syncthreads()``, cooperative groups).
 SYNC = re.compile(r"^(?:__syncthreads\w+|__syncwarp|__shfl\w*|__ballot_sync|__any_sync|__all_sync|__activemask|"
                   r"__reduce_\w+_sync|__match_\w+_sync|__nanosleep|cooperative_groups|this_thread_block|"
@@ -31,14 +33,6 @@ _WORD = re.compile(rb"[A-Za-z_]\w*")
 
 class Refused(Exception):
     """The kernel stays with the fibers; the message says why (what a test reads)."""
-
-
-def walk(node):
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(reversed(n.children))
 
 
 def text(node) -> str:

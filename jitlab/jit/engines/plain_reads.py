@@ -37,12 +37,24 @@ IN_TENSOR = "in_tensor"
 _DECLARES = {"declaration", "parameter_declaration", "field_declaration", "optional_parameter_declaration"}
 
 
-def _walk(root):
+def walk(root):
+    """``root`` and every named node under it, in source order."""
     stack = [root]
     while stack:
         node = stack.pop()
         yield node
-        stack.extend(node.named_children)
+        stack.extend(reversed(node.named_children))
+
+
+def rendered(src: bytes, edits, start: int = 0, end: int | None = None) -> str:
+    """``src[start:end]`` with the (start, end, replacement) edits that lie inside it applied, decoded as read."""
+    end = len(src) if end is None else end
+    out, pos = [], start
+    for s, e, new in sorted(x for x in edits if start <= x[0] and x[1] <= end):
+        out += [src[pos:s], new]
+        pos = e
+    out.append(src[pos:end])
+    return b"".join(out).decode("utf-8", "surrogateescape")
 
 
 def _declared_name(node):
@@ -78,7 +90,7 @@ def readable(root) -> dict:
     declared: Counter = Counter()
     found: dict = {}
     functions = set()
-    for node in _walk(root):
+    for node in walk(root):
         if node.type == "function_definition":
             functions.add((node.start_byte, node.end_byte))
         if node.type not in _DECLARES:
@@ -172,16 +184,6 @@ def _value_only(node) -> bool:
     return False
 
 
-def _rendered(src: bytes, start: int, end: int, edits) -> str:
-    """``src[start:end]`` with the edits inside it applied."""
-    out, pos = [], start
-    for s, e, new in sorted(x for x in edits if start <= x[0] and x[1] <= end):
-        out += [src[pos:s], new]
-        pos = e
-    out.append(src[pos:end])
-    return b"".join(out).decode("utf-8", "surrogateescape")
-
-
 def _store(node, src: bytes, arrays, reads) -> tuple[int, int, bytes] | None:
     """``tile[ty][tx] = v;`` (a statement: its value unused), the array ``__shared__`` and indexed in full: in a plain
     run, every index inside its extent, stored without the hook (nothing but the race detector would read it)."""
@@ -197,11 +199,11 @@ def _store(node, src: bytes, arrays, reads) -> tuple[int, int, bytes] | None:
         return None
     # the indices are computed before the value here (C++17 computes the value first): only where neither can tell
     if any(n.type in ("update_expression", "assignment_expression", "call_expression") for x in chain[1]
-           for n in _walk(x)):
+           for n in walk(x)):
         return None
     ids = [f"jitlab_i{k}" for k in range(dims)]
-    decls = "".join(f"auto {i} = ({_rendered(src, x.start_byte, x.end_byte, reads)}); " for i, x in zip(ids, chain[1]))
-    value = _rendered(src, right.start_byte, right.end_byte, reads)
+    decls = "".join(f"auto {i} = ({rendered(src, reads, x.start_byte, x.end_byte)}); " for i, x in zip(ids, chain[1]))
+    value = rendered(src, reads, right.start_byte, right.end_byte)
     at = "jitlab_a" + "".join(f"[{i}]" for i in ids)
     text = (f"(__extension__({{ auto& jitlab_a = {chain[0].text.decode('utf-8', 'surrogateescape')}; {decls}"
             f"const auto jitlab_v = ({value}); ::jitlab_simt::{PLAIN_READ}(jitlab_a, {', '.join(ids)}) ? "
@@ -216,7 +218,7 @@ def edits(root, src: bytes) -> list[tuple[int, int, bytes]]:
     if not arrays:
         return []
     found = []
-    for node in _walk(root):
+    for node in walk(root):
         if node.type != "subscript_expression" or b"\n" in src[node.start_byte:node.end_byte]:
             continue
         chain = _chain(node)
@@ -248,5 +250,5 @@ def edits(root, src: bytes) -> list[tuple[int, int, bytes]]:
                 f"::jitlab_simt::plain_at(jitlab_a, {', '.join(ids)})) : {at}; }}))")
         out.append((start, stop, text.encode("utf-8", "surrogateescape")))
     # stores to shared arrays, their indices' and values' reads rewritten inside them
-    stores = [e for e in (_store(n, src, arrays, out) for n in _walk(root)) if e is not None]
+    stores = [e for e in (_store(n, src, arrays, out) for n in walk(root)) if e is not None]
     return [r for r in out if not any(s <= r[0] and r[1] <= e for s, e, _ in stores)] + stores

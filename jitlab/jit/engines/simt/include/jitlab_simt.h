@@ -101,17 +101,23 @@ __attribute__((always_inline)) inline ThreadVars* self() {
     uintptr_t slot = reinterpret_cast<uintptr_t>(__builtin_frame_address(0)) & ~(kStackBytes - 1);
     return reinterpret_cast<ThreadVars*>(slot + kRecordOffset + colour(slot));
 }
+/// Whether unhooked_read and unhooked_write move a T in assembly: 1, 2, 4 or 8 bytes, trivially copyable, not volatile
+/// (a volatile read goes through its hook, which gives way to a spin-wait's other side); and the word it moves as.
+template <class T>
+constexpr bool moves_as_word = !std::is_volatile<T>::value && std::is_trivially_copyable<T>::value &&
+                               (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8);
+template <class T>
+using word_bits = typename std::conditional<sizeof(T) == 1, uint8_t, typename std::conditional<sizeof(T) == 2,
+                  uint16_t, typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type>::type>::type;
 /// A value loaded in assembly, so that no access hook is called for it: 1, 2, 4 or 8 bytes, trivially copyable and
 /// not volatile (anything else is read as written, through the hook: a volatile read gives way to a spin-wait's
 /// other side).
 template <class T>
 __attribute__((always_inline)) inline T unhooked_read(const T& r) {
-    constexpr bool word = sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8;
-    if constexpr (std::is_volatile<T>::value || !std::is_trivially_copyable<T>::value || !word) {
+    if constexpr (!moves_as_word<T>) {
         return r;  // the hook's path, as written
     } else {
-        using Bits = typename std::conditional<sizeof(T) == 1, uint8_t, typename std::conditional<sizeof(T) == 2,
-                     uint16_t, typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type>::type>::type;
+        using Bits = word_bits<T>;
         Bits b;
 #if defined(__x86_64__)
         if constexpr (sizeof(T) == 1) asm("movzbl %1, %k0" : "=r"(b) : "m"(*reinterpret_cast<const Bits*>(&r)));
@@ -130,12 +136,10 @@ __attribute__((always_inline)) inline T unhooked_read(const T& r) {
 /// volatile; anything else is stored as written): a lock-step twin's per-thread slots (jit/engines/lockstep.py).
 template <class T>
 __attribute__((always_inline)) inline void unhooked_write(T& r, const T& v) {
-    constexpr bool word = sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8;
-    if constexpr (std::is_volatile<T>::value || !std::is_trivially_copyable<T>::value || !word) {
+    if constexpr (!moves_as_word<T>) {
         r = v;
     } else {
-        using Bits = typename std::conditional<sizeof(T) == 1, uint8_t, typename std::conditional<sizeof(T) == 2,
-                     uint16_t, typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type>::type>::type;
+        using Bits = word_bits<T>;
         const Bits b = __builtin_bit_cast(Bits, v);
 #if defined(__x86_64__)
         if constexpr (sizeof(T) == 1) asm("movb %b1, %0" : "=m"(*reinterpret_cast<Bits*>(&r)) : "r"(b));
@@ -219,7 +223,6 @@ __attribute__((always_inline)) inline bool in_spans(const Spans& s, const T* p) 
 }
 template <class T>
 __attribute__((always_inline)) inline bool in_tensor(const T* p) { return in_spans(tensor_spans(), p); }
-
 
 /// The launch shims' lambdas: they read the kernel's arguments from the launching thread's frame, which no fast
 /// path of the access hooks knows, so each read took the slow one (four arguments: ~100 ns of a vector add's

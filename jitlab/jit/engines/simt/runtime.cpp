@@ -1006,26 +1006,25 @@ void* dynamic_shared() {
     return reinterpret_cast<void*>(w->dynamic_base());
 }
 
-[[noreturn]] void trap(const char* what, const char* file, int line) {
-    Thread* t = current_thread(what);
-    Worker* w = t->worker;
-    w->launch->fail("KernelFault", format("%s at %s:%d (%s)", what, file, line, w->where(t).c_str()));
-    t->state = State::Faulted;
-    jitlab_simt_switch(&t->sp, w->scheduler_sp);
-    __builtin_unreachable();
-}
-
 namespace {
-// A lock-step twin's report: the launch fails, its fiber stops for good.
-[[noreturn]] void steps_fail(const char* name, const std::string& what) {
-    Thread* t = current_thread(name);
-    Worker* w = t->worker;
+// The launch fails with `name: what` and the running thread's fiber stops for good (a report from inside a kernel:
+// trap, the twins' reports, memory_checks.inc's).
+[[noreturn]] void stop_thread(Worker* w, Thread* t, const char* name, const std::string& what) {
     w->launch->fail(name, what);
     t->state = State::Faulted;
     jitlab_simt_switch(&t->sp, w->scheduler_sp);
     __builtin_unreachable();
 }
+[[noreturn]] void stop_running(const char* name, const std::string& what) {
+    Thread* t = current_thread(name);
+    stop_thread(t->worker, t, name, what);
+}
 }  // namespace
+
+[[noreturn]] void trap(const char* what, const char* file, int line) {
+    Thread* t = current_thread(what);
+    stop_thread(t->worker, t, "KernelFault", format("%s at %s:%d (%s)", what, file, line, t->worker->where(t).c_str()));
+}
 
 void steps_parted(unsigned first, unsigned other, int again, const char* what, const char* file, int line,
                   int barrier_line) {
@@ -1033,7 +1032,7 @@ void steps_parted(unsigned first, unsigned other, int again, const char* what, c
     const bool loop = std::strcmp(what, "loop") == 0;
     const char* goes = loop ? "goes round again" : "takes it";
     const char* stays = loop ? "leaves it" : "does not";
-    steps_fail("BarrierDivergence",
+    stop_running("BarrierDivergence",
                format("the threads of block (%u, %u, %u) part at the %s at %s:%d, which holds the __syncthreads() "
                       "at %s:%d: %s %s and %s %s, so they would wait at different barriers (on a GPU a hang, or "
                       "undefined behaviour); every thread of a block must reach each __syncthreads(): make the %s's "
@@ -1045,7 +1044,7 @@ void steps_parted(unsigned first, unsigned other, int again, const char* what, c
 
 void steps_returned(unsigned reached, unsigned gone, const char* file, int line) {
     const Worker* w = current_thread("steps_returned")->worker;
-    steps_fail("BarrierDivergence", returned_message(w, "__syncthreads()", file, line, reached, w->where_index(gone)));
+    stop_running("BarrierDivergence", returned_message(w, "__syncthreads()", file, line, reached, w->where_index(gone)));
 }
 
 /// One launch's watchdog: past the time limit, or on Ctrl-C, it signals the launch's OS threads until a

@@ -52,9 +52,10 @@ def threshold() -> float | None:
 
 
 def _in_worker() -> bool:
-    """Whether this process is a jitlab worker (``python -m jitlab.worker.jobs``), whose output is the kernel's."""
+    """Whether this process is a jitlab worker (``python -m jitlab.worker.jobs``, or one forked by
+    ``jitlab.worker.forkserver``), whose output is the kernel's."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return getattr(spec, "name", "") == "jitlab.worker.jobs"
+    return getattr(spec, "name", "") in ("jitlab.worker.jobs", "jitlab.worker.forkserver")
 
 
 class Step:

@@ -25,14 +25,15 @@ from jitlab.errors import ArgumentError, ToolchainError
 from jitlab.jit import api, builder, processes, toolchain
 from jitlab.jit.sources import has_cuda, locate
 from jitlab.judge import checker, refs
-from jitlab.worker import jobs, proc
+from jitlab.worker import forkserver, jobs, proc
 from jitlab.worker.jobs import Job, Outcome
 
 _START_TIMEOUT = 120.0  # importing torch and making a CUDA context on a cold, busy machine
 
 
 class Worker:
-    """One warm worker process (``python -m jitlab.worker.jobs --serve``).
+    """One warm worker process (``python -m jitlab.worker.jobs --serve``, forked from a warm start where it can
+    be: :mod:`jitlab.worker.forkserver`).
 
     Each job carries an id the worker's answer repeats, so an answer is only ever taken for its own
     job; a call interrupted while the worker is busy (Ctrl-C) stops the worker, so the next call
@@ -41,17 +42,18 @@ class Worker:
 
     def __init__(self, env: dict | None = None):
         self.env = env or {}
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | forkserver.Forked | None = None
         self.lock = threading.Lock()
         self._ids = itertools.count(1)
 
     def _start(self) -> None:
         env = proc.python_env(**{"CUDA_LAUNCH_BLOCKING": "1", **self.env})  # a tuner's worker times: "0"
-        self.proc = subprocess.Popen([sys.executable, "-m", "jitlab.worker.jobs", "--serve"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                                     start_new_session=True)
+        deadline = time.monotonic() + _START_TIMEOUT
+        self.proc = forkserver.start_worker(env, deadline) or subprocess.Popen(
+            [sys.executable, "-m", "jitlab.worker.jobs", "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, env=env, start_new_session=True)
         try:
-            ready = self._receive(time.monotonic() + _START_TIMEOUT) == "ready"
+            ready = self._receive(deadline) == "ready"
         except TimeoutError:  # a machine too busy to import torch in time: the job's crash, not the caller's
             ready = False
         if not ready:
@@ -171,7 +173,7 @@ class Worker:
                 pass
 
 
-def _how_it_ended(proc: subprocess.Popen | None) -> str:
+def _how_it_ended(proc: subprocess.Popen | forkserver.Forked | None) -> str:
     try:
         code = proc.wait(timeout=10) if proc else None
     except subprocess.TimeoutExpired:

@@ -98,3 +98,32 @@ def test_fork_workers_off_starts_processes_of_their_own(workers, monkeypatch):
     w.start()
     assert not isinstance(w.proc, forkserver.Forked)
     assert _parent(w.proc.pid) == os.getpid()
+
+
+def test_a_forked_child_of_the_caller_starts_its_own_server(workers, monkeypatch):
+    """A process that forks after starting a worker: the child does not talk on its parent's socket (the
+    two would read each other's answers); it starts a server of its own, and the parent's still serves."""
+    monkeypatch.setenv("JITLAB_FORK_WORKERS", "1")
+    first = workers({})
+    first.start()
+    server = _parent(first.proc.pid)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a worker of its own, from a server that is not the parent's
+        code = 1
+        try:
+            os.close(r)
+            child = isolate.Worker({})
+            child.start()
+            code = 0 if isinstance(child.proc, forkserver.Forked) and _parent(child.proc.pid) != server else 2
+            child.stop()
+        finally:
+            os.write(w, bytes([code]))
+            os._exit(0)
+    os.close(w)
+    answer = os.read(r, 1)
+    os.waitpid(pid, 0)
+    assert answer == b"\x00"
+    again = workers({})
+    again.start()
+    assert _parent(again.proc.pid) == server

@@ -147,6 +147,17 @@ def start_worker(env: dict, deadline: float) -> Forked | None:
         return None
 
 
+def _forget_servers() -> None:
+    """In a child this process forks (not exec): the servers are the parent's; the child starts its own."""
+    for server in _servers.values():
+        server.sock.close()  # the child's copy: the parent's socket stays open
+    _servers.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_servers)
+
+
 @processes.at_end
 def stop_all() -> None:
     """Stop every fork server of this process (at exit)."""

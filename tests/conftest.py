@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+pytest_plugins = ["run_progress"]  # a line now and then: tests done, time spent, about how long is left
+
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = ROOT / "kernels"
 # A shell that loads jitlab (the `ip` fixture, the lessons run by nbclient) would start precompiling torch's

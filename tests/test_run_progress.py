@@ -1,0 +1,51 @@
+"""The test run's progress line (tests/run_progress.py): the count, the time spent and an estimate, from the process
+that prints (pytest alone, or pytest-xdist's controller), never after the last test."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SUITE = """
+import time
+
+def test_one():
+    time.sleep(0.05)
+
+def test_two():
+    time.sleep(0.05)
+
+def test_three():
+    pass
+
+def test_four():
+    pass
+"""
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["alone", "xdist"])
+def test_each_finished_test_but_the_last_gets_a_line_with_the_count_and_an_estimate(tmp_path, workers):
+    """With JITLAB_TEST_PROGRESS_EVERY=0, tests 1 to 3 of 4 each get one line: how many of how many, the time
+    spent and about how long is left; the 4th none (the summary says the rest); xdist's workers print none."""
+    (tmp_path / "test_tiny.py").write_text(SUITE)
+    env = {**os.environ, "JITLAB_TEST_PROGRESS_EVERY": "0", "PYTHONPATH": str(HERE)}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "run_progress", "-p", "no:cacheprovider", "-q",
+                        *workers, "test_tiny.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = re.findall(r"^jitlab tests: (\d) of 4 in \d+ s, about \d+ s left$", r.stdout, re.M)
+    assert lines == ["1", "2", "3"], r.stdout
+
+
+def test_off_prints_no_line(tmp_path):
+    """JITLAB_TEST_PROGRESS_EVERY=off: pytest's own output only."""
+    (tmp_path / "test_tiny.py").write_text(SUITE)
+    env = {**os.environ, "JITLAB_TEST_PROGRESS_EVERY": "off", "PYTHONPATH": str(HERE)}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "run_progress", "-p", "no:cacheprovider", "-q",
+                        "test_tiny.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "jitlab tests:" not in r.stdout, r.stdout

@@ -95,6 +95,28 @@ def ip(cache, tmp_path, monkeypatch):
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "jitlab")
     yield shell
+    end_shell()
+
+
+def end_shell() -> None:
+    """End the test's IPython shell (``InteractiveShell.instance()``) now: its history closed, its temporary files
+    removed, and no exit hook left behind. Each shell registers one that resets it at exit, a full
+    ``gc.collect()`` per shell over a heap holding torch: ~10 s at a pytest worker's exit for its ~100 shells."""
+    import atexit
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    if InteractiveShell.initialized():
+        shell = InteractiveShell.instance()
+        atexit.unregister(shell.atexit_operations)
+        if shell.history_manager is not None:
+            shell.history_manager.end_session()
+            shell.history_manager.close()
+            shell.history_manager = None
+        for f in shell.tempfiles:
+            f.unlink(missing_ok=True)
+        for d in shell.tempdirs:
+            shutil.rmtree(d, ignore_errors=True)
     InteractiveShell.clear_instance()
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
+from conftest import end_shell
 
 import jitlab
 from jitlab import snippets
@@ -290,7 +291,7 @@ def ip(tmp_path, monkeypatch):
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "jitlab")
     yield shell
-    InteractiveShell.clear_instance()
+    end_shell()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")

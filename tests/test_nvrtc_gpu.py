@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import end_shell
 
 import jitlab
 from jitlab.errors import LaunchError
@@ -228,4 +229,4 @@ def test_cuda_magic_check_builds_with_nvrtc(cache, tmp_path, monkeypatch, capsys
         again = jitlab.load(tmp_path / "kernels" / "positive.cu").build
         assert again.cached and again.engine == "nvrtc"
     finally:
-        InteractiveShell.clear_instance()
+        end_shell()

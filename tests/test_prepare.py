@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import end_shell
 
 from jitlab.errors import ToolchainError
 from jitlab.jit import builder, prepare, processes, toolchain
@@ -125,7 +126,7 @@ def test_load_ext_starts_the_background_once(compiler, capsys):
         magic.load_ipython_extension(shell)
         prepare.wait(30)
     finally:
-        InteractiveShell.clear_instance()
+        end_shell()
     assert capsys.readouterr().out.count("jitlab: preparing torch's headers") == 1
     assert len(compiler[0]) == len(prepare.wanted())
 

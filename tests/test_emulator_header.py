@@ -64,3 +64,29 @@ def test_a_debug_build_reads_the_header_and_runs_the_same(snippet):
 def test_a_users_define_reaches_the_kernel_with_the_precompiled_header(snippet):
     """``SCALE=3`` (``-DSCALE=3``) changes the kernel, not the header: the ``.gch`` serves and the define is seen."""
     _run(jitlab.load(snippet, device="cpu", defines={"SCALE": 3}), 3)
+
+
+def test_the_header_is_held_to_its_stamp_and_made_again_after_a_write(tmp_path, monkeypatch):
+    """Finding the ``.gch`` reads none of its 18 MB (its inode and change time vouch for it, as for torch's sets);
+    a ``.gch`` written to after it was made is made again, and units build on the new one."""
+    from jitlab.jit import cache
+
+    monkeypatch.setenv("JITLAB_PCH_DIR", str(tmp_path / "pch"))
+    header = emulator.precompiled_header()
+    gch = header.with_name(header.name + ".gch")
+    hashed = []
+    real = cache.file_sha256
+    monkeypatch.setattr(cache, "file_sha256", lambda p: hashed.append(str(p)) or real(p))
+    assert emulator.precompiled_header() == header
+    assert str(gch) not in hashed and hashed == [str(header)]  # the one-line header beside it, hashed
+    size = gch.stat().st_size
+    with open(gch, "r+b") as f:  # the same size, one byte flipped: only its change time tells
+        f.seek(size // 2)
+        byte = f.read(1)
+        f.seek(size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    again = emulator.precompiled_header()
+    made = again.with_name(again.name + ".gch")
+    with open(made, "rb") as f:
+        f.seek(size // 2)
+        assert f.read(1) == byte  # made again: the byte is GCC's once more

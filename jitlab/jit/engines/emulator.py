@@ -196,20 +196,23 @@ def precompiled_header() -> Path:
     def make(target: str, folder: Path) -> Manifest:
         header = folder / "simt.h"
         header.write_text("#include <jitlab_simt.h>\n")
+        gch = Path(f"{header}.gch")
         _compile([cxx, *CXXFLAGS, *SNIPPET_FLAGS, "-I", str(INCLUDE), "-x", "c++-header", str(header),
-                  "-o", f"{header}.gch"], "jitlab's CPU emulator header", {})
-        return cache.made(Path(f"{header}.gch"))
+                  "-o", str(gch)], "jitlab's CPU emulator header", {})
+        return cache.made(gch, stamp=cache.stamp_of(gch), companions={header.name: cache.file_sha256(header)})
 
-    return _per_toolchain("jitlab_simt_header", [*CXXFLAGS, *SNIPPET_FLAGS], make).folder / "simt.h"
+    # held to its stamp, as torch's sets are: hashing its 18 MB on every emulated build cost ~35 ms each
+    return _per_toolchain("jitlab_simt_header", [*CXXFLAGS, *SNIPPET_FLAGS], make, content=False).folder / "simt.h"
 
 
-def _per_toolchain(stem: str, flags: list[str], make):
+def _per_toolchain(stem: str, flags: list[str], make, content: bool = True):
     """The cache entry ``make`` builds once per host compiler, runtime text and flags, in the folder of the
-    toolchain's other builds (``config.pch_dir()``)."""
+    toolchain's other builds (``config.pch_dir()``); ``content=False``: held to its stamp, not its hash
+    (:func:`jitlab.jit.cache.verify_artifact`)."""
     name = cache.module_name(stem, cache.build_key(
         {"format": config.FORMAT_VERSION, "runtime": _digest_of_runtime(), "cxx": toolchain.fingerprint(False)["cxx"],
          "flags": flags}))
-    return cache.find_or_make(name, make, root=config.pch_dir())
+    return cache.find_or_make(name, make, root=config.pch_dir(), content=content)
 
 
 def _compile(cmd: list[str], what: str, sources: dict[str, str], run=None) -> None:

@@ -12,6 +12,7 @@ the shared modules at the top level (config, errors, output, progress, snippets)
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -42,11 +43,18 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """The module's syntax tree, parsed once for all the tests here (each walks every module)."""
+    return ast.parse(path.read_text())
+
+
+@functools.cache
 def _imports(name: str, path: Path) -> list[tuple[str, str | None, int]]:
     """``(module, imported name or None, line)`` for every import of a jitlab module in ``path``."""
     is_pkg = path.name == "__init__.py"
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             found += [(a.name, None, node.lineno) for a in node.names if a.name.split(".")[0] == "jitlab"]
         elif isinstance(node, ast.ImportFrom):
@@ -150,7 +158,7 @@ def test_no_module_uses_another_modules_private_names():
     """``from jitlab.x import _name`` and ``x._name`` across modules: a shared helper is public where it lives."""
     offenders = []
     for m, p in MODULES.items():
-        tree = ast.parse(p.read_text())
+        tree = _tree(p)
         aliases = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jitlab"):

@@ -67,7 +67,8 @@ class Forked:
     def _read_status(self) -> None:
         data = os.read(self._status, 8)
         os.close(self._status)
-        # No word: the server died first (killed from outside); the worker was orphaned, its code unknown.
+        # No word: the server died before the worker (killed from outside), and nothing can tell how the worker
+        # ends any more. It is taken as ended; it leaves when its caller closes its stdin (Worker.stop).
         self.returncode = int.from_bytes(data, "little", signed=True) if len(data) == 8 else -signal.SIGKILL
 
 

@@ -6,8 +6,8 @@ whole run a quarter of an hour. Every ``JITLAB_TEST_PROGRESS_EVERY`` seconds (de
 
     jitlab tests: 812 of 1790 in 6 min 10 s, about 7 min left
 
-The estimate is the pace of the last :data:`WINDOW` seconds applied to the tests left. The suite runs its slow
-tests first (conftest.py), so early lines promise too long a wait, never too short a one.
+The estimate is the pace of the last :data:`WINDOW` seconds applied to the tests left, so it moves as slow and
+quick stretches pass: in a clean clone's run here the first minute's line said 4 min left of 13, the fifth's 12.
 """
 
 from __future__ import annotations

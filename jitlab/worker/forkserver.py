@@ -30,6 +30,7 @@ from pathlib import Path
 
 from jitlab import config
 from jitlab.jit import processes
+from jitlab.worker import jobs
 
 #: Variables read when a Python process starts or imports torch: a worker forked from a server started
 #: with other values would not be the process they describe, so each set of values gets its own server.
@@ -171,11 +172,7 @@ def stop_all() -> None:
 
 def _serve(sock: socket.socket) -> None:
     """Fork a worker per request until the caller closes its end; reap them and report how each ended."""
-    import torch  # noqa: F401  (what every worker needs: imported once, here)
-
-    from jitlab.judge import checker, runner  # noqa: F401
-    from jitlab.worker import jobs  # noqa: F401
-
+    jobs.warm_up(cuda=False)  # what every worker needs, imported once, here
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -230,8 +227,6 @@ def _become_worker(fds: list[int], env: dict, cwd: str) -> None:
         os.environ.clear()
         os.environ.update(env)
         sys.argv = [str(Path(__file__).with_name("jobs.py")), "--serve"]
-        from jitlab.worker import jobs
-
         code = jobs.main(["--serve"])
         atexit._run_exitfuncs()
     finally:

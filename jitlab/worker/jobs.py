@@ -352,7 +352,7 @@ def serve() -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)  # between jobs, stray output goes nowhere instead of into the protocol
-    _warm_up()
+    warm_up()
     proc.write_frame(proto, "ready")
     while True:
         job = proc.read_frame(requests)
@@ -365,13 +365,14 @@ def serve() -> None:
             return  # the CUDA context is unusable; the parent starts a fresh worker
 
 
-def _warm_up() -> None:
-    """Import torch and jitlab and create the CUDA context now, so the first job pays none of it."""
+def warm_up(cuda: bool = True) -> None:
+    """Import torch and jitlab and create the CUDA context now, so the first job pays none of it; ``cuda=False``: a
+    fork server's imports (:mod:`jitlab.worker.forkserver`), whose workers each make their context after the fork."""
     import torch
 
     from jitlab.judge import checker, runner  # noqa: F401
 
-    if torch.cuda.is_available():
+    if cuda and torch.cuda.is_available():
         torch.zeros(1, device="cuda")
 
 

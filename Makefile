@@ -3,9 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: demo test test-fast gpu-test bench bench-cpp clean
+.PHONY: demo test test-slow test-all gpu-test bench bench-cpp clean
 
-$(VENV)/.ready: pyproject.toml scripts/setup-env
+$(VENV)/.ready: pyproject.toml scripts/setup-env scripts/uv-overrides.txt
 	PYTHON=$(PYTHON) scripts/setup-env $(VENV)
 	touch $@
 
@@ -13,21 +13,24 @@ $(VENV)/.ready: pyproject.toml scripts/setup-env
 demo: $(VENV)/.ready
 	$(PY) -m jitlab run
 
-## test: the CPU test suite (what CI runs); GPU tests are deselected without a GPU. Installs Chromium
-## for the browser test, and clang for faster host units, when this user may (scripts/setup-system),
-## otherwise says what to run.
-## Tests run in TEST_WORKERS processes (pytest-xdist), 2 for CI's and this machine's 2 cores: a third
-## worker made the same work cost more CPU (fresh clones here: 2 workers 7 min 5 s, 7 min 7 s and
-## 7 min 11 s; 3 workers 7 min 8 s, 7 min 35 s and 8 min 20 s; docs/benchmarks.md); builds are shared
-## through one cache per run.
+## test: the quick CPU suite, every CPU test not marked slow (~1500 tests, about 4 min on 2 cores; no root, no
+## browser). GPU tests are deselected without a GPU. Tests run in TEST_WORKERS processes (pytest-xdist), 2 for
+## CI's and this machine's 2 cores: a third worker made the same work cost more CPU (docs/benchmarks.md).
 TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal
 test: $(VENV)/.ready
-	scripts/setup-system
-	$(PY) -m pytest -m "not gpu" -n $(TEST_WORKERS) --dist worksteal --durations=15 tests
+	$(PYTEST) -m "not gpu and not slow" --durations=10 tests
 
-## test-fast: CPU tests without the ones that compile torch headers (tens of seconds each)
-test-fast: $(VENV)/.ready
-	$(PY) -m pytest -m "not gpu and not slow" -n $(TEST_WORKERS) --dist worksteal tests
+## test-slow: the CPU tests marked slow, each over ~2 s on 2 cores (torch's headers, nvcc's device code, notebooks
+## top to bottom, JupyterLab in Chromium, package builds; ~10 min). Installs Chromium for the browser tests, and
+## clang for faster host units, when this user may (scripts/setup-system), otherwise says what to run.
+test-slow: $(VENV)/.ready
+	scripts/setup-system
+	$(PYTEST) -m "not gpu and slow" --durations=15 tests
+
+## test-all: every CPU test, `make test` then `make test-slow` on one folder of header sets (what CI runs)
+test-all: $(VENV)/.ready
+	export JITLAB_PCH_DIR=$$(mktemp -d) && trap 'rm -rf "$$JITLAB_PCH_DIR"' EXIT && $(MAKE) test && $(MAKE) test-slow
 
 ## gpu-test: the GPU suite and the demo, with the machine's own python3 and CUDA torch
 gpu-test:

@@ -8,6 +8,13 @@ whole run a quarter of an hour. Every ``JITLAB_TEST_PROGRESS_EVERY`` seconds (de
 
 The estimate is the pace of the last :data:`WINDOW` seconds applied to the tests left, so it moves as slow and
 quick stretches pass: in a clean clone's run here the first minute's line said 4 min left of 13, the fifth's 12.
+
+A run that leaves the ``slow`` tests out (``make test``: ``-m "not gpu and not slow"``) also ends with the tests
+not marked slow that took over ``JITLAB_TEST_SLOW_OVER`` seconds (default 3) from setup to teardown, so that one
+that grew slow is marked and ``make test`` stays quick::
+
+    jitlab tests: 1 test not marked slow took over 3 s here; mark it @pytest.mark.slow (make test-slow runs it)
+      4.2 s  tests/test_x.py::test_y
 """
 
 from __future__ import annotations
@@ -61,7 +68,32 @@ class Progress:
                                 f"about {_minutes(left)} left")
 
 
+class SlowOnes:
+    """The tests of a run without the slow ones that took over ``over`` seconds, named at the run's end."""
+
+    def __init__(self, over: float):
+        self.over = over
+        self.took: dict[str, float] = collections.defaultdict(float)
+
+    def pytest_runtest_logreport(self, report):
+        if "slow" not in report.keywords:
+            self.took[report.nodeid] += report.duration
+
+    def pytest_terminal_summary(self, terminalreporter):
+        slow = sorted(((t, n) for n, t in self.took.items() if t > self.over), reverse=True)
+        if slow:
+            one = len(slow) == 1
+            terminalreporter.write_line(
+                f"jitlab tests: {len(slow)} test{'' if one else 's'} not marked slow took over {self.over:g} s here; "
+                f"mark {'it' if one else 'them'} @pytest.mark.slow (make test-slow runs {'it' if one else 'them'})")
+            for t, n in slow:
+                terminalreporter.write_line(f"  {t:.1f} s  {n}")
+
+
 def pytest_configure(config):
+    if "not slow" in (config.getoption("markexpr", "") or "") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(SlowOnes(float(os.environ.get("JITLAB_TEST_SLOW_OVER", "3"))),
+                                      "jitlab-slow-ones")
     every = os.environ.get("JITLAB_TEST_PROGRESS_EVERY", "60")
     if every == "off" or hasattr(config, "workerinput"):  # an xdist worker: its controller speaks
         return

@@ -162,6 +162,7 @@ def test_plot_of_one_size_per_version_is_a_bar_chart(tmp_path, monkeypatch):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_run_command_on_a_cpp_kernel(tmp_path):
     """`jitlab run` on a C++ kernel checks, times against torch, prints the table and writes JSON."""
     env = {**os.environ, "JITLAB_CACHE_DIR": str(tmp_path), "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -262,6 +263,7 @@ VARIANTS = {"add2_cpu_slow": run_slow, "add2_cpu_fast": run}
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(toolchain.nvcc_path() is None, reason="needs nvcc for the compile-checked kernel")
 def test_run_summary_and_the_original_alias(tmp_path):
     """`jitlab run` without a GPU: an aliased original is named and timed once; the summary counts compile-checks apart."""

@@ -206,6 +206,7 @@ def test_bad_defines_are_refused_before_any_build(cache, write, defines, said):
     assert not cache.exists() or not any(cache.iterdir())
 
 
+@pytest.mark.slow
 def test_arch_may_be_a_number(cache, write):
     """arch=90 and arch=[75, 90] are sm_90 and sm_75, sm_90 (no TypeError from inside)."""
     snippet = write("a.cu", "__global__ void ones(float* y) { y[threadIdx.x] = 1; }")

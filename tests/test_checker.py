@@ -214,6 +214,7 @@ def test_written_by_column_only_when_a_launch_is_known():
     assert str(launched).splitlines()[2].endswith("thread")
 
 
+@pytest.mark.slow
 def test_poisoned_allocations_switch_torchs_flags_back_without_importing_inductor():
     """Inside the checker's block, torch.empty holds NaN under deterministic algorithms (warn only); after it,
     torch's flags are as they were; and a fresh process that checks never imports torch._inductor (what

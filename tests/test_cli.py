@@ -33,6 +33,7 @@ def jitlab_process(*args: str, cache: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_python_m_jitlab_is_the_command(tmp_path, write):
     """`python -m jitlab` exits with main's code: 0 for a build, 1 for a compile error (file:line on
     stderr), 2 for bad usage."""
@@ -169,6 +170,7 @@ def test_an_arch_nvcc_dropped_names_the_oldest_it_builds(jl):
     assert r.returncode == 1 and "builds for sm_75 and newer" in r.stderr and "fatal" not in r.stderr, r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available() or not toolchain.nvcc_path(), reason="the no-GPU path; needs nvcc")
 def test_check_without_a_gpu_runs_a_kernel_only_snippet_on_the_emulator(tmp_path):
     """`jitlab check X.cu` without a GPU: a kernel-only snippet is checked on the CPU emulator, said once."""
@@ -188,6 +190,7 @@ def test_check_for_cuda_without_a_gpu_says_needs_a_gpu_not_fail(jl):
     assert "`jitlab check kernels/saxpy.cu --device cpu`" in r.stderr
 
 
+@pytest.mark.slow
 def test_check_on_the_cpu_emulator_from_a_shell(jl):
     """`jitlab check X.cu --device cpu` checks a kernel-only snippet on the CPU emulator, with no GPU, and says so."""
     r = jl("check", "kernels/saxpy.cu", "--device", "cpu")

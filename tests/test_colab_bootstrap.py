@@ -65,6 +65,7 @@ print(json.dumps({"cwd": __import__("os").getcwd(), "ninja": shutil.which("ninja
 """
 
 
+@pytest.mark.slow
 def test_first_cell_runs_on_a_colab_like_machine_without_ninja(tmp_path):
     """The bootstrap cell runs (pip asked for jitlab with the extra matching torch), prints the
     environment with ninja missing and the first build's wait said once, and NVRTC and nvcc

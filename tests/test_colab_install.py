@@ -114,6 +114,7 @@ def _new(plan: dict) -> dict[str, str]:
             if canonical(i["metadata"]["name"]) != "jitlab"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("way", ["first cell", "by hand"])
 def test_nothing_colab_has_is_replaced(colab, plans, way):
     """Neither install replaces or upgrades a package Colab has: torch 2.11.0+cu128 stays, so do

@@ -84,6 +84,7 @@ def test_defines_change_the_key(cache, write):
     assert run_scale(jitlab.load(p, defines={"F": "7.0f"})).tolist()[1] == 7
 
 
+@pytest.mark.slow
 def test_new_process_reuses_the_cache(cache, write):
     """Another process loading the same snippet compiles nothing."""
     p = write("scale.cpp", scale_src("2.0f"))
@@ -159,6 +160,7 @@ def test_entries_are_trusted_by_hash_or_by_size_and_stamp_where_asked(tmp_path, 
     assert art.read_bytes() == b"x" * 100
 
 
+@pytest.mark.slow
 def test_concurrent_loads_build_once(cache, write):
     """Two processes loading the same new snippet at once: one builds, both get a correct module."""
     p = write("scale.cpp", scale_src("6.0f"))

@@ -22,6 +22,7 @@ PLANTED = ROOT / "tests" / "fixtures" / "planted" / "hello_threads.cu"
 pytestmark = pytest.mark.skipif(toolchain.nvcc_path() is None, reason="needs nvcc")
 
 
+@pytest.mark.slow
 def test_saxpy_compile_only_two_archs_then_cache_hit(cache):
     """With nvcc, saxpy.cu compiles to an object for sm_75 and sm_90 with per-arch registers; again is a cache hit."""
     b = jitlab.build(KERNELS / "saxpy.cu", compile_only=True, arch=["sm_75", "sm_90"], engine="nvcc")
@@ -91,6 +92,7 @@ def test_arch_is_part_of_the_build_key(cache, write):
     assert set(b.resources["k"]) == {"sm_80", "sm_90"}
 
 
+@pytest.mark.slow
 def test_half_operators_compile_in_kernel_only_units(cache, write):
     """__half * __half compiles in a kernel-only snippet with nvcc: torch's -D__CUDA_NO_HALF_OPERATORS__ is undone
     (NVRTC never defines it: test_nvrtc compiles __hadd and friends)."""
@@ -140,6 +142,7 @@ def test_gencode_flags_sass_and_ptx():
     assert toolchain.gencode_flags(["sm_90a"]) == ["-gencode=arch=compute_90a,code=sm_90a"]
 
 
+@pytest.mark.slow
 def test_parse_resource_usage_from_a_real_nvcc_log(tmp_path):
     """Registers and shared memory per kernel and arch come out of nvcc --resource-usage output."""
     src = tmp_path / "red.cu"

@@ -23,7 +23,7 @@ from test_browser import PANEL_S, ROOT, _require_tools, _screenshot_on_failure
 # test_browser's fixtures: JupyterLab serving this module's workdir, and a Chromium page.
 lab, page = test_browser.lab, test_browser.page
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 NOTEBOOK = "editor.ipynb"
 SCREENSHOT = ROOT / "build_cache" / "screens" / "editor.png"

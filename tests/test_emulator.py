@@ -441,6 +441,7 @@ def test_without_a_gpu_compile_only_is_not_the_emulators(write, cache):
     assert b.engine != emulator_support.ENGINE and b.archs == ["sm_90"]
 
 
+@pytest.mark.slow
 @no_gpu
 def test_the_emulator_by_default_is_said_once_per_process(write, shared_cache):
     """A new process that builds two kernel-only snippets without a GPU says once, in one line, that they run
@@ -542,6 +543,7 @@ def test_the_left_out_kernels_are_the_ones_the_emulator_refuses():
             assert emulator_support.cannot_run(k.path), k.name
 
 
+@pytest.mark.slow
 def test_launches_leave_no_memory_areas_behind(tmp_path, shared_cache):
     """Each snippet's library runs 1024-thread blocks and keeps nothing mapped after its launches: a process
     that ran many snippets can still start threads (the kernel caps memory areas at vm.max_map_count)."""

@@ -178,6 +178,7 @@ CPU_TORCH = "import torch, torch.utils.cpp_extension as ce; torch.version.cuda =
 NO_NVCC = "import torch, torch.utils.cpp_extension as ce; torch.version.cuda = '12.8'; ce.CUDA_HOME = None"
 
 
+@pytest.mark.slow
 def test_cuda_setup_py_on_a_cpu_torch_says_so(tmp_path):
     """A CUDA package's setup.py with a CPU torch stops at once naming a CUDA build of torch, not torch's raw CUDA_HOME error."""
     out = export(KERNELS / "add2.cu", tmp_path / "pkg")
@@ -188,6 +189,7 @@ def test_cuda_setup_py_on_a_cpu_torch_says_so(tmp_path):
     assert not (out / "build").exists()  # stopped before compiling anything
 
 
+@pytest.mark.slow
 def test_cuda_setup_py_without_nvcc_names_the_toolkit(tmp_path):
     """A CUDA torch but no nvcc: setup.py names the CUDA toolkit of torch's major version and CUDA_HOME."""
     out = export(KERNELS / "square_matrix.cu", tmp_path / "pkg")
@@ -196,6 +198,7 @@ def test_cuda_setup_py_without_nvcc_names_the_toolkit(tmp_path):
     assert "CUDA toolkit 12.x" in r.stderr and "set CUDA_HOME" in r.stderr
 
 
+@pytest.mark.slow
 def test_cpp_setup_py_does_not_ask_for_cuda(tmp_path):
     """A C++ package's setup.py has no CUDA check: with a CPU torch it gets as far as setuptools (--name)."""
     out = export(KERNELS / "add2_cpu.cpp", tmp_path / "pkg")
@@ -207,6 +210,7 @@ def test_cpp_setup_py_does_not_ask_for_cuda(tmp_path):
 OLD_SETUPTOOLS = "import sys; sys.modules['setuptools.command.bdist_wheel'] = None; sys.modules['wheel'] = None"
 
 
+@pytest.mark.slow
 def test_setup_py_building_a_wheel_without_wheel_names_pip_install_wheel(tmp_path):
     """Setuptools < 70.1 (no bdist_wheel of its own) and no `wheel`: pip's dist_info step stops with `pip install wheel`."""
     out = export(KERNELS / "add2_cpu.cpp", tmp_path / "pkg")
@@ -424,6 +428,7 @@ def test_a_name_with_a_quote_or_a_newline_is_refused_before_anything_is_written(
     assert not (tmp_path / "pkg").exists()
 
 
+@pytest.mark.slow
 def test_names_reach_setup_py_and_init_py_only_as_literals(tmp_path, monkeypatch):
     """Past the name check, the payload is text: running setup.py and importing the package makes no folder."""
     monkeypatch.setattr(export_module.package_files, "check_names", lambda paths: None)
@@ -598,6 +603,7 @@ TORCH_LIBRARY_IMPL(pkgops, CPU, m) { m.impl("halve", &halve_cpu); }
 """
 
 
+@pytest.mark.slow
 def test_an_operator_package_registers_its_operators_on_import(tmp_path):
     """A TORCH_LIBRARY snippet exported and built with its setup.py: importing the package registers the
     operator, which is also the package's attribute (before, the extension had no module init and did

@@ -163,6 +163,7 @@ def ctrl_c_after(seconds: float):
         signal.signal(signal.SIGINT, previous)
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_check_does_not_hand_its_answer_to_the_next_check(worker, slow_snippet):
     """After an interrupted check, a segfaulting snippet is reported as crashed, not as the old pass."""
     assert worker.run(jobs.Job("check", str(ADD2)), 120).passed  # a warm worker, as in a notebook
@@ -219,6 +220,7 @@ def test_ctrl_c_during_a_torch_style_build_ends_its_compilers_at_once(cache, wri
     assert not [m for m in cache.rglob(jcache.MANIFEST) if "stalled_build" in str(m)]
 
 
+@pytest.mark.slow
 def test_sigterm_of_a_batch_ends_the_compilers_making_torchs_headers(tmp_path):
     """``timeout`` (SIGTERM) of a ``jitlab check`` batch while torch's header sets are being made in the
     background: the command exits with 143 and leaves no compiler running (Python's default ending skipped the
@@ -335,6 +337,7 @@ def frozen_builder(cache, write):
         child.wait()
 
 
+@pytest.mark.slow
 def test_a_frozen_builder_makes_waiters_give_up_naming_its_pid(frozen_builder, cache, monkeypatch, capfd):
     """A waiter reports the holder's PID while it waits, then raises a CacheError naming PID, lock and fix."""
     p, child = frozen_builder
@@ -445,6 +448,7 @@ def break_binary(b: jitlab.Build) -> None:
     jcache.write_manifest(b.folder, dataclasses.replace(manifest, size=len(garbage), sha256=jcache.file_sha256(b.artifact)))
 
 
+@pytest.mark.slow
 def test_cached_binary_that_cannot_be_loaded_is_rebuilt_once(cache, write):
     """A .so that fails to load although its manifest hash matches is rebuilt once, not failed forever."""
     p = write("scale.cpp", SCALE % "2.0f")
@@ -668,6 +672,7 @@ def test_inputs_keep_their_version(m):
 
 
 # ---- 2. empty tensors -------------------------------------------------------------------------
+@pytest.mark.slow
 def test_empty_tensor_for_a_pointer_is_refused_not_a_segfault(snippet, calls_cache):
     """torch.empty(0) has a NULL address: a C++ call writing 4 elements into it crashed the process."""
     script = textwrap.dedent(f"""
@@ -884,6 +889,7 @@ def header_folder(tmp_path: Path, factor: str) -> Path:
     ('"cfg.h"', lambda d: ["-I" + str(d)]),
     ("<cfg.h>", lambda d: ["-isystem", str(d)]),
 ], ids=["-I", "-isystem"])
+@pytest.mark.slow
 def test_edited_header_in_a_flag_include_folder_is_rebuilt(cache, write, tmp_path, include, flags):
     """Editing a header reached through -I / -isystem gives the new result here and in a new process."""
     inc = header_folder(tmp_path, "2.0f")
@@ -981,6 +987,7 @@ __global__ void scale(float* y, const float* x, int n) {
 """
 
 
+@pytest.mark.slow
 def test_cu_internal_helpers_parse_as_internal_and_compile(cache, write):
     """The .cu's helpers are internal (parse), and nvcc compiles the snippet with only `scale` exported."""
     p = write("helpers.cu", HELPERS_CU)
@@ -1082,6 +1089,7 @@ def test_errors_in_such_a_folder_name_the_users_file(cache, odd_folder):
     assert (e.value.diagnostics[0].path, e.value.diagnostics[0].line) == (str(odd_folder / "h.h"), 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["nvcc", "auto"])
 def test_cu_in_a_folder_with_a_backslash_compiles_and_errors_name_it(cache, tmp_path, engine):
     """nvcc and NVRTC (auto) compile a .cu there, and report its error at its own path and line."""

@@ -66,6 +66,7 @@ def test_a_killed_worker_is_reported_with_its_signal(workers, monkeypatch):
     assert w.proc.pid != pid
 
 
+@pytest.mark.slow
 def test_other_start_up_variables_get_their_own_server(workers, monkeypatch):
     """PYTHONPATH is read when Python starts: workers asking for another one come from another server."""
     monkeypatch.setenv("JITLAB_FORK_WORKERS", "1")
@@ -77,6 +78,7 @@ def test_other_start_up_variables_get_their_own_server(workers, monkeypatch):
     assert _parent(a.proc.pid) != _parent(b.proc.pid)
 
 
+@pytest.mark.slow
 def test_a_dead_server_is_replaced(workers, monkeypatch):
     """A fork server killed from outside is noticed at the next start: a new one forks the worker."""
     monkeypatch.setenv("JITLAB_FORK_WORKERS", "1")
@@ -91,6 +93,7 @@ def test_a_dead_server_is_replaced(workers, monkeypatch):
     assert _parent(b.proc.pid) not in (server, os.getpid())
 
 
+@pytest.mark.slow
 def test_fork_workers_off_starts_processes_of_their_own(workers, monkeypatch):
     """JITLAB_FORK_WORKERS=0: the worker is this process's own child, started from scratch."""
     monkeypatch.setenv("JITLAB_FORK_WORKERS", "0")
@@ -100,6 +103,7 @@ def test_fork_workers_off_starts_processes_of_their_own(workers, monkeypatch):
     assert _parent(w.proc.pid) == os.getpid()
 
 
+@pytest.mark.slow
 def test_a_forked_child_of_the_caller_starts_its_own_server(workers, monkeypatch):
     """A process that forks after starting a worker: the child does not talk on its parent's socket (the
     two would read each other's answers); it starts a server of its own, and the parent's still serves."""

@@ -109,6 +109,7 @@ def test_same_name_new_source_is_the_new_module(cache):
     assert jitlab.load_inline(name="same", cpp_sources=SQUARE, functions=["square"]).build.cached
 
 
+@pytest.mark.slow
 def test_failed_build_leaves_the_name_usable(cache):
     """A first build that fails raises CompileError; the fixed source under the same name then loads and runs."""
     with pytest.raises(jitlab.CompileError):
@@ -117,6 +118,7 @@ def test_failed_build_leaves_the_name_usable(cache):
     assert m.square(torch.tensor([3.0])).item() == 9.0
 
 
+@pytest.mark.slow
 def test_error_names_the_line_inside_the_string(cache):
     """A compile error names load_inline's name, the source list's index and the line in that string, with a caret."""
     with pytest.raises(jitlab.CompileError) as info:
@@ -129,6 +131,7 @@ def test_error_names_the_line_inside_the_string(cache):
     assert (d.path, d.line) == ("load_inline 'where' cpp_sources[1]", 4)
 
 
+@pytest.mark.slow
 def test_a_source_the_parser_cannot_read_is_compiled_as_its_build_would(cache):
     """A torch source in which the parser finds nothing (`int main() { return 0 }`) is compiled as its unit on its
     torch header set, as the build would: GCC's error at the string's line, and the unit's entry in the object cache
@@ -140,6 +143,7 @@ def test_a_source_the_parser_cannot_read_is_compiled_as_its_build_would(cache):
     assert list((cache / "objects").glob("unread.cpp-*"))
 
 
+@pytest.mark.slow
 def test_error_in_a_notebook_cell_names_the_cells_line(ip, capsys):
     """In IPython, an error in a source string written in the calling cell also names the cell's line."""
     cell = '''import jitlab
@@ -181,6 +185,7 @@ def test_what_counts_as_undeclared_before_compiling():
     assert binding.undeclared(None, src) == []
 
 
+@pytest.mark.slow
 def test_a_function_declared_in_an_included_header_is_bound(cache, tmp_path):
     """A name cpp_sources only include a header for is left to the compiler, which finds it there."""
     (tmp_path / "cube.h").write_text("torch::Tensor cube(torch::Tensor x) { return x * x * x; }\n")
@@ -212,6 +217,7 @@ def test_sycl_sources_are_refused_naming_torch(cache):
         jitlab.load_inline(name="sy", cpp_sources="", sycl_sources=["x"])
 
 
+@pytest.mark.slow
 def test_not_a_python_module_loads_torch_library_operators(cache):
     """is_python_module=False loads the operators into torch.ops and returns the library's path, as torch's; a
     new source under the same name replaces them in the same process."""
@@ -255,6 +261,7 @@ def test_load_refuses_unknown_keyword_with_a_hint():
         jitlab.load(name="x", sources=["x.cu"], extra_cuda_flags=["-O3"])
 
 
+@pytest.mark.slow
 def test_cuda_lecture_call_compiles_split_without_a_gpu(cache):
     """A lecture-style CUDA load_inline compiles for sm_75 through the split units; its C++ source, which only
     declares `square` for functions=, is no unit (the host unit ends with square's entry); a kernel edit

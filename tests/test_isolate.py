@@ -45,6 +45,7 @@ def test_wrong_result_is_a_mismatch_with_the_checkers_reasons(worker):
     assert "wrong_cpu/original at size 1" in out.where
 
 
+@pytest.mark.slow
 def test_hang_times_out_and_the_next_check_still_works(worker):
     """A hanging snippet times out after 5 s and its worker is stopped; a fresh worker passes the next check."""
     out = _check(worker, FAULTS / "hang_cpu.cpp", timeout=5)

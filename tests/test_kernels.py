@@ -14,6 +14,7 @@ from jitlab.tools import inspect
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(toolchain.nvcc_path() is None, reason="needs nvcc")
 @pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_86", "sm_90", "sm_120"])
 def test_hgemm_version3_tile_is_the_one_its_launch_sizes(arch):

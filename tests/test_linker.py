@@ -123,6 +123,7 @@ def test_a_torch_module_is_linked_by_gold_and_works(tmp_path, use_shared_cache, 
     torch.testing.assert_close(m.gold_add(torch.ones(3), torch.ones(3)), torch.full((3,), 3.0))
 
 
+@pytest.mark.slow
 @needs_gold
 def test_an_emulated_kernels_library_is_linked_by_gold_and_runs(tmp_path, choose):
     """The CPU emulator's library (the snippet and the runtime): linked by gold, the kernel right, and an

@@ -112,6 +112,7 @@ def test_a_cuda_cell_without_a_gpu_is_one_line_and_its_name_is_remembered(shell,
     assert "`twice` comes from cell [1] (`%%cuda twice --bench --device cuda`)" in out and result.success
 
 
+@pytest.mark.slow
 @no_gpu
 def test_a_cuda_check_cell_without_a_gpu_runs_on_the_cpu_emulator(shell, tmp_path):
     """`%%cuda NAME --check` without a GPU builds the kernel for the CPU emulator, binds NAME (CPU tensors) and

@@ -57,6 +57,7 @@ def workdir(tmp_path, kernel_copy):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_gpu_cells_show_one_line_and_run_all_goes_on_in_chromium(request):
     """Run All runs every cell; the %%cuda cell, the CUDA load and the call of the %%cuda cell's name
     each show one "needs a CUDA GPU" line, and the page holds no traceback."""
@@ -96,6 +97,7 @@ def _italic(editor, text: str) -> bool:
         "es => es.some(e => getComputedStyle(e).fontStyle === 'italic')")
 
 
+@pytest.mark.slow
 def test_cuda_cell_is_highlighted_as_cpp_in_chromium(request):
     """With jitlab's labextension a %%cuda cell is C++ (its // line a comment, `float` a type), while a
     Python cell stays Python; deleting the magic line gives the cell Python back."""
@@ -156,6 +158,7 @@ def _lesson_notebook(folder) -> None:
     nbformat.write(nb, folder / "lesson00.ipynb")
 
 
+@pytest.mark.slow
 def test_lesson_00_on_a_cpu_runs_hello_threads_and_shows_the_planted_mistake_at_its_line(request):
     """Lesson 00 in JupyterLab without a GPU: `hello_threads` runs on the CPU emulator and prints each of its
     8 threads, and the planted mistake shows the compiler's error at the cell's line, not "no kernel found"."""

@@ -258,6 +258,7 @@ def test_check_without_a_gpu_says_so_and_compiles():
     assert "no CUDA GPU" in str(r) and "tensor cores" in str(r) and "it compiles" in str(r) and "sm_75" in str(r)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
 def test_check_without_a_gpu_runs_on_the_cpu_emulator():
     """Without a GPU, check() runs a kernel-only exercise on the CPU emulator: the starting code fails,
@@ -294,6 +295,7 @@ def ip(tmp_path, monkeypatch):
     end_shell()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
 def test_exercise_cell_saves_and_checks(ip, tmp_path, capsys):
     """The cell is saved over kernels/exercises/NAME.cu (old text kept in .history) and checked."""
@@ -324,6 +326,7 @@ def test_exercise_cell_with_an_unknown_name_saves_nothing(ip, tmp_path, capsys):
 
 
 # ---- running notebooks --------------------------------------------------------------------------
+@pytest.mark.slow
 def test_c_printf_reaches_the_notebook_cell(tmp_path, monkeypatch):
     """printf from a snippet lands in the cell's output, not the kernel's terminal (ipykernel 7 routes
     writes to cells by thread context; CUDA's device printf takes the same path)."""
@@ -370,6 +373,7 @@ def test_cell_text_is_what_a_front_end_shows():
     assert notebooks.cell_text({"outputs": [widget, stream, plain]}) == "jitlab: built 1.0 s\nnext line\n42"
 
 
+@pytest.mark.slow
 def test_run_notebook_leaves_gpu_cells_out_and_names_the_failing_cell(tmp_path):
     """Without a GPU the gpu-tagged cells are dropped; a failing cell is reported with its id and error."""
     from nbformat.v4 import new_code_cell, new_notebook

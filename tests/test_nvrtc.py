@@ -61,6 +61,7 @@ def test_auto_takes_nvrtc_for_kernel_only_cuda(scale):
     assert b.engine == "nvrtc" and b.notes == []
 
 
+@pytest.mark.slow
 def test_cache_edit_revert_and_new_process(scale):
     """The same source is a cache hit; an edit is a new build; a revert and a new process hit again."""
     first = _nvrtc(scale, arch="sm_90")
@@ -77,6 +78,7 @@ def test_cache_edit_revert_and_new_process(scale):
     assert out == ["nvrtc", "True", first.name]
 
 
+@pytest.mark.slow
 def test_new_process_hit_reads_nvrtc_version_from_the_cache(scale):
     """A cache hit in a new process takes NVRTC's version (part of the key) from the cache's memo,
     without loading cuda.bindings' NVRTC and driver bindings; a memo whose library changed is not
@@ -101,6 +103,7 @@ def test_new_process_hit_reads_nvrtc_version_from_the_cache(scale):
     assert json.loads(json.loads(memo.read_text())[key])["answer"] == seen["answer"]
 
 
+@pytest.mark.slow
 def test_engine_is_part_of_the_key(scale):
     """The same snippet built with nvcc is another build, and both stay cached."""
     a, b = _nvrtc(scale, arch="sm_90"), jitlab.build(scale, compile_only=True, arch="sm_90", engine="nvcc")
@@ -152,6 +155,7 @@ def test_nvcc_fallback_says_why(snippet, reason):
     assert reason in str(e.value) and "engine='auto' or 'nvcc'" in str(e.value)
 
 
+@pytest.mark.slow
 def test_host_header_goes_to_nvcc_with_a_note(tmp_path):
     """A kernel that includes a host header (<vector>) is built with nvcc, with a one-line note saying why."""
     p = tmp_path / "vec.cu"
@@ -160,6 +164,7 @@ def test_host_header_goes_to_nvcc_with_a_note(tmp_path):
     assert b.engine == "nvcc" and b.notes == ["built with nvcc: includes <vector>, a host header"]
 
 
+@pytest.mark.slow
 def test_device_headers_and_cooperative_groups(tmp_path):
     """cuda_fp16/bf16, cooperative groups, static and extern shared memory, __constant__ and a
     template helper all compile with NVRTC."""
@@ -255,6 +260,7 @@ def test_nvrtc_uses_the_installed_cuda_core_api():
     assert core is cuda.core or int(cuda.core.__version__.split(".")[0]) == 0
 
 
+@pytest.mark.slow
 def test_first_nvrtc_builds_in_threads_at_once_all_compile(tmp_path):
     """A fresh process whose first NVRTC builds start in four threads at once (a sweep's parallel
     builds): each compiles; cuda-core's lazily imported parts are found once, under a lock."""
@@ -302,6 +308,7 @@ TORCH_STYLE = ("jitlab.jit.split", "jitlab.jit.binding", "jitlab.jit.cabi", "jit
                "jitlab.jit.header_sets", "jitlab.jit.torch_compat")
 
 
+@pytest.mark.slow
 def test_a_kernel_only_hit_in_a_new_process_starts_no_tool_and_imports_no_other_engine(scale, cache):
     """A new process's kernel-only hit asks no compiler (their answers are kept in the cache) and imports no
     engine but NVRTC's, nor the modules of torch-style builds (the split, bindings, operators, torch's

@@ -168,6 +168,7 @@ def std_set(tmp_path_factory):
     return _made
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("user", [["-O3"], ["-O1"], ["-Og"], ["-O2", "-ffast-math"], ["-Os"], ["-fopenmp"], ["-g"],
                                   ["-march=x86-64-v2"], ["-std=c++17"], ["-Wall", "-DLOCAL=1", "-O3"], ["-O0", "-O3"],
                                   ["-fno-rtti"], ["-fno-exceptions"], ["-fno-threadsafe-statics"],

@@ -367,6 +367,7 @@ def test_worker_errors_are_shown(panel, monkeypatch):
 # ---------------------------------------------------------------------- hot reload
 
 
+@pytest.mark.slow
 def test_hot_reload_rebuilds_and_rechecks(watched, add2):
     """A save from another editor reloads the text, rebuilds and re-checks: FAIL, then PASS."""
     right = add2.read_text()
@@ -379,6 +380,7 @@ def test_hot_reload_rebuilds_and_rechecks(watched, add2):
     assert watched.watcher.errors == []
 
 
+@pytest.mark.slow
 def test_own_saves_are_not_reloaded(watched, add2):
     """The panel's own save does not come back as a change on disk."""
     watched.editor.value = add2.read_text().replace(RIGHT, "c[i] = b[i] + a[i];")
@@ -396,6 +398,7 @@ def test_unsaved_edits_are_not_overwritten(watched, add2):
     assert watched.editor.value == mine and watched.reloads == 0
 
 
+@pytest.mark.slow
 def test_stop_ends_the_watcher(watched, add2):
     """stop() ends the watcher thread; later changes are not picked up."""
     watched.stop()
@@ -435,6 +438,7 @@ def test_watcher_polling_catches_a_change(tmp_path):
     assert not w.alive
 
 
+@pytest.mark.slow
 def test_watcher_takes_the_text_before_an_own_save_for_no_change(tmp_path):
     """Mid-save (the caller already knows its new text, the file still holds the one it had), the watcher's
     periodic comparison reports nothing; the save's text is no change either; another writer's text is one."""

@@ -78,6 +78,7 @@ def test_a_guard_is_decided_only_when_it_is_certain(guard, defines, text, expect
     assert decide(guard, defines, text) is expected
 
 
+@pytest.mark.slow
 def test_variants_under_ifdef_build_on_both_engines_and_run_the_chosen_one(tmp_path, cache):
     """Two variants of one kernel under #ifdef/#else and an old one under #if 0: nvcc and NVRTC build for
     either define, the CPU runtime runs the chosen variant, and the old one says why it is not there."""
@@ -98,6 +99,7 @@ def test_variants_under_ifdef_build_on_both_engines_and_run_the_chosen_one(tmp_p
         m.scale_old
 
 
+@pytest.mark.slow
 def test_a_host_function_under_if_0_is_not_bound_in_a_torch_style_cpp_snippet(tmp_path, cache):
     """A torch-style C++ file keeps broken old code under #if 0: it builds, runs, and names the branch."""
     path = tmp_path / "twice.cpp"

@@ -44,6 +44,7 @@ def test_compilers_run_at_most_max_jobs_at_once(monkeypatch):
     assert _overlaps(_spans(3)) == 2
 
 
+@pytest.mark.slow
 def test_a_command_may_limit_the_compilers_while_it_runs(monkeypatch):
     """`jitlab check -j 1` runs one compiler at a time while it runs, then the process's limit is back."""
     monkeypatch.setattr(processes, "_slots", threading.BoundedSemaphore(3))

@@ -260,6 +260,7 @@ def test_corpus_is_large_and_varied():
     assert {n.rsplit(".", 1)[1] for n in CORPUS} == {"cu", "cpp"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(n for n in CORPUS if n.endswith(".cu")))
 def test_cuda_snippet_compiles_with_generated_code(tmp_path, use_shared_cache, name):
     """A CUDA snippet (shims included) compiles with nvcc for sm_75, whatever its host signatures."""

@@ -233,6 +233,7 @@ def python_child(script: str, *argv) -> subprocess.Popen:
                             stderr=subprocess.PIPE, env=proc.python_env())
 
 
+@pytest.mark.slow
 def test_every_byte_reaches_a_slow_reader_and_the_result(cache, write):
     """run_program(echo=True) into a slow pipe writes all 12 MB there and keeps all of it in run.stdout,
     long after the program exited."""
@@ -249,6 +250,7 @@ def test_every_byte_reaches_a_slow_reader_and_the_result(cache, write):
     assert err.split() == [str(len(BIG_OUT)), "True", "True"], err
 
 
+@pytest.mark.slow
 def test_cli_exec_delivers_every_byte_to_a_slow_reader(cache, write):
     """`jitlab exec big | slow-reader` gets the whole output and exits 0."""
     p = write("big.cpp", BIG)
@@ -343,6 +345,7 @@ def test_stdin_of_another_kind_names_what_it_takes(cache, echo, tmp_path):
         run_program(echo, stdin=5)
 
 
+@pytest.mark.slow
 def test_output_held_by_an_escaped_process_is_said_to_be_incomplete(cache, write, jitlab_cli):
     """A child that leaves the run's group (setsid) and keeps stdout open cannot be waited for: the run says
     its output may be incomplete, is not ok, and `jitlab exec` exits 1 instead of 0."""
@@ -366,6 +369,7 @@ def test_output_held_by_an_escaped_process_is_said_to_be_incomplete(cache, write
     assert r.returncode == 1 and "may be incomplete" in r.stderr
 
 
+@pytest.mark.slow
 def test_cli_exec_into_a_reader_that_stops_ends_quietly(cache, write):
     """`jitlab exec big | head -1`: the reader closes the pipe; jitlab exits 141 (SIGPIPE, as a shell's
     commands do) without a traceback."""

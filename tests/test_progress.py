@@ -106,6 +106,7 @@ def test_a_build_past_the_threshold_prints_start_and_end_then_a_cache_hit_prints
     assert capsys.readouterr() == ("", "")
 
 
+@pytest.mark.slow
 def test_progress_stays_out_of_the_build_log(cache, write):
     """With stderr a real pipe, the lines reach it, not the build's captured compiler log."""
     p = write("scale.cpp", SCALE)
@@ -173,6 +174,7 @@ def run(m, inp):
 """
 
 
+@pytest.mark.slow
 def test_run_prints_each_row_as_it_is_measured(tmp_path):
     """`jitlab run`: the header, then add2_cpu's row seconds before the slow kernel after it finishes."""
     root = tmp_path / "kernels"

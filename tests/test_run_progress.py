@@ -29,6 +29,7 @@ def test_four():
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["alone", "xdist"])
 def test_each_finished_test_but_the_last_gets_a_line_with_the_count_and_an_estimate(tmp_path, workers):
     """With JITLAB_TEST_PROGRESS_EVERY=0, tests 1 to 3 of 4 each get one line: how many of how many, the time
@@ -49,3 +50,36 @@ def test_off_prints_no_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "run_progress", "-p", "no:cacheprovider", "-q",
                         "test_tiny.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "jitlab tests:" not in r.stdout, r.stdout
+
+
+TIERED = """
+import time
+import pytest
+
+def test_quick():
+    pass
+
+def test_grew_slow():
+    time.sleep(0.4)
+
+@pytest.mark.slow
+def test_marked():
+    time.sleep(0.4)
+"""
+
+
+@pytest.mark.parametrize("marks, named", [("not slow", ["test_grew_slow"]), ("slow", []), ("", [])])
+def test_a_run_without_the_slow_tests_names_the_ones_that_took_too_long(tmp_path, marks, named):
+    """`-m "not slow"` (make test) ends naming each unmarked test over JITLAB_TEST_SLOW_OVER seconds, to be marked
+    slow; a run of the slow ones, or of everything, names none."""
+    (tmp_path / "test_tiers.py").write_text(TIERED)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: over ~2 s\n")
+    env = {**os.environ, "JITLAB_TEST_PROGRESS_EVERY": "off", "JITLAB_TEST_SLOW_OVER": "0.2", "PYTHONPATH": str(HERE)}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "run_progress", "-p", "no:cacheprovider", "-q",
+                        *(["-m", marks] if marks else []), "test_tiers.py"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    listed = re.findall(r"^  [\d.]+ s  test_tiers.py::(\w+)$", r.stdout, re.M)
+    assert listed == named, r.stdout
+    said = "jitlab tests: 1 test not marked slow took over 0.2 s here; mark it @pytest.mark.slow"
+    assert (said in r.stdout) == bool(named), r.stdout

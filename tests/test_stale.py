@@ -176,6 +176,7 @@ def test_header_edited_during_its_build_then_reverted_is_rebuilt(snippet, monkey
     assert fill(snippet) == ([1.0, 2.0], False)  # the revert: the first entry holds BIAS 5's code, not used
 
 
+@pytest.mark.slow
 def test_unchanged_build_in_a_new_process_is_a_hit(snippet):
     """After a build, a new process loads the same snippet without compiling anything."""
     fill(snippet)
@@ -198,6 +199,7 @@ def cuda_snippet(tmp_path, cache):
     return edit(tmp_path / "scale.cu", SCALE)
 
 
+@pytest.mark.slow
 @needs_nvcc
 @pytest.mark.parametrize("engine", ["nvrtc", "nvcc"])
 def test_cuda_initializer_list_include_edit_rebuilds(cuda_snippet, engine):
@@ -250,6 +252,7 @@ def test_headers_beside_an_nvcc_wrapper_script_are_still_the_users(tmp_path, cac
     assert not second.cached and second.artifact.read_bytes() != first.artifact.read_bytes()
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_cuda_include_flag_header_edit_rebuilds(cuda_snippet):
     """nvcc with ``-include`` in cuda_cflags: the forced header's edit changes the kernel."""

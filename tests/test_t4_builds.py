@@ -47,6 +47,7 @@ def test_nvrtc_build_is_a_cubin_with_sm75_sass(cache, cuobjdump):
     assert "code for sm_75" in sass and "saxpy" in sass
 
 
+@pytest.mark.slow
 def test_nvcc_build_embeds_sm75_sass_and_no_ptx(cache, cuobjdump):
     """nvcc's build (a snippet with a host launcher, which NVRTC cannot take) embeds sm_75 SASS and no PTX."""
     b = jitlab.build(KERNELS / "add2.cu", compile_only=True, arch=["sm_75"])

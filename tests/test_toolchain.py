@@ -154,6 +154,7 @@ def _needed(so: Path) -> list[str]:
     return [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line]
 
 
+@pytest.mark.slow
 def test_compiler_without_shared_libstdcxx_links_the_loaded_one(tmp_path, cache, monkeypatch, fresh_toolchain):
     """With such a g++, extensions link the libstdc++.so.6 this process has loaded, so they share
     its C++ runtime: an integer written to an ostream inside one works (with a static copy it
@@ -181,6 +182,7 @@ def test_compiler_without_shared_libstdcxx_links_the_loaded_one(tmp_path, cache,
     assert out.stdout.split()[-1] == "7"
 
 
+@pytest.mark.slow
 def test_the_loaded_runtime_is_the_same_before_and_after_torch_is_imported(tmp_path, monkeypatch):
     """With such a g++, a process that keys a build before importing torch (``jitlab check`` does) loads the C++
     runtime as torch's import would: the link input and the whole fingerprint are the same after ``import torch``

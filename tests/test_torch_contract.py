@@ -583,6 +583,7 @@ def test_stable_abi_headers_build_and_run(kit):
 # CUDA: compile-only here, run on a GPU
 
 
+@pytest.mark.slow
 def test_cpp_and_cu_of_one_stem_compile_apart(cache, tmp_path):
     """A .cpp and a .cu with the same stem build as two units (each its own object), for sm_75 without a GPU."""
     (tmp_path / "twin.cpp").write_text(SIGMOID_CPP)
@@ -602,6 +603,7 @@ def test_cpp_and_cu_of_one_stem_run(cache, tmp_path):
     torch.testing.assert_close(m.twice_sigmoid(torch.zeros(1000, device="cuda")), torch.ones(1000, device="cuda"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch_list, archs", [("7.5+PTX", ["sm_75", "compute_75"]),
                                               ("Turing 8.0+PTX", ["sm_75", "compute_75", "sm_80", "compute_80"]),
                                               ("7.5;8.6", ["sm_75", "sm_86"])])
@@ -627,6 +629,7 @@ def test_torch_cuda_arch_list_shapes_the_binary(cache, monkeypatch):
     assert sorted(set(re.findall(r"sm_\d+", listing))) == ["sm_75"], listing
 
 
+@pytest.mark.slow
 def test_users_gencode_replaces_the_default_archs(use_shared_cache, monkeypatch):
     """An -gencode of the user's in extra_cuda_cflags is the only arch built: no default arch is added to it."""
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
@@ -678,6 +681,7 @@ def test_cuda_operator_library_runs_through_torch_ops(cache):
     torch.testing.assert_close(torch.ops.jitlab_contract_cuda.add_one(x), x + 1)
 
 
+@pytest.mark.slow
 def test_half_comparison_in_a_kernel_compiles(cache):
     """A templated kernel comparing halves, dispatched with AT_DISPATCH_FLOATING_TYPES_AND_HALF, compiles for sm_75."""
     b = torch_compat.build_inline("contract_half", [HALF_DECL], [HALF_CU], ["ordered"], compile_only=True,

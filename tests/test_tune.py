@@ -339,6 +339,7 @@ def test_the_latest_record_of_a_point_wins_and_points_are_per_config(tmp_path):
 
 # --- sweeps ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_local_sweep_marks_crash_hang_and_wrong_points_and_a_rerun_runs_nothing(blocked, tmp_path, monkeypatch):
     """Two local worker processes: the right configurations are timed, the one that aborts is marked
     crashed, the one that spins is stopped at the timeout, the wrong one is never timed; both workers
@@ -515,6 +516,7 @@ def test_a_resumed_sweep_runs_only_the_points_its_store_lacks(blocked, tmp_path)
     assert report.best()[0].record.median_ms == 1e-9  # the old record is kept and still the fastest
 
 
+@pytest.mark.slow
 def test_dask_local_cluster_with_fake_gpus_uses_both_and_survives_a_crash(blocked, tmp_path):
     """A local Dask cluster, two workers with a GPU=1 resource each: every point is run, both workers
     run points, and the configuration that aborts is marked crashed while the sweep goes on."""
@@ -688,6 +690,7 @@ def test_a_huge_space_is_counted_and_sampled_never_listed():
     assert counted.split() == ["2000000000", "4", "True"]
 
 
+@pytest.mark.slow
 def test_jitlab_tune_with_a_budget_over_a_huge_space_runs_its_budget(blocked):
     """`jitlab tune --budget 4` over 2·10^9 configurations (three extra axes the kernel ignores) runs 4 of
     them and reports the best, in a process limited to 2 GB (listing them would take 8)."""

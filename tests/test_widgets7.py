@@ -58,6 +58,7 @@ def widgets7(tmp_path_factory) -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(ROOT)])}
 
 
+@pytest.mark.slow
 def test_the_child_sees_colabs_widget_versions(widgets7):
     """The child process imports ipywidgets 7.7.1 and anywidget 0.9.21, not this venv's."""
     out = subprocess.run([sys.executable, "-c", "import ipywidgets, anywidget; print(ipywidgets.__version__, "
@@ -65,6 +66,7 @@ def test_the_child_sees_colabs_widget_versions(widgets7):
     assert out.split() == [p.split("==")[1] for p in colab_pins()[:2]]
 
 
+@pytest.mark.slow
 def test_editor_and_panel_work_with_ipywidgets7(widgets7):
     """The editor's tests and the panel's widget tests pass on ipywidgets 7.7.1 + anywidget 0.9.21."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore",

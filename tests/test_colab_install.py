@@ -33,7 +33,7 @@ from jitlab.jit import cache
 ROOT = Path(__file__).resolve().parent.parent
 INSTALLED = ROOT / "colab" / "installed-2026-08.json"
 
-pytestmark = pytest.mark.net
+pytestmark = [pytest.mark.net, pytest.mark.slow]
 
 
 def canonical(name: str) -> str:

@@ -520,11 +520,15 @@ def test_every_exercise_passes_solved_and_fails_as_started(name, use_shared_cach
     assert not all(v.passed for v in start), "\n".join(map(str, start))
 
 
+#: Shipped kernels whose emulated check takes over ~3 s on 2 cores (make test-slow runs them).
+SLOW_ON_THE_EMULATOR = ("sgemm",)
+
+
 def _shipped():
     out = []
     for k in refs.find_kernels(KERNELS):
         if k.path.suffix == ".cu" and k.name not in NOT_EMULATED:
-            out.append(pytest.param(k, id=k.name))
+            out.append(pytest.param(k, id=k.name, marks=pytest.mark.slow if k.name in SLOW_ON_THE_EMULATOR else ()))
     return out
 
 

@@ -176,6 +176,7 @@ def test_ctrl_c_during_a_check_does_not_hand_its_answer_to_the_next_check(worker
     assert worker.run(jobs.Job("check", str(ADD2)), 120).passed
 
 
+@pytest.mark.slow
 def test_a_stale_answer_in_the_pipe_is_skipped_by_its_job_id(worker):
     """An answer nobody collected (a job sent by a caller that gave up) is never taken for the next job's."""
     assert worker.run(jobs.Job("check", str(ADD2)), 120).passed

@@ -84,6 +84,7 @@ def test_callers_source_lists_are_not_changed(cache):
     assert cpp == [DECL] and cuda == [CUDA_SQUARE]
 
 
+@pytest.mark.slow
 def test_functions_list_binds_only_those(use_shared_cache):
     """A C++ load_inline with functions=[...] runs on CPU tensors and exports only the named functions."""
     m = jitlab.load_inline(name="sq_list", cpp_sources=[SQUARE], functions=["square"])

@@ -242,6 +242,7 @@ def test_the_planted_mistake_with_check_is_the_emulators_compiler_at_the_cells_l
     assert "hello_threads" not in ip.user_ns
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path: the CPU emulator by default")
 def test_a_plain_cuda_cell_without_a_gpu_builds_and_runs_on_the_emulator(ip, capfd):
     """Lesson 00's plain `%%cuda hello_threads` cell on a CPU machine builds for the CPU emulator and binds the

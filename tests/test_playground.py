@@ -92,6 +92,7 @@ def test_build_then_cache_hit(add2):
     assert s.device == "cpu" and s.module is not None
 
 
+@pytest.mark.slow
 def test_check_survives_a_crashing_kernel(add2):
     """Check runs in a worker: a kernel that segfaults ends the worker, not this process."""
     s = Session(add2)

@@ -15,6 +15,9 @@ that grew slow is marked and ``make test`` stays quick::
 
     jitlab tests: 1 test not marked slow took over 3 s here; mark it @pytest.mark.slow (make test-slow runs it)
       4.2 s  tests/test_x.py::test_y
+
+A test during which a torch header set appeared in the run's ``JITLAB_PCH_DIR`` is named apart, as the one that
+made it (the tests after it share the set; marking it slow would pass the set to the next one).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from __future__ import annotations
 import collections
 import os
 import time
+
+import pytest
 
 #: Seconds of finished tests whose pace the estimate uses.
 WINDOW = 120.0
@@ -68,19 +73,41 @@ class Progress:
                                 f"about {_minutes(left)} left")
 
 
+class SetMakers:
+    """In the process that runs the tests: a test during which a precompiled header set appeared in the run's
+    folder (``JITLAB_PCH_DIR``) says so in its report; it paid for a set that the tests after it share."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item):
+        folder = os.environ.get("JITLAB_PCH_DIR")
+        before = set(os.listdir(folder)) if folder and os.path.isdir(folder) else set()
+        yield
+        made = set(os.listdir(folder)) - before if folder and os.path.isdir(folder) else set()
+        if made:
+            item.user_properties.append(("jitlab_header_sets", sorted(made)))
+
+
 class SlowOnes:
-    """The tests of a run without the slow ones that took over ``over`` seconds, named at the run's end."""
+    """The tests of a run without the slow ones that took over ``over`` seconds, named at the run's end. One
+    that made a header set the run shares is named apart: marking it slow would only pass the set on."""
 
     def __init__(self, over: float):
         self.over = over
         self.took: dict[str, float] = collections.defaultdict(float)
+        self.made: dict[str, list[str]] = {}
 
     def pytest_runtest_logreport(self, report):
         if "slow" not in report.keywords:
             self.took[report.nodeid] += report.duration
+            for name, value in report.user_properties:
+                if name == "jitlab_header_sets":
+                    self.made[report.nodeid] = value
 
     def pytest_terminal_summary(self, terminalreporter):
-        slow = sorted(((t, n) for n, t in self.took.items() if t > self.over), reverse=True)
+        for n, sets in self.made.items():
+            terminalreporter.write_line(f"jitlab tests: {n} made {', '.join(sets)} ({self.took[n]:.1f} s), "
+                                        "shared by the tests after it")
+        slow = sorted(((t, n) for n, t in self.took.items() if t > self.over and n not in self.made), reverse=True)
         if slow:
             one = len(slow) == 1
             terminalreporter.write_line(
@@ -91,7 +118,10 @@ class SlowOnes:
 
 
 def pytest_configure(config):
-    if "not slow" in (config.getoption("markexpr", "") or "") and not hasattr(config, "workerinput"):
+    quick = "not slow" in (config.getoption("markexpr", "") or "")
+    if quick and (hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)):  # runs tests
+        config.pluginmanager.register(SetMakers(), "jitlab-set-makers")
+    if quick and not hasattr(config, "workerinput"):
         config.pluginmanager.register(SlowOnes(float(os.environ.get("JITLAB_TEST_SLOW_OVER", "3"))),
                                       "jitlab-slow-ones")
     every = os.environ.get("JITLAB_TEST_PROGRESS_EVERY", "60")

@@ -46,6 +46,7 @@ def test_python_m_jitlab_is_the_command(tmp_path, write):
     assert r.returncode == 2 and "usage: jitlab" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path")
 def test_build_device_chooses_the_emulator_or_a_gpu(jl):
     """Without a GPU, `jitlab build X.cu` (--device auto) builds a kernel-only snippet for the CPU emulator,

@@ -501,6 +501,8 @@ NOT_EMULATED = {
 }
 #: The largest size each kernel is checked at here (1e6 threads at most; matmuls by their side).
 MAX_SIZE = {"sgemm": 136, "layernorm": 1 << 14, "softmax": 1 << 14}
+#: Shipped kernels and exercises whose emulated check takes over ~3 s on 2 cores (make test-slow runs them).
+SLOW_ON_THE_EMULATOR = ("sgemm", "matmul_tiles")
 
 
 def _verdicts(path: Path, ref: Path, name: str, max_size: int = 1 << 17) -> list:
@@ -510,7 +512,8 @@ def _verdicts(path: Path, ref: Path, name: str, max_size: int = 1 << 17) -> list
         return [v for _, v in refs.check_each(mod, refs.load(ref), "cpu", name=name, max_size=max_size)]
 
 
-@pytest.mark.parametrize("name", [n for n in exercises.all_exercises() if n not in NOT_EMULATED])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow if n in SLOW_ON_THE_EMULATOR else ())
+                                  for n in exercises.all_exercises() if n not in NOT_EMULATED])
 def test_every_exercise_passes_solved_and_fails_as_started(name, use_shared_cache):
     """Each exercise's solution passes on the CPU emulator and its starting code fails (sizes up to 2^17;
     the notebooks' run checks each starting code through jitlab.notebook.exercises.check, in a worker)."""
@@ -520,8 +523,6 @@ def test_every_exercise_passes_solved_and_fails_as_started(name, use_shared_cach
     assert not all(v.passed for v in start), "\n".join(map(str, start))
 
 
-#: Shipped kernels whose emulated check takes over ~3 s on 2 cores (make test-slow runs them).
-SLOW_ON_THE_EMULATOR = ("sgemm",)
 
 
 def _shipped():

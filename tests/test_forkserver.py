@@ -35,6 +35,7 @@ def workers():
         w.stop()
 
 
+@pytest.mark.slow
 def test_workers_with_other_caches_fork_from_one_server_and_each_builds_in_its_own(tmp_path, workers, monkeypatch):
     """Two workers with their own JITLAB_CACHE_DIR (and the second started from another folder) are children of
     one fork server; each passes a check and builds in its own cache, from its own folder."""

@@ -111,6 +111,7 @@ def test_check_in_process_when_asked(add2):
     assert r.ok and r.status.startswith("PASS")
 
 
+@pytest.mark.slow
 def test_check_passes(add2):
     """The shipped kernel passes every size in the ref file."""
     r = Session(add2).check()

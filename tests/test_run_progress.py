@@ -53,11 +53,16 @@ def test_off_prints_no_line(tmp_path):
 
 
 TIERED = """
+import os
 import time
 import pytest
 
 def test_quick():
     pass
+
+def test_makes_a_set():
+    os.mkdir(os.path.join(os.environ["JITLAB_PCH_DIR"], "torch-host-0123"))
+    time.sleep(0.4)
 
 def test_grew_slow():
     time.sleep(0.4)
@@ -71,10 +76,13 @@ def test_marked():
 @pytest.mark.parametrize("marks, named", [("not slow", ["test_grew_slow"]), ("slow", []), ("", [])])
 def test_a_run_without_the_slow_tests_names_the_ones_that_took_too_long(tmp_path, marks, named):
     """`-m "not slow"` (make test) ends naming each unmarked test over JITLAB_TEST_SLOW_OVER seconds, to be marked
-    slow; a run of the slow ones, or of everything, names none."""
+    slow, and apart the one that made a header set in JITLAB_PCH_DIR; a run of the slow ones, or of everything,
+    names none."""
     (tmp_path / "test_tiers.py").write_text(TIERED)
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: over ~2 s\n")
-    env = {**os.environ, "JITLAB_TEST_PROGRESS_EVERY": "off", "JITLAB_TEST_SLOW_OVER": "0.2", "PYTHONPATH": str(HERE)}
+    (tmp_path / "pch").mkdir()
+    env = {**os.environ, "JITLAB_TEST_PROGRESS_EVERY": "off", "JITLAB_TEST_SLOW_OVER": "0.2", "PYTHONPATH": str(HERE),
+           "JITLAB_PCH_DIR": str(tmp_path / "pch")}
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "run_progress", "-p", "no:cacheprovider", "-q",
                         *(["-m", marks] if marks else []), "test_tiers.py"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
@@ -83,3 +91,5 @@ def test_a_run_without_the_slow_tests_names_the_ones_that_took_too_long(tmp_path
     assert listed == named, r.stdout
     said = "jitlab tests: 1 test not marked slow took over 0.2 s here; mark it @pytest.mark.slow"
     assert (said in r.stdout) == bool(named), r.stdout
+    made = "jitlab tests: test_tiers.py::test_makes_a_set made torch-host-0123 ("
+    assert (made in r.stdout) == bool(named), r.stdout

@@ -13,7 +13,7 @@ $(VENV)/.ready: pyproject.toml scripts/setup-env scripts/uv-overrides.txt
 demo: $(VENV)/.ready
 	$(PY) -m jitlab run
 
-## test: the quick CPU suite, every CPU test not marked slow (~1500 tests, about 4 min on 2 cores; no root, no
+## test: the quick CPU suite, every CPU test not marked slow (~1500 tests, about 3½ min on 2 cores; no root, no
 ## browser). GPU tests are deselected without a GPU. Tests run in TEST_WORKERS processes (pytest-xdist), 2 for
 ## CI's and this machine's 2 cores: a third worker made the same work cost more CPU (docs/benchmarks.md).
 TEST_WORKERS ?= 2

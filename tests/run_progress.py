@@ -82,7 +82,8 @@ class SetMakers:
         folder = os.environ.get("JITLAB_PCH_DIR")
         before = set(os.listdir(folder)) if folder and os.path.isdir(folder) else set()
         yield
-        made = set(os.listdir(folder)) - before if folder and os.path.isdir(folder) else set()
+        made = {n for n in (set(os.listdir(folder)) - before if folder and os.path.isdir(folder) else ())
+                if os.path.isdir(os.path.join(folder, n))}  # a set's folder, not its lock or the cache's tag
         if made:
             item.user_properties.append(("jitlab_header_sets", sorted(made)))
 
@@ -105,8 +106,9 @@ class SlowOnes:
 
     def pytest_terminal_summary(self, terminalreporter):
         for n, sets in self.made.items():
-            terminalreporter.write_line(f"jitlab tests: {n} made {', '.join(sets)} ({self.took[n]:.1f} s), "
-                                        "shared by the tests after it")
+            if self.took[n] > self.over:
+                terminalreporter.write_line(f"jitlab tests: {n} made {', '.join(sets)} ({self.took[n]:.1f} s), "
+                                            "shared by the tests after it")
         slow = sorted(((t, n) for n, t in self.took.items() if t > self.over and n not in self.made), reverse=True)
         if slow:
             one = len(slow) == 1

@@ -53,6 +53,7 @@ def test_workers_with_other_caches_fork_from_one_server_and_each_builds_in_its_o
         assert any((tmp_path / cache).rglob("*.so")), f"nothing built in {cache}"
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_reported_with_its_signal(workers, monkeypatch):
     """A forked worker that dies of SIGSEGV is reported as a Popen child would be: return code -11, the
     worker's message naming SIGSEGV; the next check gets a fresh worker that passes."""

@@ -234,6 +234,7 @@ TORCH_LIBRARY_IMPL(jitlab_inline_test, CPU, m) { m.impl("twice", &twice); }
     assert torch.ops.jitlab_inline_test.twice(torch.ones(2)).tolist() == [3.0, 3.0]
 
 
+@pytest.mark.slow
 def test_load_with_torchs_keywords(cache, tmp_path):
     """jitlab.load(name=, sources=, extra_cflags=, extra_include_paths=) builds and runs as torch's load would."""
     inc = tmp_path / "inc"

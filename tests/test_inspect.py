@@ -132,6 +132,7 @@ def test_sass_of_saxpy_sm90_interleaves_the_source_lines(cache):
     assert lines[-1].strip().endswith("EXIT ;")
 
 
+@pytest.mark.slow
 @needs_cuobjdump
 def test_sass_of_an_nvcc_build_reads_the_cubin_in_the_object(cache):
     """engine='nvcc': the CUBIN comes out of the object (cuobjdump -xelf) and is interleaved the same way."""

@@ -73,6 +73,11 @@ class Progress:
                                 f"about {_minutes(left)} left")
 
 
+def _folders(folder: str | None) -> set[str]:
+    """The folders in ``folder`` (a set's, not its lock or the cache's tag); none where it is not one."""
+    return {e.name for e in os.scandir(folder) if e.is_dir()} if folder and os.path.isdir(folder) else set()
+
+
 class SetMakers:
     """In the process that runs the tests: a test during which a precompiled header set appeared in the run's
     folder (``JITLAB_PCH_DIR``) says so in its report; it paid for a set that the tests after it share."""
@@ -80,10 +85,9 @@ class SetMakers:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item):
         folder = os.environ.get("JITLAB_PCH_DIR")
-        before = set(os.listdir(folder)) if folder and os.path.isdir(folder) else set()
+        before = _folders(folder)
         yield
-        made = {n for n in (set(os.listdir(folder)) - before if folder and os.path.isdir(folder) else ())
-                if os.path.isdir(os.path.join(folder, n))}  # a set's folder, not its lock or the cache's tag
+        made = _folders(folder) - before
         if made:
             item.user_properties.append(("jitlab_header_sets", sorted(made)))
 
